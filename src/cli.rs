@@ -1,0 +1,236 @@
+//! The command line: clap definitions, each flag documented once, and the step from raw flags to
+//! validated [`RunSettings`](crate::config::RunSettings). Validation failures are one line each,
+//! naming the flag and the fix; they exit 2 before anything is created or started.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::RunSettings;
+use crate::rewrite;
+
+/// Supervise an ML training command: know why an attempt died of out-of-memory and relaunch it
+/// with a smaller batch (and larger gradient accumulation) until it fits.
+#[derive(Debug, Parser)]
+#[command(name = "oomguard", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Print only errors.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// More detail about what oomguard does (repeat for more; RUST_LOG also works).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a training command, relaunching it smaller after out-of-memory deaths.
+    Run(RunArgs),
+    /// Tell why a log's job died, from its text alone: prints CLASS<TAB>FILE per file.
+    Classify(ClassifyArgs),
+    /// Internal: the guard process that kills the job if oomguard itself is killed.
+    #[command(name = "__guard", hide = true)]
+    Guard,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Directory for attempt logs and summary.json [default: a new timestamped directory under
+    /// $XDG_STATE_HOME/oomguard/runs, i.e. ~/.local/state/oomguard/runs].
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+    /// The batch-size flag to reduce (e.g. --batch-arg --bsz, or a Hydra key data.batch_size).
+    #[arg(long, value_name = "NAME", allow_hyphen_values = true)]
+    pub batch_arg: Option<String>,
+    /// The gradient-accumulation flag to raise; appended to the command if absent.
+    #[arg(long, value_name = "NAME", allow_hyphen_values = true)]
+    pub accum_arg: Option<String>,
+    /// Never reduce the batch below this.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_batch: u64,
+    /// Stop after this many attempts in all.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_attempts: u32,
+    /// Unchanged restarts allowed after failures that are not out-of-memory.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub retries: u32,
+    /// Wait before the first relaunch; doubles for each later one (0s allowed).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub backoff: Duration,
+    /// The longest wait between attempts.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    pub backoff_max: Duration,
+    /// After a stop request (SIGTERM to the job), wait this long before SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub grace: Duration,
+    /// The training command and its arguments, after `--`.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ClassifyArgs {
+    /// Print one JSON object per file instead of CLASS<TAB>FILE.
+    #[arg(long)]
+    pub json: bool,
+    /// Log files to read; `-` reads standard input.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+}
+
+/// Parses `30s`, `5m`, `1h 30m`, `0s`; a bare number is refused (seconds or minutes?).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|_| {
+        format!("`{text}` is not a duration: use a number with a unit, e.g. 30s, 5m, 1h")
+    })
+}
+
+/// Why the flags do not make a run.
+#[derive(Debug, thiserror::Error)]
+pub enum UsageError {
+    #[error("no command given: put the training command after `--`, e.g. oomguard run -- python train.py --batch_size 8")]
+    NoCommand,
+    #[error("{0}")]
+    Knobs(#[from] rewrite::RewriteError),
+    #[error("--min-batch {min} is larger than the command's {flag} {batch}: lower --min-batch")]
+    MinBatchAboveBatch { min: u64, flag: String, batch: u64 },
+    #[error("--backoff-max {max:?} is shorter than --backoff {backoff:?}: raise --backoff-max")]
+    BackoffMax { backoff: Duration, max: Duration },
+}
+
+impl RunArgs {
+    /// Checks the flags against the command and builds the settings of a run.
+    pub fn validate(self) -> Result<RunSettings, UsageError> {
+        if self.command.is_empty() {
+            return Err(UsageError::NoCommand);
+        }
+        let knobs = rewrite::locate(
+            &self.command,
+            self.batch_arg.as_deref(),
+            self.accum_arg.as_deref(),
+        )?;
+        if let Some(batch) = &knobs.batch {
+            if self.min_batch > batch.value {
+                return Err(UsageError::MinBatchAboveBatch {
+                    min: self.min_batch,
+                    flag: batch.name.clone(),
+                    batch: batch.value,
+                });
+            }
+        }
+        if self.backoff_max < self.backoff {
+            return Err(UsageError::BackoffMax {
+                backoff: self.backoff,
+                max: self.backoff_max,
+            });
+        }
+        Ok(RunSettings {
+            command: self.command,
+            knobs,
+            run_dir: self.run_dir,
+            limits: crate::policy::Limits {
+                min_batch: self.min_batch,
+                max_attempts: self.max_attempts,
+                retries: self.retries,
+                backoff: self.backoff,
+                backoff_max: self.backoff_max,
+            },
+            grace: self.grace,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &str) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("oomguard").chain(args.split_whitespace()))
+    }
+
+    fn run_args(args: &str) -> RunArgs {
+        match parse(args).unwrap().command {
+            Command::Run(run) => run,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let run = run_args("run -- python t.py --batch_size 8");
+        assert_eq!(run.command, ["python", "t.py", "--batch_size", "8"]);
+        assert_eq!((run.min_batch, run.max_attempts, run.retries), (1, 10, 0));
+        assert_eq!(run.backoff, Duration::from_secs(10));
+        assert_eq!(run.backoff_max, Duration::from_secs(300));
+        assert_eq!(run.grace, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn each_flag_parses() {
+        let run = run_args(
+            "run --run-dir /tmp/x --batch-arg --bsz --accum-arg --ga --min-batch 2 --max-attempts 3 \
+             --retries 1 --backoff 0s --backoff-max 1m --grace 5s -- python t.py --bsz 8",
+        );
+        assert_eq!(run.run_dir, Some(PathBuf::from("/tmp/x")));
+        assert_eq!(run.batch_arg.as_deref(), Some("--bsz"));
+        assert_eq!(run.accum_arg.as_deref(), Some("--ga"));
+        assert_eq!((run.min_batch, run.max_attempts, run.retries), (2, 3, 1));
+        assert_eq!(run.backoff, Duration::ZERO);
+        assert_eq!(run.backoff_max, Duration::from_secs(60));
+        assert_eq!(run.grace, Duration::from_secs(5));
+        // Without `--`, the command starts at the first positional and keeps its own flags.
+        let run = run_args("run python t.py --batch_size 8 -q");
+        assert_eq!(run.command, ["python", "t.py", "--batch_size", "8", "-q"]);
+        let cli = parse("-q classify --json a.log -").unwrap();
+        assert!(cli.quiet);
+        assert!(
+            matches!(cli.command, Command::Classify(ClassifyArgs { json: true, ref files }) if files.len() == 2)
+        );
+    }
+
+    #[test]
+    fn bad_flags_are_refused() {
+        for args in [
+            "run --backoff 10 -- python t.py",
+            "run --grace soon -- python t.py",
+            "run --min-batch 0 -- python t.py",
+            "run --max-attempts 0 -- python t.py",
+            "run --min-batch x -- python t.py",
+            "classify",
+            "-q -v classify a.log",
+        ] {
+            assert!(parse(args).is_err(), "{args}");
+        }
+    }
+
+    #[test]
+    fn validation_names_the_problem() {
+        let table = [
+            ("run", "no command given"),
+            ("run -- python t.py --batch_size x", "not a whole number"),
+            (
+                "run --batch-arg --bsz -- python t.py --batch_size 8",
+                "--bsz is not in the command",
+            ),
+            (
+                "run --min-batch 16 -- python t.py --batch_size 8",
+                "--min-batch 16 is larger",
+            ),
+            ("run --backoff 10m -- python t.py", "--backoff-max"),
+        ];
+        for (args, want) in table {
+            let err = run_args(args).validate().unwrap_err().to_string();
+            assert!(err.contains(want), "{args}: {err}");
+        }
+        assert!(run_args("run -- python t.py --batch_size 8")
+            .validate()
+            .is_ok());
+    }
+}

@@ -1,0 +1,386 @@
+//! Everything oomguard tells people and files: its own stderr lines (prefixed `oomguard:` so they
+//! stand apart from the job's output), the final table, and the run directory (attempt logs and
+//! `summary.json`, rewritten atomically after every attempt).
+//!
+//! It decides nothing; it formats what the attempt loop hands it.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::classify::Cause;
+use crate::policy::Outcome;
+
+/// The `oomguard:` lines on stderr. `-q` keeps only errors.
+#[derive(Debug, Clone, Copy)]
+pub struct Reporter {
+    pub quiet: bool,
+}
+
+impl Reporter {
+    /// A normal progress line.
+    pub fn say(&self, line: &str) {
+        if !self.quiet {
+            print_line(line);
+        }
+    }
+
+    /// Something the user should act on, but the run goes on.
+    pub fn warn(&self, line: &str) {
+        if !self.quiet {
+            print_line(&format!("warning: {line}"));
+        }
+    }
+
+    /// Shown even with `-q`.
+    pub fn error(&self, line: &str) {
+        print_line(&format!("error: {line}"));
+    }
+}
+
+fn print_line(line: &str) {
+    // One write per line, so our line never interleaves mid-way with the job's stderr chunks.
+    let _ = io::stderr()
+        .lock()
+        .write_all(format!("oomguard: {line}\n").as_bytes());
+}
+
+/// Sets up `tracing` for `-v` (or `RUST_LOG`); quiet by default except warnings.
+pub fn init_tracing(verbose: u8, quiet: bool) {
+    let default = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "oomguard=info",
+        (false, _) => "oomguard=debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
+/// One attempt as summary.json records it.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptRecord {
+    pub attempt: u32,
+    pub command: Vec<String>,
+    pub batch_size: Option<u64>,
+    pub accum: Option<u64>,
+    pub cause: Cause,
+    pub evidence: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    pub duration_s: f64,
+}
+
+/// The sizes of the last attempt.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct FinalSizes {
+    pub batch_size: Option<u64>,
+    pub accum: Option<u64>,
+}
+
+/// `summary.json`. Field names are a contract: later versions add, never rename.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// `running` until the run ends, then an [`Outcome`].
+    pub outcome: &'static str,
+    pub command: Vec<String>,
+    pub attempts: Vec<AttemptRecord>,
+    #[serde(rename = "final")]
+    pub final_sizes: FinalSizes,
+}
+
+impl Summary {
+    pub fn new(command: &[String], sizes: FinalSizes) -> Self {
+        Summary {
+            outcome: "running",
+            command: command.to_vec(),
+            attempts: Vec::new(),
+            final_sizes: sizes,
+        }
+    }
+
+    pub fn finish(&mut self, outcome: Outcome) {
+        self.outcome = outcome.as_str();
+    }
+}
+
+/// Formats a time as RFC 3339 UTC with seconds, e.g. `2026-11-26T00:00:09Z`.
+pub fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(time).to_string()
+}
+
+/// Why the run directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RunDirError {
+    #[error("cannot create run directory {path}: {source} (choose another with --run-dir)")]
+    Create { path: PathBuf, source: io::Error },
+    #[error("run directory {path} is not writable (choose another with --run-dir)")]
+    NotWritable { path: PathBuf },
+    #[error("run directory {path} already holds a run (summary.json): choose a new --run-dir so nothing is overwritten")]
+    InUse { path: PathBuf },
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: io::Error },
+}
+
+/// The run directory: `attempt-N.log` and `summary.json`.
+#[derive(Debug)]
+pub struct RunDir {
+    path: PathBuf,
+}
+
+impl RunDir {
+    /// Uses `dir`, or makes a new one under the default location. Refuses a directory that
+    /// already holds a run, so an earlier run's logs are never overwritten.
+    pub fn create(dir: Option<&Path>, program: &str) -> Result<RunDir, RunDirError> {
+        let path = match dir {
+            Some(dir) => dir.to_path_buf(),
+            None => default_run_dir(program),
+        };
+        if path.join("summary.json").exists() {
+            return Err(RunDirError::InUse { path });
+        }
+        std::fs::create_dir_all(&path).map_err(|source| RunDirError::Create {
+            path: path.clone(),
+            source,
+        })?;
+        if !crate::child::is_writable_dir(&path) {
+            return Err(RunDirError::NotWritable { path });
+        }
+        Ok(RunDir { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Creates `attempt-N.log`. `None` (with a warning) if it cannot: the job runs regardless.
+    pub fn open_log(&self, attempt: u32, report: &Reporter) -> Option<File> {
+        let path = self.path.join(format!("attempt-{attempt}.log"));
+        File::create(&path)
+            .map_err(|e| {
+                report.warn(&format!(
+                    "cannot create {}: {e}; this attempt is not logged",
+                    path.display()
+                ))
+            })
+            .ok()
+    }
+
+    /// Writes summary.json atomically: a temporary file in the same directory, then rename.
+    pub fn save(&self, summary: &Summary) -> Result<(), RunDirError> {
+        let path = self.path.join("summary.json");
+        let tmp = self.path.join(".summary.json.tmp");
+        let write = || -> io::Result<()> {
+            let mut file = File::create(&tmp)?;
+            serde_json::to_writer_pretty(&mut file, summary)?;
+            file.write_all(b"\n")?;
+            file.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        };
+        write().map_err(|source| RunDirError::Write { path, source })
+    }
+}
+
+/// `$XDG_STATE_HOME/oomguard/runs/<UTC time>-<program>`, with `~/.local/state` when
+/// XDG_STATE_HOME is unset, and `./oomguard-runs` without a home.
+pub fn default_run_dir(program: &str) -> PathBuf {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        })
+        .map(|state| state.join("oomguard/runs"))
+        .unwrap_or_else(|| PathBuf::from("oomguard-runs"));
+    let stamp: String = rfc3339(SystemTime::now())
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect();
+    let name = Path::new(program)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("job");
+    let mut path = base.join(format!("{stamp}-{name}"));
+    // Two runs started in the same second get distinct directories.
+    let mut n = 1;
+    while path.exists() {
+        n += 1;
+        path = base.join(format!("{stamp}-{name}-{n}"));
+    }
+    path
+}
+
+/// `12.3s`, `4m05s`, `2h03m`.
+pub fn short_duration(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs < 60.0 {
+        format!("{secs:.1}s")
+    } else if secs < 3600.0 {
+        format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60)
+    } else {
+        format!("{}h{:02}m", d.as_secs() / 3600, d.as_secs() / 60 % 60)
+    }
+}
+
+fn or_dash<T: ToString>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// The final table, one row per attempt.
+pub fn table(attempts: &[AttemptRecord]) -> Vec<String> {
+    let mut rows =
+        vec![["attempt", "batch", "accum", "cause", "exit", "duration"].map(String::from)];
+    for a in attempts {
+        let exit = match (a.exit_code, a.signal) {
+            (Some(code), _) => code.to_string(),
+            (None, Some(sig)) => format!("signal {sig}"),
+            (None, None) => "-".into(),
+        };
+        rows.push([
+            a.attempt.to_string(),
+            or_dash(a.batch_size),
+            or_dash(a.accum),
+            a.cause.as_str().to_string(),
+            exit,
+            short_duration(Duration::from_secs_f64(a.duration_s)),
+        ]);
+    }
+    let widths: Vec<usize> = (0..6)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|r| {
+            let cells: Vec<String> = r
+                .iter()
+                .zip(&widths)
+                .enumerate()
+                // Text columns left-aligned, numbers right-aligned.
+                .map(|(i, (cell, w))| {
+                    if i == 3 || i == 4 {
+                        format!("{cell:<w$}")
+                    } else {
+                        format!("{cell:>w$}")
+                    }
+                })
+                .collect();
+            cells.join("  ").trim_end().to_string()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(
+        attempt: u32,
+        batch: u64,
+        cause: Cause,
+        exit: Option<i32>,
+        signal: Option<i32>,
+    ) -> AttemptRecord {
+        AttemptRecord {
+            attempt,
+            command: vec!["python".into()],
+            batch_size: Some(batch),
+            accum: None,
+            cause,
+            evidence: String::new(),
+            exit_code: exit,
+            signal,
+            started_at: rfc3339(SystemTime::UNIX_EPOCH),
+            duration_s: 12.34,
+        }
+    }
+
+    #[test]
+    fn table_lines_up() {
+        let rows = table(&[
+            record(1, 64, Cause::DeviceOom, Some(1), None),
+            record(2, 32, Cause::OomKilled, None, Some(9)),
+            record(3, 16, Cause::Ok, Some(0), None),
+        ]);
+        assert_eq!(
+            rows,
+            [
+                "attempt  batch  accum  cause       exit      duration",
+                "      1     64      -  device_oom  1            12.3s",
+                "      2     32      -  oom_killed  signal 9     12.3s",
+                "      3     16      -  ok          0            12.3s",
+            ]
+        );
+    }
+
+    #[test]
+    fn summary_has_the_contract_names() {
+        let mut summary = Summary::new(
+            &["python".into()],
+            FinalSizes {
+                batch_size: Some(8),
+                accum: None,
+            },
+        );
+        summary
+            .attempts
+            .push(record(1, 8, Cause::DeviceOom, Some(1), None));
+        summary.finish(Outcome::GaveUp);
+        let json = serde_json::to_value(&summary).unwrap();
+        assert_eq!(json["outcome"], "gave_up");
+        assert_eq!(json["final"]["batch_size"], 8);
+        assert!(json["final"]["accum"].is_null());
+        let a = &json["attempts"][0];
+        for key in [
+            "attempt",
+            "command",
+            "batch_size",
+            "accum",
+            "cause",
+            "evidence",
+            "exit_code",
+            "signal",
+            "started_at",
+            "duration_s",
+        ] {
+            assert!(a.get(key).is_some(), "{key}");
+        }
+        assert_eq!(a["cause"], "device_oom");
+        assert_eq!(a["started_at"], "1970-01-01T00:00:00Z");
+    }
+
+    #[test]
+    fn durations_are_short() {
+        assert_eq!(short_duration(Duration::from_millis(12_340)), "12.3s");
+        assert_eq!(short_duration(Duration::from_secs(245)), "4m05s");
+        assert_eq!(short_duration(Duration::from_secs(7380)), "2h03m");
+    }
+
+    #[test]
+    fn run_dir_refuses_an_earlier_run_and_saves_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir::create(Some(&dir.path().join("r")), "python").unwrap();
+        let summary = Summary::new(
+            &["python".into()],
+            FinalSizes {
+                batch_size: None,
+                accum: None,
+            },
+        );
+        run.save(&summary).unwrap();
+        assert!(!run.path().join(".summary.json.tmp").exists());
+        let err = RunDir::create(Some(&dir.path().join("r")), "python").unwrap_err();
+        assert!(matches!(err, RunDirError::InUse { .. }), "{err}");
+    }
+}
