@@ -97,6 +97,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 pub enum UsageError {
     #[error("no command given: put the training command after `--`, e.g. oomguard run -- python train.py --batch_size 8")]
     NoCommand,
+    #[error("unknown option {0}: see `oomguard run --help`; the training command goes after `--`")]
+    UnknownOption(String),
     #[error("{0}")]
     Knobs(#[from] rewrite::RewriteError),
     #[error("--min-batch {min} is larger than the command's {flag} {batch}: lower --min-batch")]
@@ -108,8 +110,13 @@ pub enum UsageError {
 impl RunArgs {
     /// Checks the flags against the command and builds the settings of a run.
     pub fn validate(self) -> Result<RunSettings, UsageError> {
-        if self.command.is_empty() {
-            return Err(UsageError::NoCommand);
+        match self.command.first() {
+            None => return Err(UsageError::NoCommand),
+            // clap hands an unknown option before the command over as the command itself.
+            Some(first) if first.starts_with('-') => {
+                return Err(UsageError::UnknownOption(first.clone()))
+            }
+            Some(_) => {}
         }
         let knobs = rewrite::locate(
             &self.command,
@@ -224,6 +231,10 @@ mod tests {
                 "--min-batch 16 is larger",
             ),
             ("run --backoff 10m -- python t.py", "--backoff-max"),
+            (
+                "run --frobnicate -- python t.py",
+                "unknown option --frobnicate",
+            ),
         ];
         for (args, want) in table {
             let err = run_args(args).validate().unwrap_err().to_string();
