@@ -1,5 +1,896 @@
-//! STUB
+//! Turns the text a training job printed (or a kernel / scheduler log) into *findings*: lines that
+//! carry a known out-of-memory or kill signature, each tagged with the family of failure it
+//! belongs to.
+//!
+//! This module only recognises text. It never decides why an attempt ended: weighing findings
+//! against the exit status and the kernel's counters is `classify`'s job, and reading logs,
+//! `/proc/vmstat` or `/dev/kmsg` belongs to the caller. Everything here is pure and runs in time
+//! linear in the input: every signature is compiled once into one [`RegexSet`], each line is
+//! tested once on its own and once glued to its neighbour (to see through terminal hard-wraps).
+
+use regex::{Regex, RegexSet};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// Which kind of failure a matched line speaks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Accelerator memory (CUDA, HIP, XPU, MPS, TPU/XLA, TensorFlow GPU allocator) ran out
+    /// inside the process, which reported it itself.
+    DeviceOom,
+    /// Host RAM ran out inside the process, which reported it itself (allocator errors, ENOMEM,
+    /// Python `MemoryError`, `std::bad_alloc`, Ray's memory monitor).
+    HostOom,
+    /// A PyTorch DataLoader worker died of SIGKILL or SIGBUS, or shared memory (`/dev/shm`)
+    /// filled up under the workers.
+    WorkerKilled,
+    /// The kernel's OOM killer (or a container runtime reporting it) killed a process.
+    KernelOomKill,
+    /// Slurm's memory enforcement (cgroup or job accounting) killed the job or step.
+    SlurmOom,
+    /// Something reports a death by SIGKILL without saying who sent it (a shell's `Killed`,
+    /// a launcher's `exitcode: -9`, `exit code 137`).
+    KilledBySigkill,
+}
+
+/// One line of text that matched a signature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The family the signature belongs to.
+    pub family: Family,
+    /// The matching line, with log prefixes removed and cut to about 200 characters around the
+    /// match; it is shown to people as evidence.
+    pub line: String,
+}
+
+/// What a signature stands for when it matches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A finding on its own.
+    Sig(Family),
+    /// Slurm's "Exceeded job memory limit": printed even for jobs that go on to succeed, so it
+    /// only counts next to another sign that Slurm stopped the job.
+    SlurmLimitHit,
+    /// Slurm stopped the job or a task (a `CANCELLED` banner, srun's `task N: Killed`).
+    SlurmStopped,
+}
+
+/// One signature: a pattern, an optional veto that cancels it when found in the same line (or
+/// the start of the next one), and whether it must see a whole line (anchored patterns are not
+/// tried on glued neighbours).
+struct Signature {
+    kind: Kind,
+    pattern: &'static str,
+    veto: Option<&'static str>,
+    whole_line: bool,
+}
+
+const fn sig(family: Family, pattern: &'static str) -> Signature {
+    Signature {
+        kind: Kind::Sig(family),
+        pattern,
+        veto: None,
+        whole_line: false,
+    }
+}
+
+const fn sig_unless(family: Family, pattern: &'static str, veto: &'static str) -> Signature {
+    Signature {
+        kind: Kind::Sig(family),
+        pattern,
+        veto: Some(veto),
+        whole_line: false,
+    }
+}
+
+const fn line_sig(family: Family, pattern: &'static str) -> Signature {
+    Signature {
+        kind: Kind::Sig(family),
+        pattern,
+        veto: None,
+        whole_line: true,
+    }
+}
+
+use Family::*;
+
+/// Hints and tutorials mention OOM without one happening ("to avoid out of memory, ...").
+const HINT_VETO: &str = r"(?i)\b(?:avoid|prevent|if you|when you|reduce the chance)\b[^.]{0,40}out of memory|not a failure";
+
+/// TensorFlow names the allocator and device; CPU ones mean host RAM, not the accelerator.
+const TF_CPU: &str = r"(?i)device:CPU|allocator[ (]+cpu\b";
+
+/// The signature table. Order does not matter; every entry is tested on every line.
+const SIGNATURES: &[Signature] = &[
+    // ---------------------------------------------------------------- accelerator memory
+    // PyTorch caching allocators (c10/cuda/CUDACachingAllocator.cpp and its HIP/XPU/MPS
+    // siblings): "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    // "HIP out of memory", "XPU out of memory", "MPS backend out of memory (MPS allocated: ...)".
+    sig(
+        DeviceOom,
+        r"(?i)\b(?:cuda|hip|xpu|npu|musa|mps backend)\s+out of memory\b",
+    ),
+    // CUDA runtime error strings as PyTorch's C10_CUDA_CHECK, old THC and NCCL print them:
+    // "CUDA error: out of memory", "cuda runtime error (2) : out of memory",
+    // "NCCL WARN Cuda failure 'out of memory'", "Cuda failure 2 'out of memory'".
+    sig(
+        DeviceOom,
+        r"(?i)\bcuda(?:\s+runtime)?\s+(?:error|failure)\b[^'\n]{0,30}?'?out of memory\b",
+    ),
+    // Enum names of allocation failures in CUDA, cuBLAS/cuDNN/cuFFT/cuSOLVER/cuSPARSE (e.g.
+    // "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", Lua Torch's
+    // "Error in CuDNN: CUDNN_STATUS_ALLOC_FAILED"), ROCm/HIP, SYCL (XPU), and Caffe's
+    // "Check failed: error == cudaSuccess (2 vs. 0)".
+    sig(
+        DeviceOom,
+        r"\b(?:cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|HSA_STATUS_ERROR_OUT_OF_RESOURCES|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|(?:CU|HIP|MIOPEN|ROC)\w*_ALLOC_FAILED)\b|cudaSuccess \(2 vs\. 0\)",
+    ),
+    // cuDNN's "CUDNN_STATUS_NOT_SUPPORTED" is what a cuDNN workspace allocation failure surfaces
+    // as; HF accelerate's find_executable_batch_size treats it as OOM. It is also cuDNN's answer
+    // to batches beyond its size limits, where a smaller batch is the fix as well.
+    sig(DeviceOom, r"\bCUDNN_STATUS_NOT_SUPPORTED\b"),
+    // PyTorch with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync:
+    // "Allocation on device 0 would exceed allowed memory. (out of memory)".
+    sig(
+        DeviceOom,
+        r"(?i)\bAllocation on device \d+ would exceed allowed memory",
+    ),
+    // HF accelerate find_executable_batch_size (accelerate/utils/memory.py) after halving the
+    // batch on every OOM: "RuntimeError: No executable batch size found, reached zero."
+    sig(
+        DeviceOom,
+        r"(?i)\bNo executable batch size found, reached zero",
+    ),
+    // NCCL (include/alloc.h): "NCCL WARN Failed to CUDA calloc 6291456 bytes".
+    sig(DeviceOom, r"(?i)\bFailed to CUDA (?:calloc|malloc)\b"),
+    // XLA (JAX, PyTorch/XLA, TF): "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while
+    // trying to allocate 6291456 bytes.", "RESOURCE_EXHAUSTED: Failed to allocate request for
+    // 2.99GiB", and TensorFlow's "ResourceExhaustedError: failed to allocate memory [Op:AddV2]",
+    // "(0) Resource exhausted: OOM when allocating tensor ...". gRPC's RESOURCE_EXHAUSTED about
+    // message sizes or quotas names no memory and does not match.
+    sig_unless(
+        DeviceOom,
+        r"(?i)\bresource[ _]?exhausted(?:error)?\b:?[^\n]{0,200}?(?:out of memory|\ballocat|\boom\b|memory|\bhbm\b|\bvmem\b)",
+        TF_CPU,
+    ),
+    // XLA's allocator (also seen hard-wrapped as "Out \nof memory while trying to allocate").
+    sig(DeviceOom, r"(?i)\bOut of memory while trying to allocate\b"),
+    // XLA TPU compiler: "Ran out of memory in memory space hbm. Used 21.90G of 7.48G hbm."
+    sig(
+        DeviceOom,
+        r"(?i)\bRan out of memory in memory space\b|\bExceeded (?:hbm|vmem) capacity\b",
+    ),
+    // TensorFlow: "ResourceExhaustedError: OOM when allocating tensor with shape[...] ... on
+    // /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc".
+    sig_unless(DeviceOom, r"\bOOM when allocating tensor\b", TF_CPU),
+    // TensorFlow BFC allocator: "Allocator (GPU_0_bfc) ran out of memory trying to allocate
+    // 18.00MiB". The same sentence followed by "The caller indicates that this is not a
+    // failure" is a routine warning on healthy runs.
+    sig_unless(
+        DeviceOom,
+        r"(?i)\bran out of memory trying to allocate\b",
+        r"(?i)not a failure|allocator[ (]+cpu\b",
+    ),
+    // Exception classes: torch.OutOfMemoryError / torch.cuda.OutOfMemoryError (Jupyter prints
+    // the bare class name), cupy.cuda.memory.OutOfMemoryError. Java's and Ray's classes of the
+    // same name are about host memory and live in the host section.
+    sig_unless(
+        DeviceOom,
+        r"\bOutOfMemoryError\b",
+        r"java\.lang\.OutOfMemoryError|ray\.exceptions\.OutOfMemoryError",
+    ),
+    // Anything else that names a GPU/CUDA source or device next to "out of memory": Caffe2's
+    // "event_gpu.cc:17: out of memory", "THCudaCheck FAIL ... error=2 : out of memory",
+    // "cudaMalloc failed: out of memory".
+    sig_unless(
+        DeviceOom,
+        r"(?i)(?:cuda|gpu|\bhip\b|\bdevice\b|thc)\w*[^\n]{0,80}?\bout of memory\b",
+        HINT_VETO,
+    ),
+    // ---------------------------------------------------------------- host memory
+    // PyTorch CPU allocator (c10/core/CPUAllocator.cpp, alloc_cpu.cpp): "DefaultCPUAllocator:
+    // can't allocate memory: you tried to allocate 1178729664 bytes. Error code 12", the
+    // Windows "not enough memory", and PyTorch 1.1's "posix_memalign(&data, gAlignment,
+    // nbytes) == 0. 12 vs 0" (12 = ENOMEM; the line never says "memory").
+    sig(
+        HostOom,
+        r"(?i)CPUAllocator[^\n]{0,200}?(?:can't allocate|not enough memory|\b12 vs 0\b)",
+    ),
+    sig(HostOom, r"\bposix_memalign\b[^\n]{0,80}?\b12 vs 0\b"),
+    // PyTorch 0.x TH allocator: "RuntimeError: $ Torch: not enough memory: you tried to
+    // allocate 72GB. Buy new RAM!"
+    sig(
+        HostOom,
+        r"(?i)\bnot enough memory: you tried to allocate\b|\bBuy new RAM\b",
+    ),
+    // ENOMEM from the C library: "OSError: [Errno 12] Cannot allocate memory" (os.fork in
+    // DataLoader), "fork: Cannot allocate memory". The dynamic loader's "cannot allocate memory
+    // in static TLS block" is a library-loading bug, not a shortage.
+    sig_unless(
+        HostOom,
+        r"(?i)\[Errno 12\]|\bcannot allocate memory\b|\bENOMEM\b",
+        r"(?i)static TLS",
+    ),
+    // numpy (core/_exceptions.py): "numpy.core._exceptions.MemoryError: Unable to allocate 926.
+    // GiB for an array with shape (...)", numpy 1.17 "Unable to allocate array with shape".
+    sig(
+        HostOom,
+        r"(?i)\bUnable to allocate\b[^\n]{0,80}?\barray with shape\b|_ArrayMemoryError\b",
+    ),
+    // Python's MemoryError as the exception line of a traceback, bare or with a message, with
+    // or without a module path, or as Jupyter's "MemoryError    Traceback (most recent ...)".
+    line_sig(
+        HostOom,
+        r"^(?:[A-Za-z_][\w.]*\.)?_?(?:Array)?MemoryError\b(?:\s*$|\s*:|\s+Traceback)",
+    ),
+    // C++ allocation failure: "terminate called after throwing an instance of 'std::bad_alloc'".
+    // (Thrust's device-side bad_alloc names cudaErrorMemoryAllocation and is caught above.)
+    sig(HostOom, r"\bstd::bad_alloc\b"),
+    // TensorFlow on the CPU allocator: "OOM when allocating tensor ... device:CPU:0 by allocator
+    // cpu [Op:Add]", "Allocator (cpu) ran out of memory".
+    sig_unless(
+        HostOom,
+        r"(?i)(?:\bOOM when allocating tensor\b|\bresource[ _]?exhausted)[^\n]*(?:device:CPU|allocator[ (]+cpu\b)|allocator[ (]+cpu\)? ran out of memory",
+        r"(?i)not a failure",
+    ),
+    // Ray's memory monitor (raylet node_manager.cc): "2 Workers (tasks / actors) killed due to
+    // memory pressure (OOM)", "ray.exceptions.OutOfMemoryError: Task was killed due to the node
+    // running low on memory".
+    sig(
+        HostOom,
+        r"(?i)\bkilled due to (?:memory pressure|the node running low on memory)|ray\.exceptions\.OutOfMemoryError",
+    ),
+    // JVM-based data tooling (Spark, Hadoop readers): "java.lang.OutOfMemoryError: Java heap space".
+    sig(HostOom, r"java\.lang\.OutOfMemoryError"),
+    // NCCL's shared-memory transport: "failed to extend /dev/shm/nccl-abc to 9637892 bytes",
+    // "... /dev/shm/nccl-xyz ... No space left on device". /dev/shm is RAM.
+    sig(
+        HostOom,
+        r"(?i)failed to extend /dev/shm/|/dev/shm/\S*[^\n]{0,120}?No space left on device",
+    ),
+    // ---------------------------------------------------------------- DataLoader workers
+    // torch/csrc/DataLoader.cpp: "DataLoader worker (pid 1817) is killed by signal: Killed."
+    // (SIGKILL, usually the OOM killer) or "...: Bus error. It is possible that dataloader's
+    // workers are out of shared memory". Segmentation fault / Terminated / Aborted are not memory.
+    sig(
+        WorkerKilled,
+        r"(?i)\bDataLoader worker \(pid[^)]*\) is killed by signal: (?:Killed|Bus error)",
+    ),
+    // The worker's own SIGBUS handler: "ERROR: Unexpected bus error encountered in worker. This
+    // might be caused by insufficient shared memory (shm)."
+    sig(
+        WorkerKilled,
+        r"(?i)\bUnexpected bus error encountered in worker\b",
+    ),
+    // Shared-memory tensors passed between workers live in /dev/shm files named torch_*:
+    // "RuntimeError: unable to write to file </torch_722_783672312_1>: No space left on device (28)".
+    sig(
+        WorkerKilled,
+        r"(?i)\bunable to write to file\s*<?/torch_|/torch_\w*>?:?\s*No space left on device",
+    ),
+    // ---------------------------------------------------------------- kernel OOM killer
+    // mm/oom_kill.c: "Out of memory: Killed process 1440763 (perl) total-vm:...",
+    // "Memory cgroup out of memory: Killed process 15617 (python3) ...", pre-4.19
+    // "Memory cgroup out of memory: Kill process 24572 (java) score 0 or sacrifice child".
+    sig(KernelOomKill, r"\bKill(?:ed)? process \d+ \("),
+    // Kernel >= 4.19 summary line: "oom-kill:constraint=CONSTRAINT_MEMCG,...,task=pt_main_thread,pid=461754,uid=0".
+    sig(KernelOomKill, r"\boom-kill:constraint="),
+    // Start of every kernel OOM report: "python3 invoked oom-killer: gfp_mask=0x...".
+    sig(KernelOomKill, r"\binvoked oom-killer\b"),
+    // Memcg OOM header, and the pre-5.0 "Task in /x killed as a result of limit of /y".
+    sig(
+        KernelOomKill,
+        r"(?i)\bMemory cgroup out of memory\b|\bkilled as a result of limit of\b",
+    ),
+    // "oom_reaper: reaped process 15617 (python3), now anon-rss:0kB".
+    sig(KernelOomKill, r"\boom_reaper: reaped process\b"),
+    // Kubernetes: node-problem-detector's "reason": "OOMKilling" event, a container's
+    // "Reason: OOMKilled"; docker inspect's `"OOMKilled": false` says the opposite.
+    sig_unless(
+        KernelOomKill,
+        r"\bOOMKill(?:ing|ed)\b",
+        r#"(?i)OOMKilled"?\s*[:=]\s*false"#,
+    ),
+    // systemd-oomd: "systemd-oomd[672]: Killed /user.slice/... due to memory pressure".
+    sig(KernelOomKill, r"\bsystemd-oomd\[\d+\]: Killed\b"),
+    // ---------------------------------------------------------------- Slurm
+    // task/cgroup plugin: "Detected 2 oom-kill event(s) in step 3756240.batch cgroup." and the
+    // >= 22.05 "Detected 1 oom_kill event in StepId=...".
+    sig(SlurmOom, r"(?i)\bDetected \d+ oom[-_]kill event"),
+    // Both cgroup-plugin follow-up sentences.
+    sig(
+        SlurmOom,
+        r"(?i)\bkilled by the cgroup out-of-memory handler\b|\bstep tasks have been OOM Killed\b",
+    ),
+    // srun reporting the step: "srun: error: udc-ba26-19: task 0: Out Of Memory".
+    sig(SlurmOom, r"\btasks? [\d,\-\[\]]+: Out Of Memory\b"),
+    // jobacct_gather enforcement: "error: Job 848444 exceeded memory limit (33715636 >
+    // 32757760), being killed".
+    sig(
+        SlurmOom,
+        r"(?i)\bexceeded memory limit \(\d+ > \d+\), being killed",
+    ),
+    // Job state name in sacct / sstat / email output.
+    sig(SlurmOom, r"\bOUT_OF_MEMORY\b"),
+    // "slurmstepd: error: Exceeded job memory limit at some point." -- also printed for jobs
+    // that succeed, so it only counts next to a sign that Slurm stopped the job.
+    Signature {
+        kind: Kind::SlurmLimitHit,
+        pattern: r"(?i)\bExceeded (?:job|step) memory limit\b",
+        veto: None,
+        whole_line: false,
+    },
+    // "slurmstepd: error: *** JOB 848444 ON host CANCELLED AT 2018-05-04T17:06:42 ***" (a
+    // "DUE TO TIME LIMIT" cancel is something else) and "srun: error: host: task 0: Killed".
+    Signature {
+        kind: Kind::SlurmStopped,
+        pattern: r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT\b|srun: error: [^:]+: tasks? [\d,\-\[\]]+: Killed",
+        veto: Some(r"\bDUE TO\b"),
+        whole_line: false,
+    },
+    // ---------------------------------------------------------------- SIGKILL, sender unknown
+    // A shell's job-status line for a foreground job killed by SIGKILL: bash's bare "Killed",
+    // job control "[1]+  Killed   python train.py", zsh "zsh: killed  python train.py",
+    // macOS "Killed: 9".
+    line_sig(
+        KilledBySigkill,
+        r"(?i)^(?:\[\d+\][+-]?\s+)?(?:zsh:\s+)?killed(?::\s*9)?(?:\s{2,}\S.*)?$",
+    ),
+    // bash running a script: "/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed
+    //       python3 main.py ...".
+    sig(KilledBySigkill, r"\bline \d+:\s+\d+\s+Killed\s"),
+    // Launchers and IDEs: torch.distributed.elastic "failed (exitcode: -9) local_rank: 5",
+    // ChildFailedError "exitcode  : -9", PyCharm "Process finished with exit code 137",
+    // docker compose "exited with code 137".
+    sig(
+        KilledBySigkill,
+        r"(?i)\bexit(?:ed)?\s*(?:with\s+)?(?:code|status)\s*[:=]?\s*(?:137|-9)\b",
+    ),
+    // DeepSpeed launcher "exits with return code = -9"; subprocess "returned non-zero exit
+    // status -9" / "died with <Signals.SIGKILL: 9>"; "interrupted by signal 9: SIGKILL";
+    // elastic's "Signal 9 (SIGKILL) received by PID 1234".
+    sig(
+        KilledBySigkill,
+        r"(?i)\breturn\s*code\s*[:=]?\s*(?:137|-9)\b|\bnon-zero exit status (?:137|-9)\b|<Signals\.SIGKILL: 9>|\bsignal\s*9\W{0,3}SIGKILL\b",
+    ),
+];
+
+/// Log prefixes that hide where a message starts. Removed (repeatedly) before whole-line
+/// signatures are tried and before a line is kept as evidence. Samples, one per alternative:
+/// `[rank3]: `, `[1] `, `(raylet) `, `2025-11-12T11:25:13.4961658Z `,
+/// `2024-04-29T14:55:41,678628+02:00 `, `2021-03-15 15:35:08.060367: `,
+/// `[2023-10-13 17:40:02,544] `, `May 15 23:09:27 host kernel: `, `[  514.682838] `,
+/// `[Thu Dec  7 00:05:14 2017] `, `E0325 20:57:27.620000 2606 api.py:869] `,
+/// `W tensorflow/core/framework/op_kernel.cc:975] `, `056444Z `, `06/26 18:54:31 `,
+/// `ERROR    | 2024-08-21 22:56:04 | autotrain.trainers.common:wrapper:121 - `,
+/// `ERROR:torch.distributed.elastic.multiprocessing.api:`, a rich `ERROR    ` level column, and
+/// a tqdm bar the message was glued to: `100%|██████| 1135/1136 [25:31<00:01,  1.11s/it]`.
+const PREFIX: &str = r"(?x)^(?:
+    \[rank\s*\d+\]:\s*
+  | \[\d+\]\s+
+  | \([a-z_]+(?:=\d+)?(?:,\s*ip=[\d.]+)?\)\s+
+  | \d{4}-\d\d-\d\d[T\x20]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?:?\s+
+  | \[\d{4}-\d\d-\d\d[T\x20][^\]]{0,40}\]\s*
+  | [A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+\S+\s+(?:kernel:\s*)?
+  | \[\s*\d+\.\d+\]\s*
+  | \[[A-Z][a-z]{2}\s[A-Z][a-z]{2}\s+\d{1,2}\s\d\d:\d\d:\d\d\s\d{4}\]\s*
+  | [IWEF]\d{4}\s\d\d:\d\d:\d\d\.\d+\s+\d+\s+[^\]\s]+\]\s*
+  | [IWEF]\s[\w/.\-]+:\d+\]\s*
+  | \d{6}Z\s+
+  | \d\d/\d\d\s\d\d:\d\d:\d\d\s+
+  | (?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s*\|[^|]{0,40}\|[^|]{0,120}?\s-\s
+  | (?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:
+  | (?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s{2,}
+  | [^\n]{0,200}?\d{1,3}%\|?[^|\n]{0,200}\|[^\[\n]{0,80}\[[^\]\n]{0,60}<[^\]\n]{0,60}\]
+)";
+
+/// Longest stretch of a line, in bytes, kept on each side when two lines are glued together.
+const GLUE_SPAN: usize = 200;
+/// Longest evidence line, in bytes.
+const EVIDENCE_MAX: usize = 200;
+/// Most findings returned; the latest are kept, since the end of a log says how it died.
+const MAX_FINDINGS: usize = 200;
+
+struct Compiled {
+    set: RegexSet,
+    each: Vec<Regex>,
+    vetoes: Vec<Option<Regex>>,
+    prefix: Regex,
+    shell_kill: Regex,
+}
+
+fn compiled() -> &'static Compiled {
+    static COMPILED: OnceLock<Compiled> = OnceLock::new();
+    COMPILED.get_or_init(|| {
+        let patterns: Vec<&str> = SIGNATURES.iter().map(|s| s.pattern).collect();
+        Compiled {
+            set: RegexSet::new(&patterns).expect("signature patterns compile"),
+            each: patterns.iter().map(|p| Regex::new(p).expect("signature compiles")).collect(),
+            vetoes: SIGNATURES
+                .iter()
+                .map(|s| s.veto.map(|v| Regex::new(v).expect("veto compiles")))
+                .collect(),
+            prefix: Regex::new(PREFIX).expect("prefix pattern compiles"),
+            shell_kill: Regex::new(
+                r"(?i)^(?:\[\d+\][+-]?\s+)?(?:zsh:\s+)?killed(?::\s*9)?(?:\s{2,}\S.*)?$|\bline \d+:\s+\d+\s+Killed\s",
+            )
+            .expect("shell kill pattern compiles"),
+        }
+    })
+}
+
+/// Removes log prefixes (timestamps, rank tags, syslog/glog headers, a glued tqdm bar) from the
+/// start of `line`, then leading whitespace.
+pub(crate) fn strip_prefixes(line: &str) -> &str {
+    let prefix = &compiled().prefix;
+    let mut rest = line.trim_start();
+    // A few rounds cover stacked prefixes ("May 15 ... kernel: [  514.68] ...") while keeping
+    // the work per line bounded.
+    for _ in 0..6 {
+        match prefix.find(rest) {
+            Some(m) if m.end() > 0 => rest = rest[m.end()..].trim_start(),
+            _ => break,
+        }
+    }
+    rest
+}
+
+/// Splits output into lines on `\n` and on `\r`, since tqdm redraws its bar after a bare `\r`
+/// and programs print their error right after it.
+pub(crate) fn split_lines(text: &str) -> Vec<&str> {
+    let mut lines = Vec::new();
+    for piece in text.split('\n') {
+        let piece = piece.strip_suffix('\r').unwrap_or(piece);
+        lines.extend(piece.split('\r'));
+    }
+    lines
+}
+
+/// Whether a (prefix-stripped) line is a shell's report that its job died of SIGKILL, such as
+/// bash's bare `Killed` or `slurm_script: line 28:  8156 Killed   python3 main.py`. A shell does
+/// not SIGKILL its own foreground job, so on Linux the sender is almost always the kernel's OOM
+/// killer; launchers (torchrun, DeepSpeed, IDEs) do send SIGKILL themselves when they tear a job
+/// down, so their `-9` reports are weaker evidence.
+pub fn is_shell_job_kill(line: &str) -> bool {
+    compiled().shell_kill.is_match(line.trim())
+}
+
+fn floor_boundary(s: &str, mut i: usize) -> usize {
+    i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn ceil_boundary(s: &str, mut i: usize) -> usize {
+    i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+/// The part of `text` worth showing: all of it when short, else about [`EVIDENCE_MAX`] bytes
+/// starting a little before the match, with `…` where it was cut.
+fn evidence(text: &str, at: Option<(usize, usize)>) -> String {
+    let text = text.trim();
+    if text.len() <= EVIDENCE_MAX {
+        return text.to_string();
+    }
+    let (start, _) = at.unwrap_or((0, 0));
+    let from = floor_boundary(text, start.saturating_sub(60));
+    let to = floor_boundary(text, from + EVIDENCE_MAX);
+    let mut out = String::with_capacity(to - from + 8);
+    if from > 0 {
+        out.push('…');
+    }
+    out.push_str(text[from..to].trim());
+    if to < text.len() {
+        out.push('…');
+    }
+    out
+}
+
+/// One line prepared for matching.
+struct Prepared<'a> {
+    /// Prefix-stripped, trimmed at the start only (trailing spaces matter when a wrapped
+    /// phrase is glued back together: "Out \nof memory").
+    text: &'a str,
+    /// The line as printed, for gluing onto its predecessor.
+    raw: &'a str,
+    /// Source code echoed in a Python traceback: a program's own `except MemoryError:` or
+    /// `print("CUDA out of memory")` is not an event.
+    echo: bool,
+}
+
+/// Scans `text` and returns its findings in the order they appear, each with the index of the
+/// line it was found on. Repeated identical findings are kept once, at their last position.
+pub(crate) fn scan_positions(text: &str) -> Vec<(usize, Finding)> {
+    let c = compiled();
+    let raw_lines = split_lines(text);
+    let mut lines: Vec<Prepared> = Vec::with_capacity(raw_lines.len());
+    let mut after_frame = false;
+    for raw in &raw_lines {
+        let trimmed = raw.trim_start();
+        let is_frame = trimmed.starts_with("File \"") && trimmed.contains("\", line ");
+        let echo = after_frame && !is_frame && trimmed.len() < raw.len();
+        after_frame = is_frame;
+        let text = strip_prefixes(raw);
+        // Rich tracebacks draw source code inside a box of │ characters.
+        let echo = echo || text.starts_with('│');
+        lines.push(Prepared { text, raw, echo });
+    }
+
+    let mut found: Vec<(usize, usize, String)> = Vec::new(); // (line, signature, evidence)
+    let mut per_line: Vec<Vec<usize>> = Vec::with_capacity(lines.len());
+
+    let vetoed = |idx: usize, context: &str, next: Option<&str>| -> bool {
+        let Some(veto) = &c.vetoes[idx] else {
+            return false;
+        };
+        if veto.is_match(context) {
+            return true;
+        }
+        // A hard-wrap may push the veto phrase onto the next line.
+        next.is_some_and(|n| veto.is_match(&n[..floor_boundary(n, GLUE_SPAN)]))
+    };
+
+    for (i, line) in lines.iter().enumerate() {
+        let mut hits: Vec<usize> = Vec::new();
+        let text = line.text.trim_end();
+        if !line.echo && !text.is_empty() {
+            let next = lines.get(i + 1).map(|l| l.raw);
+            for idx in c.set.matches(text).iter() {
+                // One finding per family and line: several signatures often describe the same
+                // message ("torch.OutOfMemoryError: CUDA out of memory").
+                if vetoed(idx, text, next)
+                    || hits
+                        .iter()
+                        .any(|&h| SIGNATURES[h].kind == SIGNATURES[idx].kind)
+                {
+                    continue;
+                }
+                hits.push(idx);
+                let at = c.each[idx].find(text).map(|m| (m.start(), m.end()));
+                found.push((i, idx, evidence(text, at)));
+            }
+        }
+        per_line.push(hits);
+    }
+
+    // Terminal hard-wraps split phrases across lines ("Memory Mana\ngement", "Out \nof memory",
+    // "ray log\ns"): try each line's end glued to the next line's start, and keep what neither
+    // line matched alone.
+    let mut glued = String::with_capacity(2 * GLUE_SPAN);
+    for i in 0..lines.len().saturating_sub(1) {
+        let (a, b) = (&lines[i], &lines[i + 1]);
+        if a.echo || b.echo || a.text.trim().is_empty() || b.raw.trim().is_empty() {
+            continue;
+        }
+        glued.clear();
+        glued.push_str(&a.text[ceil_boundary(a.text, a.text.len().saturating_sub(GLUE_SPAN))..]);
+        glued.push_str(&b.raw[..floor_boundary(b.raw, GLUE_SPAN)]);
+        let mut glued_hits: Vec<usize> = Vec::new();
+        for idx in c.set.matches(&glued).iter() {
+            let kind = SIGNATURES[idx].kind;
+            let seen = |hits: &[usize]| hits.iter().any(|&h| SIGNATURES[h].kind == kind);
+            if SIGNATURES[idx].whole_line
+                || seen(&per_line[i])
+                || seen(&per_line[i + 1])
+                || seen(&glued_hits)
+            {
+                continue;
+            }
+            if vetoed(idx, &glued, lines.get(i + 2).map(|l| l.raw)) {
+                continue;
+            }
+            glued_hits.push(idx);
+            let at = c.each[idx].find(&glued).map(|m| (m.start(), m.end()));
+            found.push((i, idx, evidence(&glued, at)));
+        }
+    }
+
+    // Slurm's "Exceeded job memory limit" counts only next to a sign that Slurm stopped the job.
+    let has_kind = |k: Kind| found.iter().any(|(_, idx, _)| SIGNATURES[*idx].kind == k);
+    let slurm_fatal = has_kind(Kind::SlurmStopped) && !has_kind(Kind::Sig(SlurmOom));
+    let mut out: Vec<(usize, Finding)> = found
+        .into_iter()
+        .filter_map(|(i, idx, line)| match SIGNATURES[idx].kind {
+            Kind::Sig(family) => Some((i, Finding { family, line })),
+            Kind::SlurmLimitHit if slurm_fatal => Some((
+                i,
+                Finding {
+                    family: SlurmOom,
+                    line,
+                },
+            )),
+            _ => None,
+        })
+        .collect();
+
+    // Keep each distinct finding once, at its last position; logs repeat themselves.
+    out.sort_by_key(|(i, _)| *i);
+    let mut last: HashMap<(Family, &str), usize> = HashMap::new();
+    for (pos, (_, f)) in out.iter().enumerate() {
+        last.insert((f.family, f.line.as_str()), pos);
+    }
+    let keep: Vec<bool> = out
+        .iter()
+        .enumerate()
+        .map(|(pos, (_, f))| last[&(f.family, f.line.as_str())] == pos)
+        .collect();
+    let mut keep = keep.into_iter();
+    out.retain(|_| keep.next().unwrap_or(false));
+    if out.len() > MAX_FINDINGS {
+        out.drain(..out.len() - MAX_FINDINGS);
+    }
+    out
+}
+
+/// Scans output text for out-of-memory and kill signatures, and returns what it found in the
+/// order it appears (a signature repeated verbatim is reported once, at its last occurrence).
+pub fn scan(text: &str) -> Vec<Finding> {
+    scan_positions(text).into_iter().map(|(_, f)| f).collect()
+}
+
+/// PIDs named as OOM-kill victims by a kernel log line, e.g. "Memory cgroup out of memory:
+/// Killed process 4242 (python3) total-vm:..." or
+/// "oom-kill:constraint=CONSTRAINT_MEMCG,...,task=python3,pid=4242,uid=0" or pre-4.19
+/// "Kill process N (x) score 0 or sacrifice child". Returns None when the line is not such a
+/// line.
 pub fn kernel_oom_victim_pid(line: &str) -> Option<u32> {
-    let rest = line.split("Killed process ").nth(1)?;
-    rest.split_whitespace().next()?.parse().ok()
+    static VICTIM: OnceLock<Regex> = OnceLock::new();
+    let re = VICTIM.get_or_init(|| {
+        // Samples:
+        //   "[  514.682838] Memory cgroup out of memory: Killed process 15617 (python3) total-vm:11892kB, ..."
+        //   "Out of memory: Kill process 24572 (java) score 0 or sacrifice child"
+        //   "oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/user.slice,task=perl,pid=1440763,uid=21417"
+        //   "oom_reaper: reaped process 15617 (python3), now anon-rss:0kB, file-rss:0kB, shmem-rss:0kB"
+        Regex::new(
+            r"\bKill(?:ed)? process (\d+) \(|\boom-kill:constraint=.*?[,\s]pid=(\d+)\b|\boom_reaper: reaped process (\d+)\b",
+        )
+        .expect("victim pattern compiles")
+    });
+    let caps = re.captures(line)?;
+    caps.iter().skip(1).flatten().next()?.as_str().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn families(text: &str) -> Vec<Family> {
+        scan(text).into_iter().map(|f| f.family).collect()
+    }
+
+    /// (input, families expected, in order). An empty list means "nothing here".
+    const TABLE: &[(&str, &[Family])] = &[
+        // --- accelerator
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.69 GiB", &[DeviceOom]),
+        ("[rank3]: torch.OutOfMemoryError: HIP out of memory. Tried to allocate 124.00 MiB.", &[DeviceOom]),
+        ("RuntimeError: MPS backend out of memory (MPS allocated: 15.05 GB, other allocations: 11.91 GB, max allowed: 27.20 GB).", &[DeviceOom]),
+        ("torch.AcceleratorError: CUDA error: out of memory", &[DeviceOom]),
+        ("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510", &[DeviceOom]),
+        ("host:392:494 [2] enqueue.cc:43 NCCL WARN Cuda failure 'out of memory'", &[DeviceOom]),
+        ("[rank7]: Cuda failure 1 'invalid argument'", &[]),
+        ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", &[DeviceOom]),
+        ("init.lua:118: Error in CuDNN: CUDNN_STATUS_ALLOC_FAILED (cudnnFindConvolutionForwardAlgorithm)", &[DeviceOom]),
+        ("RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a non-contiguous input.", &[DeviceOom]),
+        ("Allocation on device 0 would exceed allowed memory. (out of memory)", &[DeviceOom]),
+        ("RuntimeError: No executable batch size found, reached zero.", &[DeviceOom]),
+        ("h:1:2 [3] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes", &[DeviceOom]),
+        ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 3743729664 bytes.", &[DeviceOom]),
+        ("XlaRuntimeError: RESOURCE_EXHAUSTED: Failed to allocate request for 2.99GiB (3206250496B) on device ordinal 0", &[DeviceOom]),
+        ("RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space vmem.", &[DeviceOom]),
+        ("grpc: RESOURCE_EXHAUSTED: Received message larger than max (5000000 vs. 4194304)", &[]),
+        ("ResourceExhaustedError: failed to allocate memory [Op:AddV2]", &[DeviceOom]),
+        ("errors_impl.ResourceExhaustedError: OOM when allocating tensor with shape[52,64,480,300] and type float on /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc", &[DeviceOom]),
+        ("W tensorflow/core/common_runtime/bfc_allocator.cc:275] Ran out of memory trying to allocate 24.38MiB.  See logs for memory state.", &[DeviceOom]),
+        ("2025-01-22 11:18:38.927063: W tensorflow/core/common_runtime/bfc_allocator.cc:275] Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.02GiB with freed_by_count=0. The caller indicates that this is not a failure, but may mean", &[]),
+        ("OutOfMemoryError                          Traceback (most recent call last)", &[DeviceOom]),
+        ("E0611 context_gpu.cu:415] event_gpu.cc:17: out of memory", &[DeviceOom]),
+        // Hard-wrapped phrases are glued back together.
+        ("E local_client.cc:672] Execution of replica 0 failed: Resource exhausted: Out \nof memory while trying to allocate 5520758552 bytes.", &[DeviceOom]),
+        // --- host
+        ("RuntimeError: [enforce fail at CPUAllocator.cpp:64] . DefaultCPUAllocator: can't allocate memory: you tried to allocate 1178729664 bytes. Error code 12 (Cannot allocate memory)", &[HostOom]),
+        ("RuntimeError: [enforce fail at CPUAllocator.cpp:56] posix_memalign(&data, gAlignment, nbytes) == 0. 12 vs 0", &[HostOom]),
+        ("RuntimeError: $ Torch: not enough memory: you tried to allocate 72GB. Buy new RAM!", &[HostOom]),
+        ("OSError: [Errno 12] Cannot allocate memory ", &[HostOom]),
+        ("ImportError: /lib/aarch64-linux-gnu/libgomp.so.1: cannot allocate memory in static TLS block", &[]),
+        ("numpy.core._exceptions.MemoryError: Unable to allocate 926. GiB for an array with shape (6794880, 36601) and data type float32", &[HostOom]),
+        ("    obj = StockUnpickler.load(self)\nMemoryError", &[HostOom]),
+        ("terminate called after throwing an instance of 'std::bad_alloc'", &[HostOom]),
+        ("OOM when allocating tensor with shape[25088,4096] and type float on /job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu [Op:Add]", &[HostOom]),
+        ("(raylet) node_manager.cc:3277: 2 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed", &[HostOom]),
+        ("OSError: [Errno 28] No space left on device: 'checkpoints/model.pt'", &[]),
+        // --- workers
+        ("RuntimeError: DataLoader worker (pid 1817) is killed by signal: Killed. ", &[WorkerKilled]),
+        ("RuntimeError: DataLoader worker (pid 7579) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory.", &[WorkerKilled]),
+        ("RuntimeError: unable to write to file </torch_722_783672312_1>: No space left on device (28)", &[WorkerKilled]),
+        ("RuntimeError: DataLoader worker (pid 624) is killed by signal: Segmentation fault. ", &[]),
+        ("RuntimeError: DataLoader worker (pid 109552) exited unexpectedly with exit code 1. Details are lost", &[]),
+        // --- kernel
+        ("May 15 23:09:27 host kernel: [  514.682838] Memory cgroup out of memory: Killed process 15617 (python3) total-vm:11892kB", &[KernelOomKill]),
+        ("kernel: oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),task=pt_main_thread,pid=461754,uid=0", &[KernelOomKill]),
+        ("    \"reason\": \"OOMKilling\",", &[KernelOomKill]),
+        ("        \"OOMKilled\": false,", &[]),
+        // --- slurm
+        ("slurmstepd: error: Detected 2 oom-kill event(s) in step 3756240.batch cgroup.", &[SlurmOom]),
+        ("srun: error: udc-ba26-19: task 0: Out Of Memory", &[SlurmOom]),
+        ("slurmstepd: error: Exceeded step memory limit at some point.", &[]),
+        ("slurmstepd: error: Exceeded job memory limit\nslurmstepd: error: *** JOB 42664148 ON cn3152 CANCELLED AT 2017-06-06T00:11:58 ***", &[SlurmOom]),
+        ("slurmstepd: error: *** JOB 494583 ON n1 CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***", &[]),
+        // --- SIGKILL
+        ("training...\nKilled", &[KilledBySigkill]),
+        ("100%|██████████| 3000001/3000001 [03:33<00:00, 14061.26it/s]\rKilled\n", &[KilledBySigkill]),
+        ("E0325 20:57:27.620000 2606 site-packages/torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) local_rank: 5 (pid: 2630) of binary: /root/miniconda3/bin/python", &[KilledBySigkill]),
+        ("E1223 05:18:02.971000 3304089 api.py:882] failed (exitcode: -11) local_rank: 0 (pid: 3304209)", &[]),
+        ("Process finished with exit code 137 (interrupted by signal 9: SIGKILL)", &[KilledBySigkill]),
+        ("subprocess.CalledProcessError: Command '['python']' died with <Signals.SIGKILL: 9>.", &[KilledBySigkill]),
+        ("Killed process 28438 (java) total-vm:20255636kB", &[KernelOomKill]),
+        // --- words about memory that are not an OOM
+        ("RuntimeError: CUDA error: an illegal memory access was encountered", &[]),
+        ("THCudaCheck FAIL file=/opt/THCCachingHostAllocator.cpp line=278 error=77 : an illegal memory access was encountered", &[]),
+        ("kernel1 = batch[\"k\"].to(device=config.device, memory_format=torch.channels_last)", &[]),
+        ("[04/27 13:03:34 d2.utils.events]:  eta: 4:00:48  iter: 319  total_loss: 2.127  max_mem: 8584M", &[]),
+        ("2022-07-13 09:48:59,378 - mmseg - INFO - Iter [750/20000]\tlr: 4.835e-03, memory: 8672, loss: 1.9", &[]),
+        ("[2023-08-16 16:42:39,674] [INFO] [config.py:957:print]   memory_breakdown ............. False", &[]),
+        ("[INFO] [utils.py:836:see_memory_usage] CPU Virtual Memory:  used = 27.16 GB, percent = 10.8%", &[]),
+        ("[WARNING] [stage3.py:1850:step] 4 pytorch allocator cache flushes since last step. this happens when there is high memory pressure", &[]),
+        ("|       CUDA OOMs: 0            |        cudaMalloc retries: 0         |", &[]),
+        ("Tip: to avoid GPU out of memory errors, lower --batch-size", &[]),
+        // Signatures named in the corpus notes but not in its visible files.
+        ("h:1:2 [0] NCCL WARN Failed to CUDA calloc async 4096 bytes", &[DeviceOom]),
+        ("HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources. Available Free mem : 24 MB", &[DeviceOom]),
+        ("torch.OutOfMemoryError: XPU out of memory. Tried to allocate 2.00 GiB.", &[DeviceOom]),
+        ("Search for `cudaErrorMemoryAllocation' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html", &[DeviceOom]),
+        ("Task in /kubepods/pod1/abc killed as a result of limit of /kubepods/pod1", &[KernelOomKill]),
+        ("NCCL WARN Error: failed to extend /dev/shm/nccl-Jw1bEY to 9637892 bytes", &[HostOom]),
+        ("2023-01-01 | WARNING | metaseq.trainer | attempting to recover from OOM in forward/backward pass", &[]),
+        ("UserWarning: 'pin_memory' argument is set as true but no accelerator is found", &[]),
+        ("epoch 3 | loss 1.23 | mem_usage:cuda:0 8.9GB", &[]),
+        ("  exitcode  : -6 (pid: 4242)", &[]),
+        ("Signal 6 (SIGABRT) received by PID 4242", &[]),
+        ("Signal 9 (SIGKILL) received by PID 4242", &[KilledBySigkill]),
+        // A traceback's echoed source line is code, not an event.
+        ("  File \"train.py\", line 12, in step\n    except torch.cuda.OutOfMemoryError:\nValueError: bad shape", &[]),
+    ];
+
+    #[test]
+    fn table() {
+        let mut bad = Vec::new();
+        for (input, want) in TABLE {
+            let got = families(input);
+            if got != *want {
+                bad.push(format!(
+                    "{input:?}\n    want {want:?}\n    got  {got:?} {:?}",
+                    scan(input)
+                ));
+            }
+        }
+        assert!(
+            bad.is_empty(),
+            "{} rows failed:\n{}",
+            bad.len(),
+            bad.join("\n")
+        );
+    }
+
+    #[test]
+    fn hard_wrap_keeps_evidence_readable() {
+        let text = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.11 GiB\n reserved in total by PyTorch) See documentation for Memory Mana\ngement and PYTORCH_CUDA_ALLOC_CONF";
+        let found = scan(text);
+        assert_eq!(found.len(), 1, "{found:?}"); // several signatures, one message
+        assert!(found[0]
+            .line
+            .starts_with("torch.cuda.OutOfMemoryError: CUDA out of memory."));
+    }
+
+    #[test]
+    fn long_lines_keep_the_match_in_evidence() {
+        let argv = "'--flag', 'value', ".repeat(60);
+        let text = format!("[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] [{argv}] exits with return code = -9");
+        let found = scan(&text);
+        assert_eq!(found.len(), 1);
+        assert!(
+            found[0].line.ends_with("exits with return code = -9"),
+            "{:?}",
+            found[0].line
+        );
+        assert!(found[0].line.chars().count() <= EVIDENCE_MAX + 2);
+    }
+
+    #[test]
+    fn repeats_are_reported_once_at_their_last_place() {
+        let text = "NCCL WARN Cuda failure 'out of memory'\nx\nNCCL WARN Cuda failure 'out of memory'\nKilled\n";
+        let pos = scan_positions(text);
+        assert_eq!(
+            pos.iter().map(|(i, f)| (*i, f.family)).collect::<Vec<_>>(),
+            vec![(2, DeviceOom), (3, KilledBySigkill)]
+        );
+    }
+
+    #[test]
+    fn prefixes_are_stripped() {
+        let table = [
+            ("[rank0]: MemoryError", "MemoryError"),
+            (
+                "E0325 20:57:27.620000 2606 site-packages/api.py:869] failed",
+                "failed",
+            ),
+            (
+                "May 15 23:09:27 host kernel: [  514.682838] Memory cgroup",
+                "Memory cgroup",
+            ),
+            (
+                "2024-04-29T14:55:41,679700+02:00 Out of memory",
+                "Out of memory",
+            ),
+            (
+                "[Thu Dec  7 00:05:15 2017] Killed process",
+                "Killed process",
+            ),
+            ("056444Z Traceback", "Traceback"),
+            (
+                "  0%|          | 0/1136 [00:00<?, ?it/s]Traceback (most",
+                "Traceback (most",
+            ),
+            (
+                "ERROR    | 2024-08-21 22:56:04 | autotrain.trainers.common:wrapper:121 - HIP out",
+                "HIP out",
+            ),
+            ("RuntimeError: x", "RuntimeError: x"),
+        ];
+        for (input, want) in table {
+            assert_eq!(strip_prefixes(input), want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn victim_pids() {
+        let table: &[(&str, Option<u32>)] = &[
+            ("Memory cgroup out of memory: Killed process 4242 (python3) total-vm:11892kB, anon-rss:4292kB", Some(4242)),
+            ("May 15 23:09:27 h kernel: [  514.6] Out of memory: Killed process 15617 (python3) total-vm:1kB", Some(15617)),
+            ("oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=x,mems_allowed=0-1,task_memcg=/a,task=python3,pid=4242,uid=0", Some(4242)),
+            ("[Thu Dec  7 00:05:15 2017] Memory cgroup out of memory: Kill process 24572 (java) score 0 or sacrifice child", Some(24572)),
+            ("oom_reaper: reaped process 15617 (python3), now anon-rss:0kB", Some(15617)),
+            ("RuntimeError: DataLoader worker (pid 1817) is killed by signal: Killed.", None),
+            ("python3 invoked oom-killer: gfp_mask=0x6200ca(GFP_HIGHUSER_MOVABLE), order=0", None),
+            ("Killed", None),
+        ];
+        for (line, want) in table {
+            assert_eq!(kernel_oom_victim_pid(line), *want, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn shell_kill_reports() {
+        assert!(is_shell_job_kill("Killed"));
+        assert!(is_shell_job_kill("/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed                  python3 main.py"));
+        assert!(is_shell_job_kill("zsh: killed     python train.py"));
+        assert!(!is_shell_job_kill("failed (exitcode: -9) local_rank: 0"));
+        assert!(!is_shell_job_kill("Killed process 1 (x)"));
+    }
+
+    #[test]
+    fn large_input_is_fast() {
+        // 256 KiB of progress lines with one OOM at the end: must stay well under a second
+        // even in a debug build.
+        let mut text = String::new();
+        while text.len() < 256 * 1024 {
+            text.push_str(
+                "Epoch: [0][415/1736]\t Loss 0.5844 MAE 0.6568 RMSE 0.7644 memory: 8672\n",
+            );
+        }
+        text.push_str("RuntimeError: CUDA out of memory. Tried to allocate 1.71 GiB\n");
+        let start = std::time::Instant::now();
+        let found = scan(&text);
+        assert_eq!(found.len(), 1);
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
+    }
 }
