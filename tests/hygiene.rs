@@ -1,0 +1,778 @@
+//! Process hygiene of `oomguard run`, end to end against the real binary: signals sent to
+//! oomguard reach the job's process group, a user's stop is final (no relaunch) and escalates to
+//! SIGKILL, exit statuses follow the shell, and no process of the job outlives oomguard.
+//!
+//! Synchronisation is by pipes (the job's stdout is forwarded byte for byte to oomguard's), files
+//! the fixtures write atomically, and polling with deadlines; never by sleeping. Every wait has a
+//! deadline so that a bug fails a test instead of hanging it, and every test kills what it
+//! started, even when it fails.
+
+mod util;
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use util::Sandbox;
+
+/// How long anything that should happen "at once" may take on a slow, busy machine.
+const PROMPT: Duration = Duration::from_secs(20);
+
+/// The real Python interpreter. `python3` on PATH may be a wrapper script (pyenv's shim forks the
+/// interpreter as its child), which would put a shell between oomguard and the fixture.
+fn python() -> &'static str {
+    static PYTHON: OnceLock<String> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let out = Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("python3 runs");
+        assert!(out.status.success(), "python3 -c failed: {out:?}");
+        let exe = String::from_utf8(out.stdout).expect("utf-8 path");
+        let exe = exe.trim().to_string();
+        assert!(!exe.is_empty(), "python3 did not name its executable");
+        exe
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes: identity that survives PID reuse, and cleanup on drop.
+// ---------------------------------------------------------------------------------------------
+
+/// The start time of `pid` (field 22 of /proc/PID/stat), to tell it from a later reuse of its PID.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // `rest` starts at field 3 (state); the start time is field 22.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// One process, as it was when first seen.
+#[derive(Debug, Clone, Copy)]
+struct Proc {
+    pid: u32,
+    start: u64,
+}
+
+impl Proc {
+    fn of(pid: u32) -> Option<Proc> {
+        Some(Proc {
+            pid,
+            start: start_time(pid)?,
+        })
+    }
+
+    /// Whether this very process still exists (zombie or not).
+    fn exists(&self) -> bool {
+        start_time(self.pid) == Some(self.start)
+    }
+}
+
+/// The command line of `pid`, for messages.
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .replace('\0', " ")
+                .trim()
+                .to_string()
+        })
+        .unwrap_or_else(|_| "<gone>".into())
+}
+
+/// The direct children of `pid`, over all its threads.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|s| s.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+/// Every live process whose environment holds `OOMGUARD_RUN_DIR=<run_dir>`: oomguard sets it
+/// for the job, so every process of every attempt of this run carries it (unless it rewrote its
+/// environment), wherever it sits in the process tree.
+fn processes_of_run(run_dir: &Path) -> Vec<u32> {
+    let needle = format!("OOMGUARD_RUN_DIR={}", run_dir.display());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|&b| b == 0)
+                    .any(|var| var == needle.as_bytes())
+            })
+        })
+        .filter(|&pid| util::alive(pid))
+        .collect()
+}
+
+/// Kills, when dropped, every process registered with it that still exists (and, for a group,
+/// the whole group while its leader exists) and every process of the run, so a failing test
+/// leaks nothing.
+#[derive(Default)]
+struct Cleanup {
+    procs: Vec<Proc>,
+    groups: Vec<Proc>,
+    run_dir: Option<PathBuf>,
+}
+
+impl Cleanup {
+    fn track(&mut self, pid: u32) {
+        if let Some(p) = Proc::of(pid) {
+            self.procs.push(p);
+        }
+    }
+
+    fn track_group(&mut self, leader: u32) {
+        if let Some(p) = Proc::of(leader) {
+            self.groups.push(p);
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for g in &self.groups {
+            if g.exists() {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(g.pid as i32),
+                    Signal::SIGKILL,
+                );
+            }
+        }
+        for p in &self.procs {
+            if p.exists() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(p.pid as i32),
+                    Signal::SIGKILL,
+                );
+            }
+        }
+        if let Some(run_dir) = &self.run_dir {
+            // A few passes: a process may fork while the sweep runs.
+            for _ in 0..3 {
+                for pid in processes_of_run(run_dir) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid as i32),
+                        Signal::SIGKILL,
+                    );
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A running oomguard: its output read by threads, waits with deadlines.
+// ---------------------------------------------------------------------------------------------
+
+/// One oomguard process with piped stdout (read line by line into a channel) and stderr
+/// (collected for messages). Dropping it SIGKILLs oomguard if it still runs, then everything
+/// registered in `cleanup`.
+struct Running {
+    child: Child,
+    exited: bool,
+    lines: Receiver<String>,
+    stdout_seen: Vec<String>,
+    stderr: Arc<Mutex<String>>,
+    stderr_thread: Option<JoinHandle<()>>,
+    cleanup: Cleanup,
+}
+
+impl Running {
+    /// Starts `cmd`, an `oomguard run` of sandbox `sb`.
+    fn start(sb: &Sandbox, mut cmd: Command) -> Running {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("oomguard starts");
+        let stdout = child.stdout.take().expect("stdout piped");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut stderr_pipe = child.stderr.take().expect("stderr piped");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&stderr);
+        let stderr_thread = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr_pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Running {
+            child,
+            exited: false,
+            lines,
+            stdout_seen: Vec::new(),
+            stderr,
+            stderr_thread: Some(stderr_thread),
+            cleanup: Cleanup {
+                run_dir: Some(sb.run_dir()),
+                ..Cleanup::default()
+            },
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Sends `signal` to oomguard itself (not to its group).
+    fn signal(&self, signal: Signal) {
+        assert!(
+            !self.exited,
+            "oomguard already exited; cannot send {signal}"
+        );
+        util::kill(self.pid(), signal);
+    }
+
+    /// Reads oomguard's stdout until the line `want`; panics on timeout or end of output.
+    fn expect_line(&mut self, want: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let found = line == want;
+                    self.stdout_seen.push(line);
+                    if found {
+                        return;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "no line {want:?} on oomguard's stdout within {timeout:?}\nstdout so far: {:?}\nstderr: {}",
+                    self.stdout_seen,
+                    self.stderr()
+                ),
+                Err(RecvTimeoutError::Disconnected) => panic!(
+                    "oomguard's stdout ended before the line {want:?}\nstdout: {:?}\nstderr: {}",
+                    self.stdout_seen,
+                    self.stderr()
+                ),
+            }
+        }
+    }
+
+    /// Waits for oomguard to exit within `timeout`; on timeout SIGKILLs it and panics.
+    fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                self.exited = true;
+                // The stderr pipe closes when oomguard (and nothing else) holds it; bounded wait.
+                if let Some(t) = self.stderr_thread.take() {
+                    let _ = util::wait_until(Duration::from_secs(5), || t.is_finished());
+                    if t.is_finished() {
+                        let _ = t.join();
+                    }
+                }
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                self.exited = true;
+                panic!(
+                    "oomguard did not exit within {timeout:?}\nstdout: {:?}\nstderr: {}",
+                    self.stdout_seen,
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// oomguard's children, as (job, guard): the job is the one that is not `oomguard __guard`.
+    fn job_and_guard(&self) -> (Option<u32>, Option<u32>) {
+        let mut job = None;
+        let mut guard = None;
+        for pid in children(self.pid()) {
+            if cmdline(pid).ends_with("__guard") {
+                guard = Some(pid);
+            } else {
+                job = Some(pid);
+            }
+        }
+        (job, guard)
+    }
+
+    /// Registers the running job (and its group) and the guard for cleanup; returns the job PID.
+    fn track_job(&mut self) -> u32 {
+        let (job, guard) = self.job_and_guard();
+        let job = job.unwrap_or_else(|| {
+            panic!(
+                "oomguard {} has no job child; stderr: {}",
+                self.pid(),
+                self.stderr()
+            )
+        });
+        self.cleanup.track_group(job);
+        self.cleanup.track(job);
+        if let Some(guard) = guard {
+            self.cleanup.track(guard);
+        }
+        job
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.exited {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        // `cleanup` is dropped next and kills whatever the job left.
+    }
+}
+
+/// A status's exit code, or a clear panic when a signal ended it.
+fn code(status: ExitStatus, stderr: &str) -> i32 {
+    status.code().unwrap_or_else(|| {
+        panic!(
+            "oomguard was killed by signal {:?} instead of exiting; stderr: {stderr}",
+            status.signal()
+        )
+    })
+}
+
+/// summary.json, with its single attempt; panics with the whole summary otherwise.
+fn single_attempt(summary: &Value) -> &Value {
+    let attempts = summary["attempts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no attempts array in {summary:#}"));
+    assert_eq!(
+        attempts.len(),
+        1,
+        "expected exactly one attempt (no relaunch): {summary:#}"
+    );
+    &attempts[0]
+}
+
+fn read_record(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn signals_job(record: &Path, extra: &[&str]) -> Vec<String> {
+    let mut job = vec![
+        python().to_string(),
+        util::fixture("signals.py"),
+        record.to_str().unwrap().to_string(),
+    ];
+    job.extend(extra.iter().map(|s| s.to_string()));
+    job
+}
+
+fn as_strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1-4: signals
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn every_forwarded_signal_reaches_the_job_and_a_user_term_is_not_relaunched() {
+    let sb = Sandbox::new();
+    let record = sb.path("record");
+    let job = signals_job(&record, &["--term", "exit", "--batch_size", "8"]);
+    let mut run = Running::start(&sb, sb.run(&[], &as_strs(&job)));
+    run.expect_line("ready", PROMPT);
+    run.track_job();
+
+    let mut expected = Vec::new();
+    for (signal, name) in [
+        (Signal::SIGHUP, "HUP"),
+        (Signal::SIGQUIT, "QUIT"),
+        (Signal::SIGUSR1, "USR1"),
+        (Signal::SIGUSR2, "USR2"),
+    ] {
+        run.signal(signal);
+        run.expect_line(&format!("got {name}"), PROMPT);
+        expected.push(name.to_string());
+        assert_eq!(read_record(&record), expected, "after {name}");
+    }
+    run.signal(Signal::SIGTERM);
+    run.expect_line("got TERM", PROMPT);
+    expected.push("TERM".into());
+    let status = run.wait(PROMPT);
+    let stderr = run.stderr();
+
+    assert_eq!(read_record(&record), expected);
+    assert_eq!(code(status, &stderr), 128 + 15, "stderr: {stderr}");
+    let summary = sb.summary();
+    assert_eq!(summary["outcome"], "interrupted", "{summary:#}");
+    let attempt = single_attempt(&summary);
+    assert_eq!(attempt["cause"], "interrupted", "{summary:#}");
+    // The batch flag was found, so an OOM-like ending would have been relaunched smaller.
+    assert_eq!(attempt["batch_size"], 8, "{summary:#}");
+    // The fixture exits 0 on SIGTERM: the status comes from the user's signal, not the job.
+    assert_eq!(attempt["exit_code"], 0, "{summary:#}");
+}
+
+#[test]
+fn user_sigint_is_not_relaunched() {
+    let sb = Sandbox::new();
+    let record = sb.path("record");
+    let job = signals_job(&record, &["--int", "raise", "--batch_size", "8"]);
+    let mut run = Running::start(&sb, sb.run(&[], &as_strs(&job)));
+    run.expect_line("ready", PROMPT);
+    run.track_job();
+
+    run.signal(Signal::SIGINT);
+    let status = run.wait(PROMPT);
+    let stderr = run.stderr();
+
+    assert_eq!(code(status, &stderr), 128 + 2, "stderr: {stderr}");
+    let summary = sb.summary();
+    assert_eq!(summary["outcome"], "interrupted", "{summary:#}");
+    let attempt = single_attempt(&summary);
+    assert_eq!(attempt["cause"], "interrupted", "{summary:#}");
+    // Python ends an unhandled KeyboardInterrupt by re-raising SIGINT: the forwarded SIGINT
+    // reached the job and ended it.
+    assert_eq!(attempt["signal"], 2, "{summary:#}");
+}
+
+#[test]
+fn second_sigint_kills_the_job_at_once() {
+    let sb = Sandbox::new();
+    let record = sb.path("record");
+    // The fixture ignores SIGINT (after recording it) and the grace is long: only the
+    // escalation can end the job within the deadline.
+    let job = signals_job(&record, &["--int", "record", "--term", "ignore"]);
+    let mut run = Running::start(&sb, sb.run(&["--grace", "60s"], &as_strs(&job)));
+    run.expect_line("ready", PROMPT);
+    run.track_job();
+
+    run.signal(Signal::SIGINT);
+    run.expect_line("got INT", PROMPT);
+    assert!(
+        util::wait_until(PROMPT, || read_record(&record) == ["INT"]),
+        "record: {:?}",
+        read_record(&record)
+    );
+    run.signal(Signal::SIGINT);
+    let status = run.wait(Duration::from_secs(15));
+    let stderr = run.stderr();
+
+    assert_eq!(code(status, &stderr), 128 + 2, "stderr: {stderr}");
+    let summary = sb.summary();
+    assert_eq!(summary["outcome"], "interrupted", "{summary:#}");
+    let attempt = single_attempt(&summary);
+    assert_eq!(attempt["cause"], "interrupted", "{summary:#}");
+    assert_eq!(attempt["signal"], 9, "{summary:#}");
+    // The second SIGINT is not forwarded: it becomes the SIGKILL.
+    assert_eq!(read_record(&record), ["INT"]);
+}
+
+#[test]
+fn grace_runs_out_then_sigkill() {
+    let sb = Sandbox::new();
+    let record = sb.path("record");
+    let job = signals_job(&record, &["--term", "ignore"]);
+    let mut run = Running::start(&sb, sb.run(&["--grace", "1s"], &as_strs(&job)));
+    run.expect_line("ready", PROMPT);
+    run.track_job();
+
+    let sent = Instant::now();
+    run.signal(Signal::SIGTERM);
+    run.expect_line("got TERM", PROMPT);
+    let status = run.wait(PROMPT);
+    let elapsed = sent.elapsed();
+    let stderr = run.stderr();
+
+    assert_eq!(code(status, &stderr), 128 + 15, "stderr: {stderr}");
+    assert!(
+        elapsed >= Duration::from_millis(900),
+        "the job was killed {elapsed:?} after SIGTERM, before the 1s grace ran out"
+    );
+    let summary = sb.summary();
+    assert_eq!(summary["outcome"], "interrupted", "{summary:#}");
+    let attempt = single_attempt(&summary);
+    assert_eq!(attempt["cause"], "interrupted", "{summary:#}");
+    assert_eq!(attempt["signal"], 9, "{summary:#}");
+    assert_eq!(read_record(&record), ["TERM"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5: exit statuses
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `sh -c SCRIPT` under oomguard (no batch flag, no retries) and returns its exit code,
+/// stderr and summary.
+fn run_sh(script: &str) -> (i32, String, Value) {
+    let sb = Sandbox::new();
+    let mut cmd = sb.run(&["--retries", "0"], &["sh", "-c", script]);
+    // A core dump (SIGSEGV, SIGABRT) must not land in the crate.
+    cmd.current_dir(sb.dir.path());
+    let mut run = Running::start(&sb, cmd);
+    let status = run.wait(PROMPT);
+    let stderr = run.stderr();
+    let code = code(status, &stderr);
+    (code, stderr, sb.summary())
+}
+
+#[test]
+fn job_exit_codes_are_oomguards() {
+    for n in [0, 1, 2, 3, 42, 100, 126, 127, 128, 200, 255] {
+        let (code, stderr, summary) = run_sh(&format!("exit {n}"));
+        assert_eq!(code, n, "sh -c 'exit {n}'; stderr: {stderr}");
+        let attempt = single_attempt(&summary);
+        let (outcome, cause) = if n == 0 {
+            ("succeeded", "ok")
+        } else {
+            ("failed", "failed")
+        };
+        assert_eq!(summary["outcome"], outcome, "exit {n}: {summary:#}");
+        assert_eq!(attempt["cause"], cause, "exit {n}: {summary:#}");
+        assert_eq!(attempt["exit_code"], n, "exit {n}: {summary:#}");
+        assert_eq!(attempt["signal"], Value::Null, "exit {n}: {summary:#}");
+    }
+}
+
+#[test]
+fn job_death_by_signal_is_128_plus_n() {
+    // SIGKILL is left out: without OOM evidence it is `killed`, which is relaunched. SIGINT here
+    // comes from the job itself, not the user, so it is an ordinary failure.
+    for (name, n) in [
+        ("HUP", 1),
+        ("INT", 2),
+        ("QUIT", 3),
+        ("ABRT", 6),
+        ("USR1", 10),
+        ("SEGV", 11),
+        ("USR2", 12),
+        ("TERM", 15),
+    ] {
+        let (code, stderr, summary) = run_sh(&format!("ulimit -c 0; kill -{name} $$"));
+        assert_eq!(code, 128 + n, "kill -{name}; stderr: {stderr}");
+        assert_eq!(summary["outcome"], "failed", "kill -{name}: {summary:#}");
+        let attempt = single_attempt(&summary);
+        assert_eq!(attempt["cause"], "failed", "kill -{name}: {summary:#}");
+        assert_eq!(attempt["signal"], n, "kill -{name}: {summary:#}");
+        assert_eq!(
+            attempt["exit_code"],
+            Value::Null,
+            "kill -{name}: {summary:#}"
+        );
+    }
+}
+
+/// Runs a command that cannot start; checks the one-line error and that nothing was created.
+fn assert_cannot_start(sb: &Sandbox, program: &str, want_code: i32) {
+    let mut run = Running::start(sb, sb.run(&[], &[program, "--batch_size", "8"]));
+    let status = run.wait(PROMPT);
+    let stderr = run.stderr();
+    assert_eq!(code(status, &stderr), want_code, "stderr: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "expected one line on stderr, got: {stderr}");
+    assert!(lines[0].starts_with("oomguard: error:"), "stderr: {stderr}");
+    assert!(
+        lines[0].contains(program),
+        "stderr does not name {program}: {stderr}"
+    );
+    assert!(
+        !sb.run_dir().exists(),
+        "a run directory was created for a command that cannot start"
+    );
+    assert!(
+        !sb.path("state").exists(),
+        "the default state dir was created"
+    );
+    assert!(run.stdout_seen.is_empty());
+}
+
+#[test]
+fn command_not_found_is_127() {
+    let sb = Sandbox::new();
+    assert_cannot_start(&sb, "no-such-command-xyz", 127);
+}
+
+#[test]
+fn command_not_executable_is_126() {
+    let sb = Sandbox::new();
+    let script = sb.path("train.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    // A plain file, mode 0644: not executable.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_cannot_start(&sb, script.to_str().unwrap(), 126);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6: no orphans
+// ---------------------------------------------------------------------------------------------
+
+/// The PIDs tree.py records, in its order.
+struct Tree {
+    main: u32,
+    sleep_in_group: u32,
+    forked_child: u32,
+    forked_grandchild: u32,
+    setsid_sleep: u32,
+}
+
+impl Tree {
+    fn all(&self) -> [u32; 5] {
+        [
+            self.main,
+            self.sleep_in_group,
+            self.forked_child,
+            self.forked_grandchild,
+            self.setsid_sleep,
+        ]
+    }
+
+    /// The processes in the job's process group.
+    fn in_group(&self) -> [u32; 4] {
+        [
+            self.main,
+            self.sleep_in_group,
+            self.forked_child,
+            self.forked_grandchild,
+        ]
+    }
+}
+
+/// Starts oomguard on tree.py and reads the tree's PIDs, registering them all for cleanup.
+fn start_tree(sb: &Sandbox, then: &str) -> (Running, Tree) {
+    let pidfile = sb.path("pids");
+    let job = [
+        python().to_string(),
+        util::fixture("tree.py"),
+        pidfile.to_str().unwrap().to_string(),
+        "--then".into(),
+        then.into(),
+    ];
+    let mut run = Running::start(sb, sb.run(&["--grace", "10s"], &as_strs(&job)));
+    let pids = util::read_pids(&pidfile, 5);
+    assert_eq!(pids.len(), 5, "pid file: {pids:?}");
+    // Register every process first, so that a failed assertion below leaks nothing.
+    run.cleanup.track_group(pids[0]);
+    for &pid in &pids {
+        run.cleanup.track(pid);
+    }
+    if let (_, Some(guard)) = run.job_and_guard() {
+        run.cleanup.track(guard);
+    }
+    let tree = Tree {
+        main: pids[0],
+        sleep_in_group: pids[1],
+        forked_child: pids[2],
+        forked_grandchild: pids[3],
+        setsid_sleep: pids[4],
+    };
+    (run, tree)
+}
+
+/// Waits up to `timeout` for every one of `pids` to be gone; panics naming the survivors.
+fn assert_all_gone(pids: &[u32], timeout: Duration, when: &str) {
+    let gone = util::wait_until(timeout, || pids.iter().all(|&p| !util::alive(p)));
+    if !gone {
+        let survivors: Vec<String> = pids
+            .iter()
+            .filter(|&&p| util::alive(p))
+            .map(|&p| format!("{p} ({})", cmdline(p)))
+            .collect();
+        panic!("{when}: processes of the job outlived oomguard: {survivors:?}");
+    }
+}
+
+#[test]
+fn no_orphans_after_success() {
+    let sb = Sandbox::new();
+    let (mut run, tree) = start_tree(&sb, "exit");
+    let status = run.wait(PROMPT);
+    let stderr = run.stderr();
+    assert_eq!(code(status, &stderr), 0, "stderr: {stderr}");
+    let summary = sb.summary();
+    assert_eq!(summary["outcome"], "succeeded", "{summary:#}");
+    assert_eq!(single_attempt(&summary)["cause"], "ok", "{summary:#}");
+    // oomguard reaps every descendant; a short poll allows for a zombie handed to init.
+    assert_all_gone(&tree.all(), Duration::from_secs(5), "after success");
+}
+
+#[test]
+fn no_orphans_after_user_stop() {
+    let sb = Sandbox::new();
+    let (mut run, tree) = start_tree(&sb, "wait");
+    run.signal(Signal::SIGTERM);
+    let status = run.wait(PROMPT);
+    let stderr = run.stderr();
+    assert_eq!(code(status, &stderr), 128 + 15, "stderr: {stderr}");
+    let summary = sb.summary();
+    assert_eq!(summary["outcome"], "interrupted", "{summary:#}");
+    assert_eq!(
+        single_attempt(&summary)["cause"],
+        "interrupted",
+        "{summary:#}"
+    );
+    // The setsid'd sleep is outside the job's group, but still a descendant: stopped too.
+    assert_all_gone(&tree.all(), Duration::from_secs(5), "after a user stop");
+}
+
+#[test]
+fn no_orphans_in_the_group_after_oomguard_is_sigkilled() {
+    let sb = Sandbox::new();
+    let (mut run, tree) = start_tree(&sb, "wait");
+    let (job, guard) = run.job_and_guard();
+    assert_eq!(
+        job,
+        Some(tree.main),
+        "oomguard's job child is tree.py's main process"
+    );
+    let guard = guard.expect("oomguard runs its guard process");
+
+    run.signal(Signal::SIGKILL);
+    let status = run.wait(PROMPT);
+    assert_eq!(status.signal(), Some(9), "oomguard: {status:?}");
+
+    // The main process dies of its parent-death signal, the rest of the group by the guard.
+    // The setsid'd sleep left the group and has no parent-death signal: once oomguard is
+    // SIGKILLed nothing can reach it, so it is not asserted here (Cleanup kills it).
+    assert_all_gone(
+        &tree.in_group(),
+        Duration::from_secs(10),
+        "after oomguard was SIGKILLed",
+    );
+    // The guard itself does not linger either.
+    assert_all_gone(&[guard], Duration::from_secs(10), "the guard process");
+}
