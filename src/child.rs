@@ -6,6 +6,7 @@
 
 use std::ffi::OsStr;
 use std::io::{self, BufRead, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,10 @@ pub enum SpawnError {
     NotFound(String),
     #[error("command not executable: {0} (check its permissions: chmod +x)")]
     NotExecutable(String),
+    #[error("cannot run {0}: the interpreter on its first `#!` line was not found")]
+    BadInterpreter(String),
+    #[error("cannot prepare the attempt: {0}")]
+    Setup(String),
     #[error("could not start {program}: {source}")]
     Other { program: String, source: io::Error },
 }
@@ -34,7 +39,10 @@ impl SpawnError {
     pub fn exit_code(&self) -> i32 {
         match self {
             SpawnError::NotFound(_) => 127,
-            SpawnError::NotExecutable(_) | SpawnError::Other { .. } => 126,
+            SpawnError::NotExecutable(_)
+            | SpawnError::BadInterpreter(_)
+            | SpawnError::Other { .. } => 126,
+            SpawnError::Setup(_) => crate::EXIT_INTERNAL,
         }
     }
 }
@@ -87,7 +95,11 @@ pub struct Spawned {
 /// child gets SIGKILL if oomguard dies (PR_SET_PDEATHSIG), so it never outlives us. The caller
 /// must run on the thread that stays alive for the whole run: the parent-death signal fires when
 /// the *thread* that forked exits.
-pub fn spawn(launch: &Launch) -> Result<Spawned, SpawnError> {
+///
+/// With `cgroup_procs` (an fd on a cgroup's `cgroup.procs`, see [`crate::cgroup::JobCgroup`]), the
+/// child moves itself into that cgroup between fork and exec, so the job's first instruction
+/// already runs under the cgroup's limit and accounting.
+pub fn spawn(launch: &Launch, cgroup_procs: Option<OwnedFd>) -> Result<Spawned, SpawnError> {
     let program = &launch.argv[0];
     let mut cmd = Command::new(program);
     cmd.args(&launch.argv[1..])
@@ -98,9 +110,12 @@ pub fn spawn(launch: &Launch) -> Result<Spawned, SpawnError> {
         .process_group(0);
     let parent = Pid::this();
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe calls
-    // (prctl, getppid); it allocates nothing.
+    // (prctl, getppid, write); it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            if let Some(fd) = &cgroup_procs {
+                crate::cgroup::JobCgroup::join_from_child(fd.as_fd())?;
+            }
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             // If oomguard died between fork and prctl, the signal will never come: stop here.
             if getppid() != parent {
@@ -110,6 +125,10 @@ pub fn spawn(launch: &Launch) -> Result<Spawned, SpawnError> {
         });
     }
     let mut child = cmd.spawn().map_err(|source| match source.kind() {
+        // The file is there, so what is missing is the interpreter its `#!` line names.
+        io::ErrorKind::NotFound if Path::new(program).is_file() => {
+            SpawnError::BadInterpreter(program.clone())
+        }
         io::ErrorKind::NotFound => SpawnError::NotFound(program.clone()),
         io::ErrorKind::PermissionDenied => SpawnError::NotExecutable(program.clone()),
         _ => SpawnError::Other {

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::RunSettings;
+use crate::cgroup;
+use crate::config::{CgroupPlan, RunSettings};
 use crate::rewrite;
+use crate::watch::{Available, Bounds};
 
 /// Supervise an ML training command: know why an attempt died of out-of-memory and relaunch it
 /// with a smaller batch (and larger gradient accumulation) until it fits.
@@ -28,9 +30,12 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a training command, relaunching it smaller after out-of-memory deaths.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Tell why a log's job died, from its text alone: prints CLASS<TAB>FILE per file.
     Classify(ClassifyArgs),
+    /// Show what this machine allows and what oomguard will use (cgroups, kernel log, PSI,
+    /// NVML), with the sampling cost measured on the spot.
+    Doctor(DoctorArgs),
     /// Internal: the guard process that kills the job if oomguard itself is killed.
     #[command(name = "__guard", hide = true)]
     Guard,
@@ -66,6 +71,36 @@ pub struct RunArgs {
     /// After a stop request (SIGTERM to the job), wait this long before SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub grace: Duration,
+    /// Sample the job's memory this often (at least 50ms).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Hard memory limit of each attempt, in its own memory cgroup (e.g. 12G): the kernel's OOM
+    /// killer acts inside the cgroup only, and the death is attributed exactly.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory_max: Option<u64>,
+    /// Swap each attempt may use on top of --memory-max.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "memory_max")]
+    pub swap_max: Option<u64>,
+    /// Do not put attempts in a memory cgroup, even where one could be made.
+    #[arg(long, conflicts_with_all = ["memory_max", "swap_max"])]
+    pub no_cgroup: bool,
+    /// Stop the job gracefully (SIGTERM, --grace, SIGKILL) and relaunch it smaller when its
+    /// memory (tree PSS, or its cgroup's usage) stays above SIZE for 3 samples.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_rss: Option<u64>,
+    /// The same for the job's GPU memory (NVML).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_gpu: Option<u64>,
+    /// The same when the machine's available memory stays below SIZE or PERCENT of RAM
+    /// (protects other users of a shared server).
+    #[arg(long, value_name = "SIZE|PERCENT", value_parser = parse_available)]
+    pub min_available: Option<Available>,
+    /// After an attempt, wait at most this long for the GPU to release its processes.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub gpu_free_timeout: Duration,
+    /// The window over which steady memory growth is judged.
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration, hide = true)]
+    pub trend_window: Duration,
     /// The training command and its arguments, after `--`.
     #[arg(
         trailing_var_arg = true,
@@ -74,6 +109,9 @@ pub struct RunArgs {
     )]
     pub command: Vec<String>,
 }
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {}
 
 #[derive(Debug, Args)]
 pub struct ClassifyArgs {
@@ -92,6 +130,25 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     })
 }
 
+/// Parses `8G`, `512MiB` (binary units).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    crate::units::parse_size(text)
+}
+
+/// Parses `--min-available`: a size, or a percentage of RAM such as `10%`.
+pub fn parse_available(text: &str) -> Result<Available, String> {
+    match text.trim().strip_suffix('%') {
+        Some(percent) => match percent.trim().parse::<f64>() {
+            Ok(p) if p > 0.0 && p < 100.0 => Ok(Available::Percent(p)),
+            _ => Err(format!("`{text}` is not a percentage between 0 and 100")),
+        },
+        None => parse_size(text).map(Available::Bytes),
+    }
+}
+
+/// The shortest sampling interval: below it, sampling a large tree costs more than it tells.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(50);
+
 /// Why the flags do not make a run.
 #[derive(Debug, thiserror::Error)]
 pub enum UsageError {
@@ -103,6 +160,8 @@ pub enum UsageError {
     Knobs(#[from] rewrite::RewriteError),
     #[error("--min-batch {min} is larger than the command's {flag} {batch}: lower --min-batch")]
     MinBatchAboveBatch { min: u64, flag: String, batch: u64 },
+    #[error("--interval {0:?} is too short: use 50ms or more")]
+    IntervalTooShort(Duration),
     #[error("--backoff-max {max:?} is shorter than --backoff {backoff:?}: raise --backoff-max")]
     BackoffMax { backoff: Duration, max: Duration },
 }
@@ -138,7 +197,29 @@ impl RunArgs {
                 max: self.backoff_max,
             });
         }
+        if self.interval < MIN_INTERVAL {
+            return Err(UsageError::IntervalTooShort(self.interval));
+        }
+        let cgroup = if self.no_cgroup {
+            CgroupPlan::Off
+        } else if self.memory_max.is_some() {
+            CgroupPlan::Required(cgroup::Limits {
+                memory_max_bytes: self.memory_max,
+                swap_max_bytes: self.swap_max,
+            })
+        } else {
+            CgroupPlan::IfAvailable
+        };
         Ok(RunSettings {
+            interval: self.interval,
+            cgroup,
+            bounds: Bounds {
+                max_rss_bytes: self.max_rss,
+                max_gpu_bytes: self.max_gpu,
+                min_available: self.min_available,
+            },
+            gpu_free_timeout: self.gpu_free_timeout,
+            trend_window: self.trend_window,
             command: self.command,
             knobs,
             run_dir: self.run_dir,
@@ -164,7 +245,7 @@ mod tests {
 
     fn run_args(args: &str) -> RunArgs {
         match parse(args).unwrap().command {
-            Command::Run(run) => run,
+            Command::Run(run) => *run,
             other => panic!("{other:?}"),
         }
     }
@@ -177,6 +258,48 @@ mod tests {
         assert_eq!(run.backoff, Duration::from_secs(10));
         assert_eq!(run.backoff_max, Duration::from_secs(300));
         assert_eq!(run.grace, Duration::from_secs(30));
+        assert_eq!(run.interval, Duration::from_secs(1));
+        assert_eq!(run.gpu_free_timeout, Duration::from_secs(60));
+        assert_eq!(
+            (
+                run.memory_max,
+                run.swap_max,
+                run.max_rss,
+                run.max_gpu,
+                run.min_available
+            ),
+            (None, None, None, None, None)
+        );
+        assert!(!run.no_cgroup);
+        let settings = run.validate().unwrap();
+        assert_eq!(settings.cgroup, CgroupPlan::IfAvailable);
+        assert!(!settings.bounds.any());
+    }
+
+    #[test]
+    fn memory_flags_parse() {
+        let run = run_args(
+            "run --interval 200ms --memory-max 12G --swap-max 1G --max-rss 10GiB --max-gpu 70G \
+             --min-available 10% --gpu-free-timeout 5s -- python t.py",
+        );
+        assert_eq!(run.interval, Duration::from_millis(200));
+        assert_eq!(run.memory_max, Some(12 << 30));
+        assert_eq!(run.swap_max, Some(1 << 30));
+        assert_eq!(run.max_rss, Some(10 << 30));
+        assert_eq!(run.max_gpu, Some(70 << 30));
+        assert_eq!(run.min_available, Some(Available::Percent(10.0)));
+        let settings = run.validate().unwrap();
+        assert_eq!(
+            settings.cgroup,
+            CgroupPlan::Required(cgroup::Limits {
+                memory_max_bytes: Some(12 << 30),
+                swap_max_bytes: Some(1 << 30)
+            })
+        );
+        assert_eq!(settings.bounds.max_rss_bytes, Some(10 << 30));
+        let run = run_args("run --min-available 2G --no-cgroup -- python t.py");
+        assert_eq!(run.min_available, Some(Available::Bytes(2 << 30)));
+        assert_eq!(run.validate().unwrap().cgroup, CgroupPlan::Off);
     }
 
     #[test]
@@ -212,6 +335,11 @@ mod tests {
             "run --min-batch x -- python t.py",
             "classify",
             "-q -v classify a.log",
+            "run --memory-max lots -- python t.py",
+            "run --swap-max 1G -- python t.py",
+            "run --no-cgroup --memory-max 1G -- python t.py",
+            "run --min-available 150% -- python t.py",
+            "run --min-available 0% -- python t.py",
         ] {
             assert!(parse(args).is_err(), "{args}");
         }

@@ -4,8 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::cgroup;
 use crate::policy::Limits;
 use crate::rewrite::Knobs;
+use crate::watch::Bounds;
 
 /// What `oomguard run` was asked to do.
 #[derive(Debug, Clone)]
@@ -18,4 +20,24 @@ pub struct RunSettings {
     pub run_dir: Option<PathBuf>,
     pub limits: Limits,
     pub grace: Duration,
+    /// How often the job's memory is sampled.
+    pub interval: Duration,
+    pub cgroup: CgroupPlan,
+    /// Soft bounds that stop the job gracefully.
+    pub bounds: Bounds,
+    /// How long to wait for the GPU to release the previous attempt's processes.
+    pub gpu_free_timeout: Duration,
+    /// The window of the steady-growth warning.
+    pub trend_window: Duration,
+}
+
+/// Whether attempts run in their own memory cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupPlan {
+    /// `--no-cgroup`.
+    Off,
+    /// Use one where a writable memory cgroup exists, for exact accounting; carry on without.
+    IfAvailable,
+    /// `--memory-max`: a cgroup with these limits, or refuse to start.
+    Required(cgroup::Limits),
 }

@@ -20,33 +20,44 @@
 //! 4. [`report`] saves summary.json and tells the user;
 //! 5. [`policy`] decides: relaunch (smaller, after a backoff) or stop with an outcome.
 
+pub mod cgroup;
 pub mod child;
 pub mod classify;
 pub mod cli;
 pub mod config;
+pub mod doctor;
+pub mod gpu;
 pub mod kernel;
 pub mod mem;
 pub mod outcome;
 pub mod policy;
 pub mod report;
 pub mod rewrite;
+pub mod sampler;
 pub mod scan;
 pub mod stream;
 pub mod supervise;
+pub mod units;
+pub mod watch;
 
+use std::collections::HashSet;
 use std::io::Read;
 use std::path::Path;
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
 use crate::child::{Launch, SpawnError};
 use crate::classify::{AttemptFacts, Cause};
 use crate::cli::{ClassifyArgs, Cli, Command, UsageError};
-use crate::config::RunSettings;
+use crate::config::{CgroupPlan, RunSettings};
 use crate::policy::{Decision, Outcome, Sizes};
-use crate::report::{AttemptRecord, FinalSizes, Reporter, RunDir, RunDirError, Summary};
+use crate::report::{
+    AttemptRecord, FinalSizes, Reporter, RunDir, RunDirError, SamplesCsv, Summary,
+};
 use crate::rewrite::{Accum, Changes};
-use crate::supervise::{KernelPaths, Supervisor};
+use crate::sampler::{Sample, Sampler};
+use crate::supervise::{KernelPaths, Notice, Observer, Setup, Supervisor};
 
 /// Exit status when out-of-memory deaths outlasted every remedy (EX_TEMPFAIL in sysexits.h:
 /// more memory, or a lower --min-batch, would let a retry succeed).
@@ -65,6 +76,8 @@ pub enum Error {
     Spawn(#[from] SpawnError),
     #[error(transparent)]
     RunDir(RunDirError),
+    #[error("{0}")]
+    Cgroup(String),
     #[error("{action}: {source}")]
     Internal {
         action: &'static str,
@@ -75,7 +88,7 @@ pub enum Error {
 impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Usage(_) => EXIT_USAGE,
+            Error::Usage(_) | Error::Cgroup(_) => EXIT_USAGE,
             Error::Spawn(e) => e.exit_code(),
             // A run directory we cannot create is bad input: nothing was started.
             Error::RunDir(RunDirError::Write { .. }) => EXIT_INTERNAL,
@@ -92,6 +105,7 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
     match cli.command {
         Command::Run(args) => run_job(args.validate()?, report),
         Command::Classify(args) => Ok(classify_files(&args)),
+        Command::Doctor(_) => Ok(doctor::run(report)),
         Command::Guard => Ok(child::guard_main(std::io::stdin().lock())),
     }
 }
@@ -100,6 +114,7 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
 fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
     let path_var = std::env::var_os("PATH");
     child::resolve_program(&settings.command[0], path_var.as_deref())?;
+    let cgroup = cgroup_setup(settings.cgroup)?;
     let run_dir =
         RunDir::create(settings.run_dir.as_deref(), &settings.command[0]).map_err(Error::RunDir)?;
     let original = Sizes {
@@ -108,10 +123,23 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
     };
     let mut summary = Summary::new(&settings.command, final_sizes(original));
     run_dir.save(&summary).map_err(Error::RunDir)?;
+    let samples = run_dir.open_samples().map_err(Error::RunDir)?;
     report.say(&format!("run directory {}", run_dir.path().display()));
     if settings.knobs.batch.is_none() {
         report.warn("no batch flag found in the command: an out-of-memory death will not be relaunched smaller (name the flag with --batch-arg)");
     }
+    let (gpu, gpu_off) = gpu::open();
+    if let Some(reason) = gpu_off {
+        report.say(&reason);
+    }
+    let setup = Setup {
+        grace: settings.grace,
+        interval: settings.interval,
+        kernel_paths: KernelPaths::default(),
+        cgroup,
+        bounds: settings.bounds,
+        trend_window: settings.trend_window,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -119,30 +147,102 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
             action: "cannot start the async runtime",
             source,
         })?;
-    runtime.block_on(attempt_loop(
-        &settings,
-        original,
-        &run_dir,
-        &mut summary,
+    let mut observer = RunObserver {
         report,
-    ))
+        samples,
+        warned_no_cgroup: false,
+    };
+    let result = runtime.block_on(async {
+        let sampler = Sampler::new(gpu, settings.interval);
+        let supervisor = Supervisor::new(setup, sampler).map_err(|source| Error::Internal {
+            action: "cannot listen for signals",
+            source,
+        })?;
+        attempt_loop(
+            supervisor,
+            &settings,
+            original,
+            &run_dir,
+            &mut summary,
+            &mut observer,
+        )
+        .await
+    });
+    if result.is_err() && summary.attempts.is_empty() {
+        // Nothing ran: leave nothing behind, as for any other input we refuse.
+        run_dir.discard();
+    }
+    result
+}
+
+/// Finds where attempt cgroups can be made. `--memory-max` without a writable memory cgroup is
+/// a usage error: refusing before anything starts beats running without the promised limit.
+fn cgroup_setup(plan: CgroupPlan) -> Result<Option<(cgroup::Parent, cgroup::Limits)>, Error> {
+    let limits = match plan {
+        CgroupPlan::Off => return Ok(None),
+        CgroupPlan::IfAvailable => cgroup::Limits::default(),
+        CgroupPlan::Required(limits) => limits,
+    };
+    match cgroup::Parent::detect_current() {
+        Ok(parent) => Ok(Some((parent, limits))),
+        Err(why) if limits.memory_max_bytes.is_some() => Err(Error::Cgroup(format!(
+            "--memory-max needs a memory cgroup: {why}"
+        ))),
+        Err(why) => {
+            tracing::info!("attempts run without a memory cgroup: {why}");
+            Ok(None)
+        }
+    }
+}
+
+/// Writes samples to samples.csv and tells the user about notices.
+struct RunObserver {
+    report: Reporter,
+    samples: SamplesCsv,
+    warned_no_cgroup: bool,
+}
+
+impl Observer for RunObserver {
+    fn sample(&mut self, sample: &Sample) {
+        if let Err(e) = self.samples.write(sample) {
+            tracing::warn!("{e}");
+        }
+    }
+
+    fn notice(&mut self, notice: &Notice) {
+        match notice {
+            Notice::Growth {
+                bytes_per_s,
+                eta,
+                ceiling,
+            } => self.report.warn(&format!(
+                "memory grows steadily at {}/min: at this rate it reaches {ceiling} in about {}",
+                units::human_bytes((bytes_per_s * 60.0) as u64),
+                report::short_duration(*eta)
+            )),
+            Notice::MemoryStop(crossing) => self.report.say(&format!(
+                "{crossing}: stopping the job (SIGTERM, then SIGKILL after --grace)"
+            )),
+            Notice::NoCgroup(why) if !self.warned_no_cgroup => {
+                self.warned_no_cgroup = true;
+                self.report
+                    .warn(&format!("running without a memory cgroup: {why}"));
+            }
+            Notice::NoCgroup(_) => {}
+        }
+    }
 }
 
 /// The attempt loop: launch, supervise, classify, record, decide.
 async fn attempt_loop(
+    mut supervisor: Supervisor,
     settings: &RunSettings,
     original: Sizes,
     run_dir: &RunDir,
     summary: &mut Summary,
-    report: Reporter,
+    observer: &mut RunObserver,
 ) -> Result<i32, Error> {
-    let mut supervisor =
-        Supervisor::new(settings.grace, KernelPaths::default()).map_err(|source| {
-            Error::Internal {
-                action: "cannot listen for signals",
-                source,
-            }
-        })?;
+    let report = observer.report;
     let mut history: Vec<(Cause, Sizes)> = Vec::new();
     let mut sizes = original;
     let mut warned_effective = false;
@@ -151,16 +251,24 @@ async fn attempt_loop(
         let prev_cause = history.last().map(|(cause, _)| *cause);
         let launch = launch_for(settings, sizes, attempt, prev_cause, run_dir.path());
         let log = run_dir.open_log(attempt, &report);
-        let end = match supervisor.run_attempt(&launch, log).await {
+        let end = match supervisor
+            .run_attempt(attempt, &launch, log, observer)
+            .await
+        {
             Ok(end) => end,
             Err(e) => break Err(Error::Spawn(e)),
         };
+        let memory_limit = end.memory_stop.as_ref().map(ToString::to_string);
         let verdict = classify::classify(&AttemptFacts {
             ending: end.ending,
             tail: &end.tail,
             kernel: &end.kernel,
-            user_stopped: end.user_stop.is_some(),
-            memory_limit: None,
+            // A stop that came after the job had already succeeded (while its leftovers were
+            // being cleaned up) does not undo the success.
+            user_stopped: end
+                .user_stop
+                .is_some_and(|stop| !(stop.after_exit && end.ending.is_success())),
+            memory_limit: memory_limit.as_deref(),
         });
         summary.attempts.push(AttemptRecord {
             attempt,
@@ -173,6 +281,7 @@ async fn attempt_loop(
             signal: end.ending.signal(),
             started_at: report::rfc3339(end.started_at),
             duration_s: end.duration.as_secs_f64(),
+            peaks: end.peaks.into(),
         });
         summary.final_sizes = final_sizes(sizes);
         if let Err(e) = run_dir.save(summary) {
@@ -180,14 +289,26 @@ async fn attempt_loop(
         }
         if verdict.cause != Cause::Ok {
             report.say(&format!(
-                "attempt {attempt} ended after {}: {} ({})",
+                "attempt {attempt} ended after {}: {} ({}){}",
                 report::short_duration(end.duration),
                 verdict.cause.as_str(),
-                verdict.evidence
+                verdict.evidence,
+                report::peaks_clause(&end.peaks)
             ));
         }
         history.push((verdict.cause, sizes));
-        match policy::decide(&history, original, &settings.limits) {
+        let decision = policy::decide(&history, original, &settings.limits);
+        if let Decision::Relaunch { .. } = decision {
+            wait_gpu_free(
+                &mut supervisor,
+                attempt,
+                &end.pids,
+                settings.gpu_free_timeout,
+                &report,
+            )
+            .await;
+        }
+        match decision {
             Decision::Relaunch {
                 sizes: next,
                 effective_note,
@@ -231,14 +352,24 @@ async fn attempt_loop(
                     Outcome::Succeeded => 0,
                     Outcome::GaveUp => EXIT_GAVE_UP,
                     Outcome::Failed => end.ending.shell_code(),
-                    Outcome::Interrupted => 128 + end.user_stop.unwrap_or(Signal::SIGINT) as i32,
+                    Outcome::Interrupted => {
+                        128 + end.user_stop.map_or(Signal::SIGINT, |stop| stop.signal) as i32
+                    }
                 };
                 break Ok((outcome, code));
             }
         }
     };
     supervisor.finish();
-    let (outcome, code) = result?;
+    let (outcome, code) = match result {
+        Ok(done) => done,
+        Err(e) => {
+            // The run ends here; summary.json must not keep saying `running`.
+            summary.finish(Outcome::Failed);
+            let _ = run_dir.save(summary);
+            return Err(e);
+        }
+    };
     summary.finish(outcome);
     run_dir.save(summary).map_err(Error::RunDir)?;
     for line in report::table(&summary.attempts) {
@@ -250,6 +381,38 @@ async fn attempt_loop(
         run_dir.path().join("summary.json").display()
     ));
     Ok(code)
+}
+
+/// Before a relaunch, waits (bounded, logged) until the GPU driver has let go of the last
+/// attempt's processes, so the next attempt does not start on a GPU still full.
+async fn wait_gpu_free(
+    supervisor: &mut Supervisor,
+    attempt: u32,
+    pids: &HashSet<u32>,
+    timeout: Duration,
+    report: &Reporter,
+) {
+    let started = std::time::Instant::now();
+    let Some(holders) = supervisor.wait_gpu_free(pids, Duration::ZERO).await else {
+        return;
+    };
+    if holders.is_empty() {
+        return;
+    }
+    report.say(&format!(
+        "waiting up to {} for the GPU to free attempt {attempt}'s memory (PIDs {holders:?} still listed)",
+        report::short_duration(timeout)
+    ));
+    match supervisor.wait_gpu_free(pids, timeout).await {
+        Some(left) if !left.is_empty() => report.warn(&format!(
+            "the GPU still lists PIDs {left:?} after {}; relaunching anyway",
+            report::short_duration(started.elapsed())
+        )),
+        _ => report.say(&format!(
+            "GPU free after {}",
+            report::short_duration(started.elapsed())
+        )),
+    }
 }
 
 fn final_sizes(sizes: Sizes) -> FinalSizes {

@@ -13,6 +13,8 @@ use serde::Serialize;
 
 use crate::classify::Cause;
 use crate::policy::Outcome;
+use crate::sampler::{Peaks, Sample};
+use crate::units::human_bytes;
 
 /// The `oomguard:` lines on stderr. `-q` keeps only errors.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +35,11 @@ impl Reporter {
         if !self.quiet {
             print_line(&format!("warning: {line}"));
         }
+    }
+
+    /// A line of a command's own output (`doctor`), on stdout, unprefixed.
+    pub fn out(&self, line: &str) {
+        let _ = writeln!(io::stdout().lock(), "{line}");
     }
 
     /// Shown even with `-q`.
@@ -80,6 +87,97 @@ pub struct AttemptRecord {
     /// RFC 3339, UTC.
     pub started_at: String,
     pub duration_s: f64,
+    #[serde(flatten)]
+    pub peaks: PeakRecord,
+}
+
+/// An attempt's memory peaks in summary.json; null where unknown.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct PeakRecord {
+    pub peak_rss_bytes: Option<u64>,
+    pub peak_pss_bytes: Option<u64>,
+    pub peak_swap_bytes: Option<u64>,
+    pub peak_gpu_bytes: Option<u64>,
+    /// The attempt cgroup's high-water mark, where it ran in one.
+    pub peak_cgroup_bytes: Option<u64>,
+}
+
+impl From<Peaks> for PeakRecord {
+    fn from(p: Peaks) -> Self {
+        PeakRecord {
+            peak_rss_bytes: p.rss_bytes,
+            peak_pss_bytes: p.pss_bytes,
+            peak_swap_bytes: p.swap_bytes,
+            peak_gpu_bytes: p.gpu_bytes,
+            peak_cgroup_bytes: p.cgroup_bytes,
+        }
+    }
+}
+
+impl PeakRecord {
+    /// The job's memory peak as the table shows it: the cgroup's (exact) where there was one,
+    /// else PSS, else RSS.
+    pub fn memory_bytes(&self) -> Option<u64> {
+        self.peak_cgroup_bytes
+            .or(self.peak_pss_bytes)
+            .or(self.peak_rss_bytes)
+    }
+}
+
+/// `; peak RSS 1.2 GiB, PSS 900.0 MiB, GPU 70.0 GiB` for the death line; empty when nothing is known.
+pub fn peaks_clause(peaks: &Peaks) -> String {
+    let parts: Vec<String> = [
+        ("RSS", peaks.rss_bytes),
+        ("PSS", peaks.pss_bytes),
+        ("swap", peaks.swap_bytes.filter(|s| *s > 0)),
+        ("cgroup", peaks.cgroup_bytes),
+        ("GPU", peaks.gpu_bytes),
+    ]
+    .into_iter()
+    .filter_map(|(name, v)| v.map(|v| format!("{name} {}", human_bytes(v))))
+    .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("; peak {}", parts.join(", "))
+    }
+}
+
+/// `samples.csv`: one row per tick of every attempt.
+pub struct SamplesCsv {
+    path: PathBuf,
+    out: io::BufWriter<File>,
+}
+
+/// The columns of samples.csv, in order. Later versions add columns at the end.
+pub const SAMPLE_COLUMNS: &str =
+    "unix_time,attempt,tree_rss_bytes,tree_pss_bytes,tree_swap_bytes,sys_available_bytes,gpu_used_bytes,cgroup_bytes";
+
+impl SamplesCsv {
+    /// Appends one row and flushes it, so the file is current while the job runs.
+    pub fn write(&mut self, s: &Sample) -> Result<(), RunDirError> {
+        let cell = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+        let rss = (s.tree.processes > 0).then_some(s.tree.rss_bytes);
+        let row = format!(
+            "{:.3},{},{},{},{},{},{},{}\n",
+            s.unix_time_s,
+            s.attempt,
+            cell(rss),
+            cell(s.tree.pss_bytes),
+            cell(s.tree.swap_bytes),
+            cell(s.system.map(|m| m.available_bytes)),
+            cell(s.gpu_bytes()),
+            cell(s.cgroup_bytes),
+        );
+        let written = self
+            .out
+            .write_all(row.as_bytes())
+            .and_then(|()| self.out.flush());
+        written.map_err(|source| RunDirError::Write {
+            path: self.path.clone(),
+            source,
+        })
+    }
 }
 
 /// The sizes of the last attempt.
@@ -133,10 +231,12 @@ pub enum RunDirError {
     Write { path: PathBuf, source: io::Error },
 }
 
-/// The run directory: `attempt-N.log` and `summary.json`.
+/// The run directory: `attempt-N.log`, `samples.csv` and `summary.json`.
 #[derive(Debug)]
 pub struct RunDir {
     path: PathBuf,
+    /// Whether we made the directory (and may remove it again).
+    created: bool,
 }
 
 impl RunDir {
@@ -150,6 +250,7 @@ impl RunDir {
         if path.join("summary.json").exists() {
             return Err(RunDirError::InUse { path });
         }
+        let created = !path.exists();
         std::fs::create_dir_all(&path).map_err(|source| RunDirError::Create {
             path: path.clone(),
             source,
@@ -157,7 +258,18 @@ impl RunDir {
         if !crate::child::is_writable_dir(&path) {
             return Err(RunDirError::NotWritable { path });
         }
-        Ok(RunDir { path })
+        Ok(RunDir { path, created })
+    }
+
+    /// Undoes `create` when the job could not even start: removes the files oomguard wrote,
+    /// and the directory if oomguard made it, so a failed start leaves nothing behind.
+    pub fn discard(self) {
+        for name in ["summary.json", "samples.csv", "attempt-1.log"] {
+            let _ = std::fs::remove_file(self.path.join(name));
+        }
+        if self.created {
+            let _ = std::fs::remove_dir(&self.path);
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -175,6 +287,22 @@ impl RunDir {
                 ))
             })
             .ok()
+    }
+
+    /// Creates samples.csv with its header row.
+    pub fn open_samples(&self) -> Result<SamplesCsv, RunDirError> {
+        let path = self.path.join("samples.csv");
+        let open = || -> io::Result<io::BufWriter<File>> {
+            let mut out = io::BufWriter::new(File::create(&path)?);
+            writeln!(out, "{SAMPLE_COLUMNS}")?;
+            out.flush()?;
+            Ok(out)
+        };
+        let out = open().map_err(|source| RunDirError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(SamplesCsv { path, out })
     }
 
     /// Writes summary.json atomically: a temporary file in the same directory, then rename.
@@ -241,8 +369,10 @@ fn or_dash<T: ToString>(v: Option<T>) -> String {
 
 /// The final table, one row per attempt.
 pub fn table(attempts: &[AttemptRecord]) -> Vec<String> {
-    let mut rows =
-        vec![["attempt", "batch", "accum", "cause", "exit", "duration"].map(String::from)];
+    let header = [
+        "attempt", "batch", "accum", "cause", "exit", "duration", "peak mem", "peak gpu",
+    ];
+    let mut rows = vec![header.map(String::from)];
     for a in attempts {
         let exit = match (a.exit_code, a.signal) {
             (Some(code), _) => code.to_string(),
@@ -256,9 +386,11 @@ pub fn table(attempts: &[AttemptRecord]) -> Vec<String> {
             a.cause.as_str().to_string(),
             exit,
             short_duration(Duration::from_secs_f64(a.duration_s)),
+            or_dash(a.peaks.memory_bytes().map(human_bytes)),
+            or_dash(a.peaks.peak_gpu_bytes.map(human_bytes)),
         ]);
     }
-    let widths: Vec<usize> = (0..6)
+    let widths: Vec<usize> = (0..rows[0].len())
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     rows.iter()
@@ -303,6 +435,10 @@ mod tests {
             signal,
             started_at: rfc3339(SystemTime::UNIX_EPOCH),
             duration_s: 12.34,
+            peaks: PeakRecord {
+                peak_pss_bytes: Some((attempt as u64 * 1536) << 20),
+                ..PeakRecord::default()
+            },
         }
     }
 
@@ -316,10 +452,10 @@ mod tests {
         assert_eq!(
             rows,
             [
-                "attempt  batch  accum  cause       exit      duration",
-                "      1     64      -  device_oom  1            12.3s",
-                "      2     32      -  oom_killed  signal 9     12.3s",
-                "      3     16      -  ok          0            12.3s",
+                "attempt  batch  accum  cause       exit      duration  peak mem  peak gpu",
+                "      1     64      -  device_oom  1            12.3s   1.5 GiB         -",
+                "      2     32      -  oom_killed  signal 9     12.3s   3.0 GiB         -",
+                "      3     16      -  ok          0            12.3s   4.5 GiB         -",
             ]
         );
     }

@@ -1,9 +1,12 @@
-//! Runs one attempt from spawn to the last reaped descendant: forwards signals to the job's
-//! process group, stops it on the user's SIGINT/SIGTERM (grace, then SIGKILL; a second SIGINT
-//! kills at once), reaps everything below us, cleans up processes the job left behind, and hands
-//! back a plain record of what happened. The tokio runtime lives here and nowhere else.
+//! Runs one attempt from spawn to the last reaped descendant: puts it in its own memory cgroup
+//! where it can, forwards signals to the job's process group, samples its memory every
+//! interval, stops it on the user's SIGINT/SIGTERM (grace, then SIGKILL; a second SIGINT kills at
+//! once) or when a soft memory bound holds for several samples, reaps everything below us,
+//! cleans up processes the job left behind, and hands back a plain record of what happened.
+//! The tokio runtime lives here and nowhere else.
 //!
-//! It does not classify, decide, or print: `classify`, `policy` and `report` do.
+//! It does not classify, decide or print: `classify`, `policy` and `report` do (samples and
+//! notices go to an [`Observer`] the caller provides).
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -13,23 +16,25 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::sys::signal::Signal;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
-use tokio::time::sleep_until;
+use tokio::time::{sleep_until, Instant as TokioInstant};
 
+use crate::cgroup::{self, JobCgroup, Parent};
 use crate::child::{self, Guard, Launch, SpawnError};
 use crate::classify::KernelEvidence;
 use crate::kernel::{self, Kmsg};
 use crate::mem::tree::ProcTree;
 use crate::outcome::Ending;
+use crate::sampler::{Peaks, Sample, Sampler};
 use crate::scan;
 use crate::stream::{self, Sinks, Target};
-
-/// How often the process tree is re-read while the job runs (to know its PIDs for kernel-log
-/// attribution) and reaping is retried in case a SIGCHLD was coalesced.
-const TICK: Duration = Duration::from_millis(500);
+use crate::watch::{self, BoundWatch, Bounds, Crossing, Trend};
 
 /// How long to wait for the job's pipes to close after every process of the tree is gone (a
 /// process outside our tree may hold a copy of them).
 const PIPE_DRAIN: Duration = Duration::from_secs(2);
+
+/// How often the GPU is asked whether the last attempt's processes are gone.
+const GPU_FREE_POLL: Duration = Duration::from_millis(200);
 
 /// Where kernel evidence is read from; fixtures in tests.
 #[derive(Debug, Clone)]
@@ -47,17 +52,63 @@ impl Default for KernelPaths {
     }
 }
 
+/// How attempts are supervised.
+pub struct Setup {
+    pub grace: Duration,
+    pub interval: Duration,
+    pub kernel_paths: KernelPaths,
+    /// Where attempt cgroups are made, and their limits; `None` to run without.
+    pub cgroup: Option<(Parent, cgroup::Limits)>,
+    pub bounds: Bounds,
+    pub trend_window: Duration,
+}
+
+/// Something the user should hear about while an attempt runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Notice {
+    /// Memory grows steadily and would reach `ceiling` in `eta`.
+    Growth {
+        bytes_per_s: f64,
+        eta: Duration,
+        ceiling: String,
+    },
+    /// A soft bound held for several samples: the job is being stopped gracefully.
+    MemoryStop(Crossing),
+    /// The attempt's cgroup could not be made; it runs without one.
+    NoCgroup(String),
+}
+
+/// Receives what an attempt produces while it runs.
+pub trait Observer {
+    fn sample(&mut self, sample: &Sample);
+    fn notice(&mut self, notice: &Notice);
+}
+
 /// What one attempt did, in plain data.
 #[derive(Debug)]
 pub struct AttemptEnd {
     pub ending: Ending,
-    /// The user's first stop signal (SIGINT or SIGTERM), if any.
-    pub user_stop: Option<Signal>,
+    /// The user's first stop request, if any.
+    pub user_stop: Option<UserStop>,
+    /// The soft bound that made oomguard stop the job, if any.
+    pub memory_stop: Option<Crossing>,
     pub tail: String,
     pub kernel: KernelEvidence,
     pub started_at: SystemTime,
     /// From spawn to the main process's death.
     pub duration: Duration,
+    pub peaks: Peaks,
+    /// Every PID seen in the job's tree.
+    pub pids: HashSet<u32>,
+}
+
+/// The user asked the job to stop (SIGINT or SIGTERM to oomguard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserStop {
+    pub signal: Signal,
+    /// The request came after the main process had already exited, while its leftovers were
+    /// being cleaned up: it does not change how the attempt ended.
+    pub after_exit: bool,
 }
 
 /// The signals oomguard listens to for the whole run.
@@ -101,15 +152,26 @@ impl Signals {
 /// Supervises the attempts of one run. Must be created inside the tokio runtime, on the thread
 /// that stays alive for the whole run (the children's parent-death signal is tied to it).
 pub struct Supervisor {
+    setup: Setup,
     signals: Signals,
     guard: Option<Guard>,
     tree: ProcTree,
-    grace: Duration,
-    kernel_paths: KernelPaths,
+    sampler: Sampler,
+}
+
+/// Where an attempt stands.
+enum Phase {
+    Running,
+    /// The main process was reaped; leftovers and pipes may still be draining.
+    Ended {
+        ending: Ending,
+        duration: Duration,
+        leftovers_stopped: bool,
+    },
 }
 
 impl Supervisor {
-    pub fn new(grace: Duration, kernel_paths: KernelPaths) -> std::io::Result<Supervisor> {
+    pub fn new(setup: Setup, sampler: Sampler) -> std::io::Result<Supervisor> {
         let signals = Signals::register()?;
         if let Err(e) = child::become_subreaper() {
             tracing::warn!("cannot become child subreaper, orphaned grandchildren may escape: {e}");
@@ -118,16 +180,16 @@ impl Supervisor {
             .map_err(|e| tracing::warn!("cannot start the guard process, a SIGKILLed oomguard may leave grandchildren: {e}"))
             .ok();
         Ok(Supervisor {
+            setup,
             signals,
             guard,
             tree: ProcTree::default(),
-            grace,
-            kernel_paths,
+            sampler,
         })
     }
 
-    /// Every live or zombie descendant of oomguard except the guard: the previous attempt's
-    /// leftovers when no attempt runs.
+    /// Every live or zombie descendant of oomguard except the guard: the job's whole tree,
+    /// including processes that left its process group.
     fn job_processes(&self) -> Vec<u32> {
         let guard = self.guard.as_ref().map(Guard::pid);
         self.tree
@@ -145,17 +207,50 @@ impl Supervisor {
         }
     }
 
-    /// Runs one attempt to its end. `log` receives a copy of the output.
+    /// Makes the attempt's cgroup. Without `--memory-max` a failure only costs exact
+    /// accounting, so the attempt runs without one; with it, the run cannot keep its promise.
+    fn make_cgroup(
+        &self,
+        attempt: u32,
+        observer: &mut dyn Observer,
+    ) -> Result<Option<JobCgroup>, SpawnError> {
+        let Some((parent, limits)) = &self.setup.cgroup else {
+            return Ok(None);
+        };
+        let name = format!("oomguard-{}-attempt-{attempt}", std::process::id());
+        match parent.create_child(&name, limits) {
+            Ok(cg) => Ok(Some(cg)),
+            Err(e) if limits.memory_max_bytes.is_some() => Err(SpawnError::Setup(e.to_string())),
+            Err(e) => {
+                observer.notice(&Notice::NoCgroup(e.to_string()));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Runs attempt number `attempt` to its end. `log` receives a copy of the output.
     pub async fn run_attempt(
         &mut self,
+        attempt: u32,
         launch: &Launch,
         log: Option<File>,
+        observer: &mut dyn Observer,
     ) -> Result<AttemptEnd, SpawnError> {
-        let vmstat_before = kernel::read_vmstat_oom_kill(&self.kernel_paths.vmstat);
-        let mut kmsg = Kmsg::open_at_end(&self.kernel_paths.kmsg);
+        let cgroup = self.make_cgroup(attempt, observer)?;
+        let procs_fd = match &cgroup {
+            Some(cg) => Some(cg.open_procs().map_err(|e| {
+                SpawnError::Setup(format!(
+                    "cannot open {}/cgroup.procs: {e}",
+                    cg.dir().display()
+                ))
+            })?),
+            None => None,
+        };
+        let vmstat_before = kernel::read_vmstat_oom_kill(&self.setup.kernel_paths.vmstat);
+        let mut kmsg = Kmsg::open_at_end(&self.setup.kernel_paths.kmsg);
         let started_at = SystemTime::now();
         let started = Instant::now();
-        let spawned = child::spawn(launch)?;
+        let spawned = child::spawn(launch, procs_fd)?;
         let pgid = spawned.pid;
         if let Some(guard) = self.guard.as_mut() {
             guard.watch(Some(pgid));
@@ -163,32 +258,39 @@ impl Supervisor {
         let sinks = Sinks::new(log);
         let (closed_tx, mut closed_rx) = mpsc::unbounded_channel::<()>();
         let mut open_pipes = 0;
-        for (pipe, target) in [
-            (
-                Box::new(spawned.stdout) as Box<dyn std::io::Read + Send>,
-                Target::Stdout,
-            ),
+        let pipes: [(Box<dyn std::io::Read + Send>, Target); 2] = [
+            (Box::new(spawned.stdout), Target::Stdout),
             (Box::new(spawned.stderr), Target::Stderr),
-        ] {
+        ];
+        for (pipe, target) in pipes {
             let tx = closed_tx.clone();
-            match stream::spawn_copier(pipe, target, sinks.clone(), move || {
+            let done = move || {
                 // The supervisor may have stopped listening; nothing to tell then.
                 let _ = tx.send(());
-            }) {
+            };
+            match stream::spawn_copier(pipe, target, sinks.clone(), done) {
                 Ok(_) => open_pipes += 1,
                 Err(e) => tracing::error!("cannot forward the job's {target:?}: {e}"),
             }
         }
         drop(closed_tx);
 
+        self.sampler.reset();
         let mut known: HashSet<u32> = HashSet::from([pgid]);
         let mut phase = Phase::Running;
-        let mut user_stop: Option<Signal> = None;
-        let mut kill_at: Option<tokio::time::Instant> = None;
-        let mut drain_until: Option<tokio::time::Instant> = None;
-        let mut ticker = tokio::time::interval(TICK);
+        let mut user_stop: Option<UserStop> = None;
+        let mut memory_stop: Option<Crossing> = None;
+        let mut kill_at: Option<TokioInstant> = None;
+        let mut drain_until: Option<TokioInstant> = None;
+        let mut bounds = BoundWatch::new(self.setup.bounds);
+        let mut trend = Trend::new(self.setup.trend_window);
+        let mut growth_warned = false;
+        let mut peaks = Peaks::default();
+        let mut ticker = tokio::time::interval(self.setup.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let far = tokio::time::Instant::now() + Duration::from_secs(86400);
+            let far = TokioInstant::now() + Duration::from_secs(86400);
+            let mut tick = false;
             tokio::select! {
                 sig = self.signals.next() => match sig {
                     Signal::SIGCHLD => {}
@@ -199,8 +301,9 @@ impl Supervisor {
                     Signal::SIGINT | Signal::SIGTERM => {
                         child::signal_group(pgid, sig);
                         if user_stop.is_none() {
-                            user_stop = Some(sig);
-                            kill_at = Some(tokio::time::Instant::now() + self.grace);
+                            let after_exit = matches!(phase, Phase::Ended { .. });
+                            user_stop = Some(UserStop { signal: sig, after_exit });
+                            kill_at.get_or_insert(TokioInstant::now() + self.setup.grace);
                         }
                     }
                     other => {
@@ -208,10 +311,13 @@ impl Supervisor {
                     }
                 },
                 Some(()) = closed_rx.recv(), if open_pipes > 0 => open_pipes -= 1,
-                _ = ticker.tick() => {}
+                _ = ticker.tick() => tick = true,
                 _ = sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() => {
                     tracing::info!("grace period over: killing the job's processes");
                     self.signal_all(pgid, Signal::SIGKILL);
+                    if let Some(cg) = &cgroup {
+                        let _ = cg.kill_all();
+                    }
                     kill_at = None;
                 }
                 _ = sleep_until(drain_until.unwrap_or(far)), if drain_until.is_some() => {
@@ -221,6 +327,28 @@ impl Supervisor {
             }
             let alive = self.job_processes();
             known.extend(alive.iter().copied());
+            if tick && matches!(phase, Phase::Running) {
+                let sample = self.sampler.sample(attempt, &alive, cgroup.as_ref());
+                peaks.update(&sample);
+                observer.sample(&sample);
+                if memory_stop.is_none() && user_stop.is_none() {
+                    if let Some(crossing) = bounds.observe(&sample.reading()) {
+                        observer.notice(&Notice::MemoryStop(crossing.clone()));
+                        child::signal_group(pgid, Signal::SIGTERM);
+                        kill_at.get_or_insert(TokioInstant::now() + self.setup.grace);
+                        memory_stop = Some(crossing);
+                    }
+                }
+                if let (false, Some(job_bytes)) = (growth_warned, sample.job_bytes()) {
+                    trend.push(started.elapsed(), job_bytes);
+                    if let Some(notice) =
+                        self.growth_notice(&trend, job_bytes, &sample, cgroup.as_ref())
+                    {
+                        observer.notice(&notice);
+                        growth_warned = true;
+                    }
+                }
+            }
             let reaped = child::reap_ready();
             for &(pid, ending) in &reaped {
                 known.insert(pid);
@@ -250,13 +378,13 @@ impl Supervisor {
                     leftovers.len()
                 );
                 self.signal_all(pgid, Signal::SIGTERM);
-                kill_at.get_or_insert(tokio::time::Instant::now() + self.grace);
+                kill_at.get_or_insert(TokioInstant::now() + self.setup.grace);
             }
             if leftovers.is_empty() {
                 if open_pipes == 0 {
                     break;
                 }
-                drain_until.get_or_insert(tokio::time::Instant::now() + PIPE_DRAIN);
+                drain_until.get_or_insert(TokioInstant::now() + PIPE_DRAIN);
             }
         }
         if let Some(guard) = self.guard.as_mut() {
@@ -268,9 +396,11 @@ impl Supervisor {
         else {
             unreachable!("the loop ends only after the main process is reaped")
         };
-        let kernel = KernelEvidence {
+        let mut kernel = KernelEvidence {
             vmstat_oom_kill_delta: vmstat_before
-                .zip(kernel::read_vmstat_oom_kill(&self.kernel_paths.vmstat))
+                .zip(kernel::read_vmstat_oom_kill(
+                    &self.setup.kernel_paths.vmstat,
+                ))
                 .map(|(before, after)| after.saturating_sub(before)),
             victim_lines: kmsg
                 .as_mut()
@@ -283,19 +413,90 @@ impl Supervisor {
                 .collect(),
             cgroup_oom_kills: None,
         };
+        if let Some(cg) = cgroup {
+            // A fresh cgroup per attempt: its counter is this attempt's alone.
+            kernel.cgroup_oom_kills = cg.oom_kills();
+            peaks.fold_cgroup_peak(cg.peak_bytes());
+            if let Err(e) = cg.remove() {
+                tracing::warn!("{e}");
+            }
+        }
         Ok(AttemptEnd {
             ending,
             user_stop,
+            memory_stop,
             tail: sinks.tail_text(),
             kernel,
             started_at,
             duration,
+            peaks,
+            pids: known,
         })
+    }
+
+    /// A growth notice when memory rises steadily toward the nearest ceiling within the hour:
+    /// `--max-rss`, the cgroup's limit, or what the machine still has available.
+    fn growth_notice(
+        &self,
+        trend: &Trend,
+        job_bytes: u64,
+        sample: &Sample,
+        cgroup: Option<&JobCgroup>,
+    ) -> Option<Notice> {
+        let growth = trend.growth()?;
+        let mut ceilings: Vec<(u64, String)> = Vec::new();
+        if let Some(max) = self.setup.bounds.max_rss_bytes {
+            ceilings.push((max, format!("--max-rss {}", crate::units::human_bytes(max))));
+        }
+        if let Some(limit) = cgroup.and_then(JobCgroup::limit_bytes) {
+            ceilings.push((
+                limit,
+                format!("the memory limit {}", crate::units::human_bytes(limit)),
+            ));
+        }
+        if let Some(sys) = sample.system {
+            ceilings.push((
+                job_bytes + sys.available_bytes,
+                "the machine's memory".to_string(),
+            ));
+        }
+        let (ceiling_bytes, ceiling) = ceilings.into_iter().min_by_key(|(bytes, _)| *bytes)?;
+        let eta = watch::time_to_reach(job_bytes, ceiling_bytes, growth)?;
+        (eta < Duration::from_secs(3600)).then_some(Notice::Growth {
+            bytes_per_s: growth.bytes_per_s,
+            eta,
+            ceiling,
+        })
+    }
+
+    /// Waits until the GPU driver no longer lists any of `pids` (the last attempt's), at most
+    /// `timeout`. Returns the PIDs still listed when it gave up (empty: free), or `None` when
+    /// there is no GPU to ask. A user's SIGINT/SIGTERM ends the wait early.
+    pub async fn wait_gpu_free(
+        &mut self,
+        pids: &HashSet<u32>,
+        timeout: Duration,
+    ) -> Option<Vec<u32>> {
+        let deadline = TokioInstant::now() + timeout;
+        loop {
+            let holders = self.sampler.gpu_holders(pids)?;
+            if holders.is_empty() || TokioInstant::now() >= deadline {
+                return Some(holders);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(GPU_FREE_POLL) => {}
+                sig = self.signals.next() => {
+                    if matches!(sig, Signal::SIGINT | Signal::SIGTERM) {
+                        return Some(holders);
+                    }
+                }
+            }
+        }
     }
 
     /// Waits `delay` before a relaunch; returns the user's stop signal if one came first.
     pub async fn pause(&mut self, delay: Duration) -> Option<Signal> {
-        let until = tokio::time::Instant::now() + delay;
+        let until = TokioInstant::now() + delay;
         loop {
             tokio::select! {
                 _ = sleep_until(until) => return None,
@@ -315,15 +516,4 @@ impl Supervisor {
             guard.release();
         }
     }
-}
-
-/// Where an attempt stands.
-enum Phase {
-    Running,
-    /// The main process was reaped; leftovers and pipes may still be draining.
-    Ended {
-        ending: Ending,
-        duration: Duration,
-        leftovers_stopped: bool,
-    },
 }

@@ -116,10 +116,8 @@ fn processes_of_run(run_dir: &Path) -> Vec<u32> {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-                env.split(|&b| b == 0)
-                    .any(|var| var == needle.as_bytes())
-            })
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
         })
         .filter(|&pid| util::alive(pid))
         .collect()
@@ -128,7 +126,6 @@ fn processes_of_run(run_dir: &Path) -> Vec<u32> {
 /// Kills, when dropped, every process registered with it that still exists (and, for a group,
 /// the whole group while its leader exists) and every process of the run, so a failing test
 /// leaks nothing.
-#[derive(Default)]
 struct Cleanup {
     procs: Vec<Proc>,
     groups: Vec<Proc>,
@@ -238,8 +235,9 @@ impl Running {
             stderr,
             stderr_thread: Some(stderr_thread),
             cleanup: Cleanup {
+                procs: Vec::new(),
+                groups: Vec::new(),
                 run_dir: Some(sb.run_dir()),
-                ..Cleanup::default()
             },
         }
     }
@@ -716,6 +714,25 @@ fn assert_all_gone(pids: &[u32], timeout: Duration, when: &str) {
     }
 }
 
+/// Waits up to `timeout` until no process of the run (found by its environment, so also those
+/// the fixture did not record) is alive but those in `except`.
+fn assert_run_gone(sb: &Sandbox, except: &[u32], timeout: Duration, when: &str) {
+    let run_dir = sb.run_dir();
+    let rest = || -> Vec<u32> {
+        processes_of_run(&run_dir)
+            .into_iter()
+            .filter(|p| !except.contains(p))
+            .collect()
+    };
+    if !util::wait_until(timeout, || rest().is_empty()) {
+        let survivors: Vec<String> = rest()
+            .into_iter()
+            .map(|p| format!("{p} ({})", cmdline(p)))
+            .collect();
+        panic!("{when}: processes of the run outlived oomguard: {survivors:?}");
+    }
+}
+
 #[test]
 fn no_orphans_after_success() {
     let sb = Sandbox::new();
@@ -728,6 +745,7 @@ fn no_orphans_after_success() {
     assert_eq!(single_attempt(&summary)["cause"], "ok", "{summary:#}");
     // oomguard reaps every descendant; a short poll allows for a zombie handed to init.
     assert_all_gone(&tree.all(), Duration::from_secs(5), "after success");
+    assert_run_gone(&sb, &[], Duration::from_secs(5), "after success");
 }
 
 #[test]
@@ -747,6 +765,7 @@ fn no_orphans_after_user_stop() {
     );
     // The setsid'd sleep is outside the job's group, but still a descendant: stopped too.
     assert_all_gone(&tree.all(), Duration::from_secs(5), "after a user stop");
+    assert_run_gone(&sb, &[], Duration::from_secs(5), "after a user stop");
 }
 
 #[test]
@@ -770,6 +789,12 @@ fn no_orphans_in_the_group_after_oomguard_is_sigkilled() {
     // SIGKILLed nothing can reach it, so it is not asserted here (Cleanup kills it).
     assert_all_gone(
         &tree.in_group(),
+        Duration::from_secs(10),
+        "after oomguard was SIGKILLed",
+    );
+    assert_run_gone(
+        &sb,
+        &[tree.setsid_sleep],
         Duration::from_secs(10),
         "after oomguard was SIGKILLed",
     );

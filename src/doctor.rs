@@ -1,0 +1,164 @@
+//! `oomguard doctor`: what this machine allows and what oomguard will use — cgroup version and
+//! whether attempt cgroups can really be made, the kernel log, /proc/vmstat, memory pressure
+//! (PSI), NVML and its devices — and the per-tick sampling cost measured on the spot.
+//!
+//! It only looks; it changes nothing (the probe cgroup it makes is removed at once).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::cgroup::{self, Parent, Version};
+use crate::gpu;
+use crate::kernel::{self, Kmsg};
+use crate::mem::process::ProcReader;
+use crate::mem::system::{self, SystemReader};
+use crate::mem::tree::ProcTree;
+use crate::mem::tree_mem::read_tree;
+use crate::report::Reporter;
+
+/// One finding: what was checked, and what it means for a run.
+pub struct Check {
+    pub what: &'static str,
+    pub finding: String,
+}
+
+/// Runs every check and prints them; always exits 0 (a missing feature is information).
+pub fn run(report: Reporter) -> i32 {
+    let checks = checks();
+    let width = checks.iter().map(|c| c.what.len()).max().unwrap_or(0);
+    for c in &checks {
+        let mut lines = c.finding.lines();
+        report.out(&format!("{:<width$}  {}", c.what, lines.next().unwrap_or("")));
+        for more in lines {
+            report.out(&format!("{:<width$}  {more}", ""));
+        }
+    }
+    0
+}
+
+/// Every check, in the order printed.
+pub fn checks() -> Vec<Check> {
+    let mut out = vec![Check {
+        what: "machine",
+        finding: system::machine_summary(),
+    }];
+    out.push(Check {
+        what: "memory cgroup",
+        finding: cgroup_finding(),
+    });
+    let kmsg = match Kmsg::open_at_end(Path::new("/dev/kmsg")) {
+        Some(_) => "readable: kernel OOM kills are attributed to the job's PIDs".to_string(),
+        None => "not readable (needs root or kernel.dmesg_restrict=0): without a cgroup, a SIGKILL is reported as `killed`".to_string(),
+    };
+    out.push(Check {
+        what: "kernel log",
+        finding: kmsg,
+    });
+    let vmstat = match kernel::read_vmstat_oom_kill(Path::new("/proc/vmstat")) {
+        Some(n) => format!("oom_kill counter readable ({n} kills since boot)"),
+        None => "no oom_kill counter (kernel < 4.13)".to_string(),
+    };
+    out.push(Check {
+        what: "/proc/vmstat",
+        finding: vmstat,
+    });
+    let psi = if SystemReader::default().psi_available() {
+        "present: memory pressure is sampled"
+    } else {
+        "absent (kernel without CONFIG_PSI or psi=0): no pressure numbers"
+    };
+    out.push(Check {
+        what: "PSI",
+        finding: psi.to_string(),
+    });
+    let (mut probe, off) = gpu::open();
+    let gpu = match off {
+        Some(reason) => reason,
+        None => probe.describe(),
+    };
+    out.push(Check {
+        what: "GPU",
+        finding: gpu,
+    });
+    out.push(Check {
+        what: "sampling cost",
+        finding: sampling_cost(probe.as_mut()),
+    });
+    out
+}
+
+fn cgroup_finding() -> String {
+    let parent = match Parent::detect_current() {
+        Ok(parent) => parent,
+        Err(why) => {
+            return format!("unavailable: {why}; --memory-max will refuse to start, all else works")
+        }
+    };
+    let version = match parent.version {
+        Version::V1 => "v1",
+        Version::V2 => "v2",
+    };
+    let name = format!("oomguard-doctor-{}", std::process::id());
+    match parent.create_child(&name, &cgroup::Limits::default()) {
+        Ok(probe) => {
+            let removed = probe.remove().is_ok();
+            format!(
+                "{version} at {}: attempt cgroups can be made{}; --memory-max works",
+                parent.dir.display(),
+                if removed {
+                    ""
+                } else {
+                    " (the probe could not be removed)"
+                }
+            )
+        }
+        Err(e) => format!(
+            "{version} at {}, but a child cannot be made: {e}",
+            parent.dir.display()
+        ),
+    }
+}
+
+/// The cost of one tick on a 1-process tree (oomguard itself), with and without PSS, and of a
+/// GPU snapshot; the same numbers grow linearly with the job's processes.
+fn sampling_cost(gpu: &mut dyn gpu::GpuProbe) -> String {
+    const ROUNDS: u32 = 50;
+    let procs = ProcReader::default();
+    let tree = ProcTree::default();
+    let me = std::process::id();
+    let time = |f: &mut dyn FnMut()| -> Duration {
+        let start = Instant::now();
+        for _ in 0..ROUNDS {
+            f();
+        }
+        start.elapsed() / ROUNDS
+    };
+    let walk = time(&mut || {
+        std::hint::black_box(tree.descendants(me));
+    });
+    let cheap = time(&mut || {
+        std::hint::black_box(read_tree(&procs, &[me], false));
+    });
+    let pss = time(&mut || {
+        std::hint::black_box(read_tree(&procs, &[me], true));
+    });
+    let system = time(&mut || {
+        std::hint::black_box(SystemReader::default().read());
+    });
+    let gpu_cost = time(&mut || {
+        let _ = std::hint::black_box(gpu.snapshot());
+    });
+    format!(
+        "per tick for a 1-process tree: walk {} + memory {} (+{} with PSS) + system {} + GPU {}; \
+         memory and PSS grow with each process of the job",
+        micros(walk),
+        micros(cheap),
+        micros(pss.saturating_sub(cheap)),
+        micros(system),
+        micros(gpu_cost)
+    )
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}

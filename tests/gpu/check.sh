@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# The real-GPU check of oomguard, run by hand or on a GPU machine (not by `cargo test`).
+#
+# It runs a PyTorch job that allocates batch_size × (GPU memory / 16) bytes: batch 32 needs
+# twice the card and dies of a real torch.OutOfMemoryError, batch 16 needs all of it and dies
+# too, batch 8 fits. oomguard must relaunch it (32 → 16 → 8, accumulation 1 → 2 → 4), end with
+# `succeeded`, and record through NVML a GPU peak for the attempt that succeeded.
+#
+# Needs: an NVIDIA GPU, its driver (nvidia-smi), python3 with a CUDA build of torch, cargo.
+# Run from anywhere: tests/gpu/check.sh. Exit status: 0 PASS, 1 FAIL, 2 cannot run here.
+# Keeps its temporary directory when it fails, and says where.
+
+set -uo pipefail
+
+cd "$(dirname "$0")/../.." || exit 2
+
+say() { printf 'check.sh: %s\n' "$*" >&2; }
+cannot_run() {
+    say "cannot run here: $*"
+    exit 2
+}
+
+# (1) What the check needs.
+command -v nvidia-smi >/dev/null 2>&1 ||
+    cannot_run "nvidia-smi not found: this check needs an NVIDIA GPU and its driver"
+nvidia-smi -L >/dev/null 2>&1 ||
+    cannot_run "nvidia-smi fails: $(nvidia-smi -L 2>&1 | head -n 1)"
+command -v python3 >/dev/null 2>&1 || cannot_run "python3 not found"
+python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1 ||
+    cannot_run "python3 cannot use CUDA through torch (python3 -c 'import torch; assert torch.cuda.is_available()' fails)"
+command -v cargo >/dev/null 2>&1 || cannot_run "cargo not found"
+
+say "GPUs:"
+nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader >&2
+
+# A busy GPU would make batch 8 (half the card) fail for reasons of its own.
+busy=$(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -i 0 |
+    awk -F', *' '{ if ($1 > $2 / 10) print $1 " MiB of " $2 " MiB" }')
+[ -z "$busy" ] || say "warning: GPU 0 already has $busy in use; batch 8 may not fit"
+
+# (2) Build.
+cargo build --release || { say "FAIL: cargo build --release failed"; exit 1; }
+bin=target/release/oomguard
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/oomguard-gpu-check.XXXXXX") || exit 2
+cleanup() { [ "${keep:-0}" = 1 ] || rm -rf "$tmp"; }
+trap cleanup EXIT
+
+# (3) The job.
+cat >"$tmp/oom_job.py" <<'PY'
+"""Allocates batch_size x (GPU memory / 16) bytes on cuda:0, holds it ~3 s doing matmuls."""
+import argparse
+import time
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch_size", type=int, required=True)
+parser.add_argument("--gradient_accumulation_steps", type=int, default=1)
+args = parser.parse_args()
+
+total = torch.cuda.get_device_properties(0).total_memory
+nbytes = args.batch_size * (total // 16)
+print(
+    f"batch {args.batch_size} x accum {args.gradient_accumulation_steps}: "
+    f"allocating {nbytes} bytes ({nbytes / 2**30:.1f} GiB of {total / 2**30:.1f} GiB)",
+    flush=True,
+)
+held = torch.empty(nbytes, dtype=torch.uint8, device="cuda")  # dies here when too big
+held.fill_(1)
+m = torch.randn(1024, 1024, device="cuda")
+deadline = time.time() + 3
+while time.time() < deadline:
+    m = torch.tanh(m @ m)
+    torch.cuda.synchronize()
+print(f"done, held {held.numel()} bytes", flush=True)
+PY
+
+# (4) oomguard.
+run_dir="$tmp/run"
+say "running oomguard (expect 3 attempts, about 15 s)"
+"$bin" run --run-dir "$run_dir" --backoff 1s --interval 200ms -- \
+    python3 "$tmp/oom_job.py" --batch_size 32 --gradient_accumulation_steps 1 \
+    >"$tmp/oomguard.stdout" 2>"$tmp/oomguard.stderr"
+status=$?
+say "oomguard exited with status $status; its stderr:"
+sed 's/^/    /' "$tmp/oomguard.stderr" >&2
+say "its stdout:"
+sed 's/^/    /' "$tmp/oomguard.stdout" >&2
+
+# (5) summary.json.
+say "summary.json:"
+python3 - "$run_dir" "$status" <<'PY'
+import json
+import os
+import re
+import sys
+
+run_dir, status = sys.argv[1], int(sys.argv[2])
+problems = []
+try:
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+except (OSError, ValueError) as e:
+    print(f"check.sh: FAIL: cannot read summary.json: {e}", file=sys.stderr)
+    sys.exit(1)
+print(json.dumps(summary, indent=2), file=sys.stderr)
+
+attempts = summary.get("attempts") or []
+if status != 0:
+    problems.append(f"oomguard exited with status {status}, expected 0")
+if not attempts:
+    problems.append("no attempts recorded")
+else:
+    first, last = attempts[0], attempts[-1]
+    if first.get("cause") != "device_oom":
+        problems.append(f"first attempt's cause is {first.get('cause')!r}, expected 'device_oom'")
+    if last.get("cause") != "ok":
+        problems.append(f"last attempt's cause is {last.get('cause')!r}, expected 'ok'")
+    for a in attempts:
+        batch, accum = a.get("batch_size"), a.get("accum")
+        if batch is None or accum is None or batch * accum != 32:
+            problems.append(
+                f"attempt {a.get('attempt')}: batch {batch} x accum {accum} != 32 x 1"
+            )
+    peak = last.get("peak_gpu_bytes")
+    if not isinstance(peak, int) or peak <= 0:
+        problems.append(f"successful attempt's peak_gpu_bytes is {peak!r}, expected > 0")
+    else:
+        # What the job allocated, from its own log line (a warning only: the peak is sampled).
+        allocated = None
+        try:
+            with open(os.path.join(run_dir, f"attempt-{last.get('attempt')}.log")) as f:
+                m = re.search(r"allocating (\d+) bytes", f.read())
+                allocated = int(m.group(1)) if m else None
+        except OSError:
+            pass
+        print(
+            f"check.sh: successful attempt: peak_gpu_bytes {peak} ({peak / 2**30:.2f} GiB)"
+            + (f", job allocated {allocated} ({allocated / 2**30:.2f} GiB)" if allocated else ""),
+            file=sys.stderr,
+        )
+        if allocated and peak < allocated:
+            print(
+                "check.sh: warning: the peak is below what the job allocated "
+                "(sampling missed the hold, or the peak counts something else)",
+                file=sys.stderr,
+            )
+if summary.get("outcome") != "succeeded":
+    problems.append(f"outcome is {summary.get('outcome')!r}, expected 'succeeded'")
+
+for p in problems:
+    print(f"check.sh: problem: {p}", file=sys.stderr)
+sys.exit(1 if problems else 0)
+PY
+verdict=$?
+
+# Waiting for the GPU to be freed between attempts: oomguard's own lines start with "oomguard: ";
+# the job's output also mentions free GPU memory (torch's OOM message), so it is excluded.
+if grep -E '^oomguard: ' "$tmp/oomguard.stderr" | grep 'GPU' | grep -qi 'free'; then
+    say "GPU-free wait line: appeared:"
+    grep -E '^oomguard: ' "$tmp/oomguard.stderr" | grep 'GPU' | grep -i 'free' | sed 's/^/    /' >&2
+else
+    say "warning: no oomguard line about waiting for the GPU to be free appeared"
+fi
+
+if [ "$verdict" = 0 ]; then
+    say "PASS"
+    exit 0
+fi
+keep=1
+say "FAIL (files kept in $tmp)"
+exit 1
