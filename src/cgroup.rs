@@ -22,6 +22,11 @@ use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::{access, AccessFlags, Pid};
 
+/// A testing hook: when set, [`Parent::detect_current`] looks for the cgroup mount there instead
+/// of /sys/fs/cgroup, so tests of the real binary can play a machine without writable cgroups
+/// (an empty directory) or with a fake v2 tree. Not meant for users.
+pub const CGROUP_ROOT_ENV: &str = "OOMGUARD_CGROUP_ROOT";
+
 /// The leaf that oomguard moves itself into on cgroup v2 when its own cgroup holds processes
 /// (the "no internal processes" rule), so the memory controller can be enabled for siblings.
 pub const SUPERVISOR_LEAF: &str = "oomguard-supervisor";
@@ -194,7 +199,10 @@ impl Parent {
             path: path.to_path_buf(),
             source,
         })?;
-        Parent::detect(Path::new("/sys/fs/cgroup"), &text)
+        let root = std::env::var_os(CGROUP_ROOT_ENV)
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| PathBuf::from("/sys/fs/cgroup"), PathBuf::from);
+        Parent::detect(&root, &text)
     }
 
     /// Makes `<dir>/<name>` and applies `limits`. v1: `memory.limit_in_bytes`, and for swap

@@ -28,7 +28,11 @@ pub fn run(report: Reporter) -> i32 {
     let width = checks.iter().map(|c| c.what.len()).max().unwrap_or(0);
     for c in &checks {
         let mut lines = c.finding.lines();
-        report.out(&format!("{:<width$}  {}", c.what, lines.next().unwrap_or("")));
+        report.out(&format!(
+            "{:<width$}  {}",
+            c.what,
+            lines.next().unwrap_or("")
+        ));
         for more in lines {
             report.out(&format!("{:<width$}  {more}", ""));
         }

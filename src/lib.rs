@@ -186,7 +186,7 @@ fn cgroup_setup(plan: CgroupPlan) -> Result<Option<(cgroup::Parent, cgroup::Limi
     match cgroup::Parent::detect_current() {
         Ok(parent) => Ok(Some((parent, limits))),
         Err(why) if limits.memory_max_bytes.is_some() => Err(Error::Cgroup(format!(
-            "--memory-max needs a memory cgroup: {why}"
+            "--memory-max needs a memory cgroup: {why}; or drop --memory-max and use --max-rss, which needs none"
         ))),
         Err(why) => {
             tracing::info!("attempts run without a memory cgroup: {why}");

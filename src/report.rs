@@ -55,7 +55,8 @@ fn print_line(line: &str) {
         .write_all(format!("oomguard: {line}\n").as_bytes());
 }
 
-/// Sets up `tracing` for `-v` (or `RUST_LOG`); quiet by default except warnings.
+/// Sets up `tracing` for `-v` (or `RUST_LOG`); by default only warnings and errors, printed
+/// like every other oomguard line (`oomguard: warning: ...`).
 pub fn init_tracing(verbose: u8, quiet: bool) {
     let default = match (quiet, verbose) {
         (true, _) => "error",
@@ -68,9 +69,35 @@ pub fn init_tracing(verbose: u8, quiet: bool) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(io::stderr)
-        .with_target(false)
-        .without_time()
+        .event_format(OomguardFormat)
         .try_init();
+}
+
+/// `oomguard: warning: message`: tracing events look like the rest of oomguard's lines.
+struct OomguardFormat;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for OomguardFormat
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let level = match *event.metadata().level() {
+            tracing::Level::ERROR => "error",
+            tracing::Level::WARN => "warning",
+            tracing::Level::INFO => "info",
+            tracing::Level::DEBUG => "debug",
+            tracing::Level::TRACE => "trace",
+        };
+        write!(writer, "oomguard: {level}: ")?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
 }
 
 /// One attempt as summary.json records it.

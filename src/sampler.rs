@@ -5,9 +5,12 @@
 //!
 //! PSS is the costly number (smaps_rollup walks every mapping: ~0.15 ms for a small process,
 //! ~14 ms for a 4 GiB one), so it is read on every tick only while a full PSS pass costs under
-//! 5% of the interval; otherwise every Nth tick, with N chosen from the measured cost, and the
-//! ticks between scale the last PSS by the tree's RSS change. Deciding what a sample means is
-//! `watch`'s job; writing it down is `report`'s.
+//! 5% of the interval; otherwise every Nth tick, with N chosen from the measured cost (at least
+//! every 60 ticks). It is read at once, whatever the schedule, when the tree gains or loses a
+//! process (a fork shares pages, which only PSS sees) or its RSS moved by more than 10% since the
+//! last read. Between reads, the soft bounds use the last PSS plus the RSS growth since (exact
+//! for private pages, which is what grows without a fork); the timeline shows PSS only on ticks
+//! that read it. Deciding what a sample means is `watch`'s job; writing it down is `report`'s.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime};
@@ -29,9 +32,10 @@ const PSS_MAX_EVERY: u32 = 60;
 pub struct Sample {
     pub unix_time_s: f64,
     pub attempt: u32,
+    /// `tree.pss_bytes` is `Some` only on ticks that read PSS.
     pub tree: TreeMem,
-    /// Whether `tree.pss_bytes` was read this tick (else estimated from the last read).
-    pub pss_measured: bool,
+    /// The tree's PSS as read this tick, or estimated from the last read.
+    pub pss_estimate_bytes: Option<u64>,
     pub system: Option<SystemMem>,
     pub gpu: Option<JobGpu>,
     pub cgroup_bytes: Option<u64>,
@@ -76,10 +80,9 @@ impl Peaks {
         // A process's VmHWM is a floor for the tree's peak RSS: it catches spikes between ticks.
         let rss = (s.tree.processes > 0)
             .then_some(s.tree.rss_bytes.max(s.tree.max_hwm_bytes.unwrap_or(0)));
-        let pss = s.tree.pss_bytes.filter(|_| s.pss_measured);
         for (peak, value) in [
             (&mut self.rss_bytes, rss),
-            (&mut self.pss_bytes, pss),
+            (&mut self.pss_bytes, s.tree.pss_bytes),
             (&mut self.swap_bytes, s.tree.swap_bytes),
             (&mut self.gpu_bytes, s.gpu_bytes()),
             (&mut self.cgroup_bytes, s.cgroup_bytes),
@@ -100,18 +103,45 @@ fn raise(peak: &mut Option<u64>, value: Option<u64>) {
     }
 }
 
-/// When to read PSS: every `every` ticks, adapted to its measured cost.
+/// When to read PSS: every `every` ticks, adapted to its measured cost, and at once when the
+/// tree changed.
 #[derive(Debug, Clone)]
 struct PssSchedule {
     every: u32,
     countdown: u32,
-    /// The last measured tree PSS and the tree RSS at that moment.
-    last: Option<(u64, u64)>,
+    /// What the last read saw: the tree's PSS, its RSS, and its PIDs.
+    last: Option<LastPss>,
 }
 
+#[derive(Debug, Clone, PartialEq)]
+struct LastPss {
+    pss_bytes: u64,
+    rss_bytes: u64,
+    pids: Vec<u32>,
+}
+
+/// RSS moving by more than this fraction since the last PSS read forces a new read.
+const PSS_RSS_DRIFT: f64 = 0.10;
+
 impl PssSchedule {
-    fn due(&mut self) -> bool {
-        if self.countdown == 0 {
+    fn new() -> Self {
+        PssSchedule {
+            every: 1,
+            countdown: 0,
+            last: None,
+        }
+    }
+
+    /// Whether this tick reads PSS, given the tree's PIDs (sorted) and RSS.
+    fn due(&mut self, pids: &[u32], rss_bytes: u64) -> bool {
+        let changed = match &self.last {
+            None => true,
+            Some(last) => {
+                let drift = (rss_bytes as f64 - last.rss_bytes as f64).abs();
+                last.pids != pids || drift > PSS_RSS_DRIFT * last.rss_bytes as f64
+            }
+        };
+        if changed || self.countdown == 0 {
             self.countdown = self.every.saturating_sub(1);
             true
         } else {
@@ -126,16 +156,12 @@ impl PssSchedule {
         self.every = ((cost.as_secs_f64() / budget).ceil() as u32).clamp(1, PSS_MAX_EVERY);
         self.countdown = self.every - 1;
     }
-}
 
-/// Scales a PSS measured at `rss_then` to the tree's RSS now: the shared fraction of a tree
-/// changes slowly, its size can change fast.
-fn estimate_pss(last: (u64, u64), rss_now: u64) -> u64 {
-    let (pss, rss_then) = last;
-    if rss_then == 0 {
-        return pss;
+    /// The tree's PSS between reads: the last one plus the RSS grown since.
+    fn estimate(&self, rss_bytes: u64) -> Option<u64> {
+        let last = self.last.as_ref()?;
+        Some((last.pss_bytes + rss_bytes).saturating_sub(last.rss_bytes))
     }
-    (pss as f64 * rss_now as f64 / rss_then as f64) as u64
 }
 
 /// Takes samples for one run (the GPU probe and the PSS schedule live across attempts).
@@ -143,8 +169,9 @@ pub struct Sampler {
     procs: ProcReader,
     system: SystemReader,
     gpu: Box<dyn GpuProbe>,
-    /// Set after the probe failed once: the failure is reported once, then GPU columns stay empty.
-    gpu_failed: bool,
+    /// Whether the last snapshot failed: a failure is reported when it starts and when it ends,
+    /// not on every tick, and the probe is asked again each tick.
+    gpu_failing: bool,
     interval: Duration,
     pss: PssSchedule,
 }
@@ -155,7 +182,7 @@ impl Sampler {
             procs: ProcReader::default(),
             system: SystemReader::default(),
             gpu,
-            gpu_failed: false,
+            gpu_failing: false,
             interval,
             pss: PssSchedule {
                 every: 1,
@@ -167,8 +194,10 @@ impl Sampler {
 
     /// Starts a new attempt: the tree is new, so PSS is read on its first tick.
     pub fn reset(&mut self) {
-        self.pss.countdown = 0;
-        self.pss.last = None;
+        self.pss = PssSchedule {
+            every: self.pss.every,
+            ..PssSchedule::new()
+        };
     }
 
     /// One sample of the processes `pids` (the job's tree) and of `cgroup`.
@@ -176,21 +205,27 @@ impl Sampler {
         let unix_time_s = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        let with_pss = self.pss.due();
-        let started = Instant::now();
-        let mut tree = read_tree(&self.procs, pids, with_pss);
-        if with_pss {
+        let mut sorted = pids.to_vec();
+        sorted.sort_unstable();
+        let mut tree = read_tree(&self.procs, pids, false);
+        let mut pss_estimate_bytes = self.pss.estimate(tree.rss_bytes);
+        if self.pss.due(&sorted, tree.rss_bytes) {
+            let started = Instant::now();
+            tree = read_tree(&self.procs, pids, true);
             self.pss.measured(started.elapsed(), self.interval);
-            self.pss.last = tree.pss_bytes.map(|pss| (pss, tree.rss_bytes));
-        } else {
-            tree.pss_bytes = self.pss.last.map(|last| estimate_pss(last, tree.rss_bytes));
+            self.pss.last = tree.pss_bytes.map(|pss_bytes| LastPss {
+                pss_bytes,
+                rss_bytes: tree.rss_bytes,
+                pids: sorted,
+            });
+            pss_estimate_bytes = tree.pss_bytes;
         }
         let job_pids: HashSet<u32> = pids.iter().copied().collect();
         Sample {
             unix_time_s,
             attempt,
-            pss_measured: with_pss && tree.pss_bytes.is_some(),
             tree,
+            pss_estimate_bytes,
             system: self.system.read(),
             gpu: self
                 .gpu_snapshot()
@@ -200,14 +235,17 @@ impl Sampler {
     }
 
     fn gpu_snapshot(&mut self) -> Option<gpu::GpuSnapshot> {
-        if self.gpu_failed {
-            return None;
-        }
         match self.gpu.snapshot() {
-            Ok(snap) => Some(snap),
+            Ok(snap) => {
+                if std::mem::take(&mut self.gpu_failing) {
+                    tracing::warn!("GPU readings are back");
+                }
+                Some(snap)
+            }
             Err(e) => {
-                tracing::warn!("GPU monitoring stops: {e}");
-                self.gpu_failed = true;
+                if !std::mem::replace(&mut self.gpu_failing, true) {
+                    tracing::warn!("no GPU readings until the driver answers again: {e}");
+                }
                 None
             }
         }
@@ -235,21 +273,26 @@ impl Sampler {
 mod tests {
     use super::*;
 
+    fn read_once(s: &mut PssSchedule, pids: &[u32], rss: u64, pss: u64) {
+        assert!(s.due(pids, rss));
+        s.last = Some(LastPss {
+            pss_bytes: pss,
+            rss_bytes: rss,
+            pids: pids.to_vec(),
+        });
+    }
+
     #[test]
     fn pss_is_spread_over_ticks_by_its_cost() {
         let interval = Duration::from_secs(1);
         // (cost of one PSS pass, expected spacing): 5% of 1 s is 50 ms.
         let table = [(1, 1), (50, 1), (51, 2), (140, 3), (10_000, PSS_MAX_EVERY)];
         for (cost_ms, every) in table {
-            let mut s = PssSchedule {
-                every: 1,
-                countdown: 0,
-                last: None,
-            };
-            assert!(s.due());
+            let mut s = PssSchedule::new();
+            read_once(&mut s, &[1], 1000, 500);
             s.measured(Duration::from_millis(cost_ms), interval);
             assert_eq!(s.every, every, "{cost_ms} ms");
-            let pattern: Vec<bool> = (0..every * 2).map(|_| s.due()).collect();
+            let pattern: Vec<bool> = (0..every * 2).map(|_| s.due(&[1], 1000)).collect();
             assert_eq!(
                 pattern.iter().filter(|d| **d).count(),
                 2,
@@ -260,10 +303,24 @@ mod tests {
     }
 
     #[test]
-    fn pss_between_reads_follows_rss() {
-        assert_eq!(estimate_pss((200, 1000), 1000), 200);
-        assert_eq!(estimate_pss((200, 1000), 1500), 300);
-        assert_eq!(estimate_pss((200, 0), 1500), 200);
+    fn a_changed_tree_is_read_at_once() {
+        let mut s = PssSchedule::new();
+        read_once(&mut s, &[1], 1000, 500);
+        s.measured(Duration::from_secs(10), Duration::from_secs(1));
+        assert!(!s.due(&[1], 1050), "5% drift waits for the schedule");
+        assert!(s.due(&[1, 2], 1050), "a fork is read at once");
+        read_once(&mut s, &[1, 2], 1050, 520);
+        assert!(s.due(&[1, 2], 1200), "15% drift is read at once");
+    }
+
+    #[test]
+    fn pss_between_reads_adds_the_rss_growth() {
+        let mut s = PssSchedule::new();
+        assert_eq!(s.estimate(1000), None);
+        read_once(&mut s, &[1], 1000, 200);
+        assert_eq!(s.estimate(1000), Some(200));
+        assert_eq!(s.estimate(1500), Some(700));
+        assert_eq!(s.estimate(100), Some(0));
     }
 
     #[test]
@@ -276,13 +333,12 @@ mod tests {
                 pss_bytes: Some(80),
                 ..TreeMem::default()
             },
-            pss_measured: true,
             ..Sample::default()
         };
         peaks.update(&s);
         s.tree.rss_bytes = 50;
-        s.tree.pss_bytes = Some(500);
-        s.pss_measured = false; // an estimate is not a peak
+        s.tree.pss_bytes = None;
+        s.pss_estimate_bytes = Some(500); // an estimate is not a peak
         peaks.update(&s);
         assert_eq!(peaks.rss_bytes, Some(100));
         assert_eq!(peaks.pss_bytes, Some(80));

@@ -1,0 +1,465 @@
+//! The memory watch end to end: sampling (samples.csv, peaks in summary.json), the per-attempt
+//! memory cgroup with a real kernel OOM kill, soft bounds that stop the job gracefully, the GPU
+//! columns and the wait for a free GPU through the fake probe, the growth warning, and a machine
+//! without NVML or writable cgroups.
+
+mod util;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+use util::{fixture, Sandbox};
+
+const MIB: u64 = 1 << 20;
+
+fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn causes(summary: &Value) -> Vec<String> {
+    summary["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["cause"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn u64_at(v: &Value, key: &str) -> u64 {
+    v[key]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{key} missing or null in {v}"))
+}
+
+/// samples.csv as rows of optional numbers, after checking the header.
+fn samples(sb: &Sandbox) -> Vec<Vec<Option<f64>>> {
+    let text = std::fs::read_to_string(sb.run_dir().join("samples.csv")).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("unix_time,attempt,tree_rss_bytes,tree_pss_bytes,tree_swap_bytes,sys_available_bytes,gpu_used_bytes,cgroup_bytes")
+    );
+    lines
+        .map(|l| {
+            let cells: Vec<Option<f64>> = l
+                .split(',')
+                .map(|c| (!c.is_empty()).then(|| c.parse().unwrap()))
+                .collect();
+            assert_eq!(cells.len(), 8, "{l}");
+            cells
+        })
+        .collect()
+}
+
+fn column_max(rows: &[Vec<Option<f64>>], attempt: u64, col: usize) -> Option<u64> {
+    rows.iter()
+        .filter(|r| r[1] == Some(attempt as f64))
+        .filter_map(|r| r[col])
+        .map(|v| v as u64)
+        .max()
+}
+
+/// Our own memory cgroup directory (v1) where this machine has one we can write.
+fn own_v1_memory_cgroup() -> Option<std::path::PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = own
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))?;
+    let dir = Path::new("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
+    nix::unistd::access(&dir, nix::unistd::AccessFlags::W_OK)
+        .ok()
+        .map(|()| dir)
+}
+
+#[test]
+fn memory_max_gets_a_real_kernel_oom_kill_attributed_by_the_cgroup_and_converges() {
+    let Some(parent) = own_v1_memory_cgroup() else {
+        eprintln!("SKIPPED memory_max real OOM: no writable cgroup v1 memory controller here (needs root)");
+        return;
+    };
+    let sb = Sandbox::new();
+    let out = sb
+        .run(
+            &["--memory-max", "100M"],
+            &[
+                "python3",
+                &fixture("alloc.py"),
+                "--batch_size",
+                "16",
+                "--sample-mb",
+                "16",
+            ],
+        )
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let summary = sb.summary();
+    let causes = causes(&summary);
+    assert_eq!(
+        causes.first().map(String::as_str),
+        Some("oom_killed"),
+        "{summary:#}"
+    );
+    assert_eq!(causes.last().map(String::as_str), Some("ok"), "{summary:#}");
+    let first = &summary["attempts"][0];
+    assert_eq!(first["signal"], 9);
+    assert!(
+        first["evidence"].as_str().unwrap().contains("cgroup"),
+        "{first}"
+    );
+    // The cgroup's high-water mark sits at the limit the kernel enforced.
+    let peak = u64_at(first, "peak_cgroup_bytes");
+    assert!(peak > 90 * MIB && peak <= 100 * MIB, "{peak}");
+    assert!(u64_at(&summary["final"], "batch_size") <= 4);
+    // Each attempt ran inside its own cgroup from its first instruction on...
+    for n in 1..=summary["attempts"].as_array().unwrap().len() {
+        let log = std::fs::read_to_string(sb.run_dir().join(format!("attempt-{n}.log"))).unwrap();
+        assert!(
+            log.contains(&format!("-attempt-{n} ")) || log.contains(&format!("-attempt-{n}\n")),
+            "{log}"
+        );
+    }
+    // ...and every one of them is gone afterwards.
+    let left: Vec<String> = std::fs::read_dir(&parent)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("oomguard-") && n.contains("-attempt-"))
+        .collect();
+    assert!(
+        left.iter().all(|n| !stderr.contains(n.as_str())),
+        "left behind: {left:?}"
+    );
+}
+
+#[test]
+fn a_soft_limit_stops_the_job_gracefully_and_relaunches_it_smaller() {
+    let sb = Sandbox::new();
+    let checkpoint = sb.path("checkpoint");
+    let out = sb
+        .run(
+            &["--interval", "50ms", "--max-rss", "150M", "--grace", "20s"],
+            &[
+                "python3",
+                &fixture("grow.py"),
+                "--batch_size",
+                "8",
+                "--sample-mb",
+                "40",
+                "--hold",
+                "60",
+                "--fits",
+                "2",
+                "--checkpoint",
+                checkpoint.to_str().unwrap(),
+            ],
+        )
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let summary = sb.summary();
+    let first = &summary["attempts"][0];
+    assert_eq!(first["cause"], "memory_limit", "{summary:#}");
+    // Stopped with SIGTERM, it saved its state and exited by itself: no SIGKILL was needed.
+    assert_eq!(first["exit_code"], 0, "{first}");
+    let evidence = first["evidence"].as_str().unwrap();
+    assert!(evidence.contains("--max-rss 150.0 MiB"), "{evidence}");
+    assert!(std::fs::read_to_string(&checkpoint)
+        .unwrap()
+        .starts_with("step "));
+    assert_eq!(
+        causes(&summary).last().map(String::as_str),
+        Some("ok"),
+        "{summary:#}"
+    );
+    assert!(u64_at(&summary["final"], "batch_size") <= 4);
+    assert!(stderr.contains("stopping the job (SIGTERM"), "{stderr}");
+    assert!(
+        stderr.contains("peak "),
+        "the death line shows the peaks: {stderr}"
+    );
+}
+
+#[test]
+fn min_available_protects_the_machine() {
+    // 99% of RAM is never available, so the bound holds from the first samples on.
+    let sb = Sandbox::new();
+    let out = sb
+        .run(
+            &[
+                "--interval",
+                "50ms",
+                "--min-available",
+                "99%",
+                "--min-batch",
+                "2",
+            ],
+            &[
+                "python3",
+                &fixture("grow.py"),
+                "--batch_size",
+                "2",
+                "--sample-mb",
+                "1",
+                "--hold",
+                "30",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(75), "{}", stderr_of(&out));
+    let summary = sb.summary();
+    assert_eq!(summary["outcome"], "gave_up");
+    assert_eq!(causes(&summary), ["memory_limit"]);
+    assert!(summary["attempts"][0]["evidence"]
+        .as_str()
+        .unwrap()
+        .contains("--min-available"));
+}
+
+#[test]
+fn samples_csv_and_peaks_agree_and_a_forked_tree_is_counted_once() {
+    let sb = Sandbox::new();
+    let out = sb
+        .run(
+            &["--interval", "50ms"],
+            &[
+                "python3",
+                &fixture("grow.py"),
+                "--batch_size",
+                "10",
+                "--sample-mb",
+                "20",
+                "--fork",
+                "4",
+                "--hold",
+                "1.5",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let summary = sb.summary();
+    let a = &summary["attempts"][0];
+    let rows = samples(&sb);
+    assert!(rows.len() >= 10, "{} rows", rows.len());
+    assert!(rows.iter().all(|r| r[1] == Some(1.0)));
+    // 200 MiB shared by a parent and 4 forked workers: PSS counts it once, RSS five times.
+    let peak_pss = u64_at(a, "peak_pss_bytes");
+    let peak_rss = u64_at(a, "peak_rss_bytes");
+    assert!((190 * MIB..320 * MIB).contains(&peak_pss), "PSS {peak_pss}");
+    assert!(peak_rss > 800 * MIB, "RSS {peak_rss}");
+    // The peaks are at least what the timeline saw.
+    assert!(peak_rss >= column_max(&rows, 1, 2).unwrap());
+    assert_eq!(
+        peak_pss,
+        column_max(&rows, 1, 3).unwrap(),
+        "PSS is recorded only where read"
+    );
+    assert_eq!(
+        u64_at(a, "peak_swap_bytes"),
+        column_max(&rows, 1, 4).unwrap()
+    );
+    assert!(a["peak_gpu_bytes"].is_null());
+    assert!(rows.iter().all(|r| r[5].is_some() && r[6].is_none()));
+    if let Some(peak_cgroup) = a["peak_cgroup_bytes"].as_u64() {
+        assert!(peak_cgroup >= column_max(&rows, 1, 7).unwrap());
+    }
+}
+
+#[test]
+fn steady_growth_is_warned_about_once() {
+    let sb = Sandbox::new();
+    let out = sb
+        .run(
+            &[
+                "--interval",
+                "50ms",
+                "--trend-window",
+                "1s",
+                "--max-rss",
+                "10G",
+                "--no-cgroup",
+            ],
+            &[
+                "python3",
+                &fixture("grow.py"),
+                "--batch_size",
+                "1",
+                "--sample-mb",
+                "240",
+                "--step-mb",
+                "4",
+                "--hold",
+                "0",
+            ],
+        )
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr.matches("memory grows steadily").count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("--max-rss 10.0 GiB"), "{stderr}");
+}
+
+/// oomguard's stderr lines, as they come.
+fn stderr_lines(child: &mut std::process::Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn wait_for_line(rx: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<String>) {
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => {
+                let found = line.contains(needle);
+                seen.push(line);
+                if found {
+                    return;
+                }
+            }
+            Err(e) => panic!(
+                "no line with {needle:?} ({e}); stderr so far:\n{}",
+                seen.join("\n")
+            ),
+        }
+    }
+}
+
+#[test]
+fn the_fake_gpu_drives_max_gpu_the_gpu_columns_and_the_wait_for_a_free_gpu() {
+    let sb = Sandbox::new();
+    let gpu_file = sb.path("gpu.json");
+    std::fs::write(&gpu_file, r#"{"devices":[{"index":0,"name":"Fake GPU","used_bytes":0,"total_bytes":85899345920}],"processes":[]}"#)
+        .unwrap();
+    let mut child = sb
+        .run(
+            &[
+                "--interval",
+                "50ms",
+                "--max-gpu",
+                "1G",
+                "--gpu-free-timeout",
+                "60s",
+            ],
+            &[
+                "python3",
+                &fixture("grow.py"),
+                "--batch_size",
+                "8",
+                "--sample-mb",
+                "1",
+                "--gpu-file",
+                gpu_file.to_str().unwrap(),
+                "--gpu-mb",
+                "200",
+                "--hold",
+                "60",
+                "--fits",
+                "4",
+            ],
+        )
+        .env("OOMGUARD_FAKE_GPU", &gpu_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = stderr_lines(&mut child);
+    let mut seen = Vec::new();
+    // Attempt 1 holds 8 x 200 MiB of "GPU": stopped, and the driver still lists its PID.
+    wait_for_line(&rx, "over --max-gpu", &mut seen);
+    wait_for_line(&rx, "waiting up to", &mut seen);
+    // The driver lets go: oomguard goes on.
+    std::fs::write(&gpu_file, r#"{"devices":[{"index":0,"name":"Fake GPU","used_bytes":0,"total_bytes":85899345920}],"processes":[]}"#)
+        .unwrap();
+    wait_for_line(&rx, "GPU free after", &mut seen);
+    let status = child.wait().unwrap();
+    seen.extend(rx.iter());
+    assert_eq!(status.code(), Some(0), "{}", seen.join("\n"));
+    let summary = sb.summary();
+    assert_eq!(causes(&summary), ["memory_limit", "ok"]);
+    assert_eq!(
+        u64_at(&summary["attempts"][0], "peak_gpu_bytes"),
+        1600 * MIB
+    );
+    assert_eq!(u64_at(&summary["attempts"][1], "peak_gpu_bytes"), 800 * MIB);
+    let rows = samples(&sb);
+    assert_eq!(column_max(&rows, 1, 6), Some(1600 * MIB));
+    assert_eq!(column_max(&rows, 2, 6), Some(800 * MIB));
+    assert!(!seen.iter().any(|l| l.contains("GPU monitoring off")));
+}
+
+#[test]
+fn without_nvml_or_writable_cgroups_everything_else_runs() {
+    let sb = Sandbox::new();
+    let no_cgroups = sb.path("no-cgroups");
+    std::fs::create_dir(&no_cgroups).unwrap();
+    let record = sb.path("record.jsonl");
+    let job = [
+        "python3",
+        &fixture("fake_cuda_oom.py"),
+        "--batch_size",
+        "8",
+        "--fits",
+        "4",
+        "--record",
+        record.to_str().unwrap(),
+    ];
+    let out = sb
+        .run(&["--interval", "50ms"], &job)
+        .env("OOMGUARD_CGROUP_ROOT", &no_cgroups)
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr.matches("GPU monitoring off").count(), 1, "{stderr}");
+    let summary = sb.summary();
+    assert_eq!(causes(&summary), ["device_oom", "ok"]);
+    for a in summary["attempts"].as_array().unwrap() {
+        assert!(
+            a["peak_cgroup_bytes"].is_null() && a["peak_gpu_bytes"].is_null(),
+            "{a}"
+        );
+    }
+    assert!(samples(&sb)
+        .iter()
+        .all(|r| r[7].is_none() && r[6].is_none()));
+
+    // --memory-max cannot be honoured there: one line, exit 2, nothing created.
+    let sb2 = Sandbox::new();
+    let out = sb2
+        .run(&["--memory-max", "1G"], &job)
+        .env("OOMGUARD_CGROUP_ROOT", &no_cgroups)
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--memory-max needs a memory cgroup"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("--max-rss"),
+        "the line names a fix: {stderr}"
+    );
+    assert!(!sb2.run_dir().exists());
+}
