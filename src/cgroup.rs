@@ -4,7 +4,9 @@
 //! module finds our own memory cgroup (cgroup v1 or v2), creates a child below it, sets its
 //! limits, hands out an fd on its `cgroup.procs` so the caller can move the job in between fork
 //! and exec, reads its counters, kills everything inside it and removes it, also on error paths
-//! (`Drop` does a best-effort remove).
+//! (`Drop` does a best-effort remove). Attempt cgroups left behind by an oomguard that was
+//! SIGKILLed are removed at the next start ([`Parent::remove_stale_attempts`]), or by the guard
+//! process at once ([`kill_and_remove`]).
 //!
 //! It does not spawn the job (`child` does, using [`JobCgroup::open_procs`] and
 //! [`JobCgroup::join_from_child`]), sample on a schedule (callers read counters when they want),
@@ -205,13 +207,36 @@ impl Parent {
         Parent::detect(&root, &text)
     }
 
+    /// The one-time work before attempt cgroups can be made. v2: makes sure `+memory` is in our
+    /// own `cgroup.subtree_control`; where the "no internal processes" rule forbids it (EBUSY,
+    /// see [`needs_leaf`]), first moves oomguard, and any of its descendants still in our cgroup,
+    /// into a [`SUPERVISOR_LEAF`] below it. v1: nothing to do. Idempotent: once `memory` is
+    /// listed it only reads that one file.
+    ///
+    /// Call it once at startup, before starting any helper process that is not oomguard's
+    /// descendant, and before any thread that forks runs: the leaf trick works only if every
+    /// process in our cgroup is ours to move. A process we do not own there (the shell that
+    /// started us in the same scope) makes it fail with [`CgroupError::InternalProcesses`].
+    /// Descendants are moved too, so a guard started earlier does not break it, but it is
+    /// cheaper to get the order right. [`Parent::create_child`] calls it as well.
+    pub fn prepare(&self) -> Result<(), CgroupError> {
+        if self.version == Version::V1 {
+            return Ok(());
+        }
+        let me = std::process::id();
+        let descendants = || crate::mem::tree::ProcTree::default().descendants(me);
+        enable_memory_for_children(&self.dir, me, &descendants, &mut write_file)
+    }
+
     /// Makes `<dir>/<name>` and applies `limits`. v1: `memory.limit_in_bytes`, and for swap
     /// `memory.memsw.limit_in_bytes` = memory + swap (an error if the memsw files do not exist:
-    /// swap accounting is off). v2: first makes sure `+memory` is in our own
-    /// `cgroup.subtree_control` (moving oomguard into a [`SUPERVISOR_LEAF`] if the "no internal
-    /// processes" rule forbids it, see [`needs_leaf`]), then `memory.max`, `memory.swap.max`,
-    /// and `memory.oom.group` = 1 where present, so the kernel kills the whole attempt together
-    /// (then `oom_kills` counts each process it killed).
+    /// swap accounting is off). v2: first [`Parent::prepare`], then `memory.max` and
+    /// `memory.swap.max`.
+    ///
+    /// `memory.oom.group` is deliberately left at 0. With group kill, a DataLoader worker the
+    /// kernel OOM-kills takes the whole attempt down with it, so oomguard could never report
+    /// `worker_killed`, and it would change the job's own semantics: a job that survives (or
+    /// handles) the loss of a worker without oomguard must behave the same under it.
     ///
     /// A limit file that does not exist is an error naming it. On any error after the mkdir the
     /// new cgroup is removed again.
@@ -226,9 +251,7 @@ impl Parent {
                 name: name.to_string(),
             });
         }
-        if self.version == Version::V2 {
-            enable_memory_for_children(&self.dir, std::process::id(), &mut write_file)?;
-        }
+        self.prepare()?;
         let dir = self.dir.join(name);
         fs::create_dir(&dir).map_err(io_error("create cgroup", &dir))?;
         // From here on, an early return drops `job`, which removes the directory again.
@@ -239,16 +262,83 @@ impl Parent {
         };
         #[cfg(test)]
         tests::fake_kernel_files(&job.dir);
-        if job.version == Version::V2 {
-            let group = job.dir.join("memory.oom.group");
-            if group.exists() {
-                write_file(&group, "1").map_err(io_error("write", &group))?;
-            }
-        }
         job.set_limits(limits)?;
         tracing::debug!(dir = %job.dir.display(), ?limits, "created attempt cgroup");
         Ok(job)
     }
+
+    /// Removes the attempt cgroups (named by [`attempt_name`]) that an oomguard killed with
+    /// SIGKILL left below our cgroup: those whose oomguard PID is no live process and that hold
+    /// no process. Returns the directories removed; anything else is skipped and logged.
+    ///
+    /// A populated stale cgroup is left alone, not killed: the guard process already kills a
+    /// dead oomguard's attempt, so live processes there mean something unusual (the guard was
+    /// killed too, or the cgroup belongs to an oomguard in another PID namespace sharing this
+    /// cgroup, whose PID we cannot see); SIGKILLing a job on a guess is irreversible, while an
+    /// empty cgroup costs nothing to remove. The PID check cannot be fooled into harm by PID
+    /// reuse: a reused PID only makes a stale cgroup look alive, and it is skipped. Nothing is
+    /// removed where /proc does not show our own PID (not our PID namespace's /proc).
+    pub fn remove_stale_attempts(&self) -> Vec<PathBuf> {
+        let proc_root = Path::new("/proc");
+        if !proc_root.join(std::process::id().to_string()).exists() {
+            tracing::debug!(
+                "/proc does not show our own PID: not judging which attempt cgroups are stale"
+            );
+            return Vec::new();
+        }
+        let mut removed = Vec::new();
+        for dir in child_cgroups(&self.dir) {
+            let Some((pid, _)) = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(parse_attempt_name)
+            else {
+                continue;
+            };
+            if proc_root.join(pid.to_string()).exists() {
+                continue;
+            }
+            let pids = pids_below(&dir);
+            if !pids.is_empty() {
+                tracing::warn!(dir = %dir.display(), ?pids, "stale attempt cgroup of a dead oomguard still holds processes; leaving it (kill them, then rmdir it)");
+                continue;
+            }
+            match remove_tree(&dir) {
+                Ok(()) => {
+                    tracing::info!(dir = %dir.display(), "removed a stale attempt cgroup of a dead oomguard");
+                    removed.push(dir);
+                }
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                Err(err) => {
+                    tracing::warn!(dir = %dir.display(), "cannot remove stale attempt cgroup: {err}")
+                }
+            }
+        }
+        removed
+    }
+}
+
+/// The name of attempt `attempt`'s cgroup for the oomguard with PID `pid`:
+/// `oomguard-<pid>-attempt-<attempt>`, which [`Parent::remove_stale_attempts`] recognizes.
+pub fn attempt_name(pid: u32, attempt: u32) -> String {
+    format!("oomguard-{pid}-attempt-{attempt}")
+}
+
+/// Parses an [`attempt_name`], e.g. `"oomguard-4242-attempt-3"` → (4242, 3). Digits only (no
+/// sign, no spaces), PID not 0; anything else (`oomguard-supervisor`, `oomguard-doctor-4242`,
+/// a user's own cgroup) is `None`.
+pub fn parse_attempt_name(name: &str) -> Option<(u32, u32)> {
+    let rest = name.strip_prefix("oomguard-")?;
+    let (pid, attempt) = rest.split_once("-attempt-")?;
+    let number = |s: &str| {
+        if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+            s.parse::<u32>().ok()
+        } else {
+            None
+        }
+    };
+    let pid = number(pid).filter(|&pid| pid != 0)?;
+    Some((pid, number(attempt)?))
 }
 
 /// `<base>/<path>` for a cgroup path as /proc/self/cgroup shows it (absolute, `/` for the root).
@@ -269,11 +359,13 @@ pub fn needs_leaf(err: &io::Error) -> bool {
     err.raw_os_error() == Some(Errno::EBUSY as i32)
 }
 
-/// Makes sure children of the v2 cgroup `dir` get the memory controller. `write` writes one
-/// cgroup file (the real one is [`write_file`]; tests pass one that fakes EBUSY).
+/// Makes sure children of the v2 cgroup `dir` get the memory controller. `descendants` lists
+/// our descendants (read only on EBUSY); `write` writes one cgroup file (the real one is
+/// [`write_file`]; tests pass one that fakes EBUSY).
 fn enable_memory_for_children(
     dir: &Path,
     our_pid: u32,
+    descendants: &dyn Fn() -> Vec<u32>,
     write: &mut dyn FnMut(&Path, &str) -> io::Result<()>,
 ) -> Result<(), CgroupError> {
     let control = dir.join("cgroup.subtree_control");
@@ -295,6 +387,17 @@ fn enable_memory_for_children(
     let procs = leaf.join("cgroup.procs");
     // One PID moves the whole process, every thread of it.
     write(&procs, &our_pid.to_string()).map_err(io_error("move oomguard into", &procs))?;
+    for pid in descendants_to_move(&read_pids(dir), our_pid, &descendants()) {
+        // One that exited meanwhile (ESRCH) is fine; one that stays makes the retry below fail
+        // with InternalProcesses, which says what to do.
+        if let Err(err) = write(&procs, &pid.to_string()) {
+            tracing::debug!(
+                pid,
+                "cannot move our descendant into {}: {err}",
+                leaf.display()
+            );
+        }
+    }
     tracing::info!(
         leaf = %leaf.display(),
         "moved oomguard into a leaf cgroup so its cgroup can enable the memory controller for attempts"
@@ -303,6 +406,18 @@ fn enable_memory_for_children(
         path: dir.to_path_buf(),
         source,
     })
+}
+
+/// Which PIDs besides our own to move into the leaf, given our cgroup's `cgroup.procs` (read
+/// after we moved): those listed that are our descendants, in the order listed. Others are not
+/// ours to move: they stay, and the retry names the problem.
+fn descendants_to_move(listed: &[u32], our_pid: u32, descendants: &[u32]) -> Vec<u32> {
+    let ours: HashSet<u32> = descendants.iter().copied().collect();
+    listed
+        .iter()
+        .copied()
+        .filter(|pid| *pid != our_pid && ours.contains(pid))
+        .collect()
 }
 
 /// Writes `value` to an existing cgroup file in one write. Never creates the file: a missing
@@ -359,6 +474,22 @@ impl JobCgroup {
         })
     }
 
+    /// The working set, as kubelet and cAdvisor define it: [`usage_bytes`](JobCgroup::usage_bytes)
+    /// minus the inactive file cache (v2 `inactive_file` of `memory.stat`; v1
+    /// `total_inactive_file`, which unlike `inactive_file` counts the cgroups below too), never
+    /// below 0. Page cache the kernel can drop at no cost must not count toward a soft memory
+    /// bound: a job that streams its dataset from disk fills the cache up to the limit and would
+    /// otherwise be stopped for nothing. `None` when either file is unreadable.
+    pub fn working_set_bytes(&self) -> Option<u64> {
+        let key = match self.version {
+            Version::V1 => "total_inactive_file",
+            Version::V2 => "inactive_file",
+        };
+        let usage = self.usage_bytes()?;
+        let stat = fs::read_to_string(self.dir.join("memory.stat")).ok()?;
+        Some(usage.saturating_sub(parse_memory_stat_field(&stat, key)?))
+    }
+
     /// The most memory ever charged (v2 `memory.peak`, kernel >= 5.19, `None` where absent;
     /// v1 `memory.max_usage_in_bytes`).
     pub fn peak_bytes(&self) -> Option<u64> {
@@ -399,56 +530,7 @@ impl JobCgroup {
     /// one pass), at most 64 passes. Returns once the signals are sent; the processes may still be
     /// exiting. PIDs that vanished meanwhile are skipped; oomguard's own PID is never signalled.
     pub fn kill_all(&self) -> Result<(), CgroupError> {
-        if self.version == Version::V2 {
-            let kill_file = self.dir.join("cgroup.kill");
-            if kill_file.exists() {
-                return write_file(&kill_file, "1").map_err(io_error("write", &kill_file));
-            }
-        }
-        let me = std::process::id();
-        let mut signalled = HashSet::new();
-        for _ in 0..KILL_PASSES {
-            let new: Vec<u32> = pids_below(&self.dir)
-                .into_iter()
-                .filter(|pid| signalled.insert(*pid))
-                .collect();
-            if new.is_empty() {
-                return Ok(());
-            }
-            for pid in new {
-                if pid == me {
-                    tracing::warn!(dir = %self.dir.display(), "oomguard is inside the attempt cgroup; not killing itself");
-                    continue;
-                }
-                // A PID above i32::MAX would turn negative: a process group. Never.
-                let Ok(raw) = i32::try_from(pid) else {
-                    continue;
-                };
-                if raw <= 0 {
-                    continue;
-                }
-                match kill(Pid::from_raw(raw), Signal::SIGKILL) {
-                    Ok(()) | Err(Errno::ESRCH) => {}
-                    Err(errno) => {
-                        return Err(CgroupError::Kill {
-                            pid,
-                            path: self.dir.clone(),
-                            source: errno.into(),
-                        })
-                    }
-                }
-            }
-        }
-        let pids = pids_below(&self.dir);
-        if pids.iter().all(|pid| signalled.contains(pid)) {
-            Ok(())
-        } else {
-            Err(CgroupError::StillPopulated {
-                path: self.dir.clone(),
-                pids,
-                waited: Duration::ZERO,
-            })
-        }
+        kill_all_at(&self.dir)
     }
 
     /// [`kill_all`](JobCgroup::kill_all), then polls (at most 5 s) until no process is left in
@@ -464,39 +546,7 @@ impl JobCgroup {
     }
 
     fn remove_now(&self) -> Result<(), CgroupError> {
-        if !self.dir.exists() {
-            return Ok(());
-        }
-        let start = Instant::now();
-        let mut pause = Duration::from_millis(1);
-        loop {
-            let pids = pids_below(&self.dir);
-            if pids.is_empty() {
-                match remove_tree(&self.dir) {
-                    Ok(()) => {
-                        tracing::debug!(dir = %self.dir.display(), "removed attempt cgroup");
-                        return Ok(());
-                    }
-                    Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
-                    // Exiting tasks can keep a cgroup busy a moment after leaving cgroup.procs.
-                    Err(err) if err.raw_os_error() == Some(Errno::EBUSY as i32) => {}
-                    Err(err) => return Err(io_error("remove cgroup", &self.dir)(err)),
-                }
-            } else {
-                // Kill again each poll: catches anything forked after the previous pass.
-                self.kill_all()?;
-            }
-            let waited = start.elapsed();
-            if waited >= REMOVE_WAIT {
-                return Err(CgroupError::StillPopulated {
-                    path: self.dir.clone(),
-                    pids: pids_below(&self.dir),
-                    waited,
-                });
-            }
-            std::thread::sleep(pause.min(REMOVE_WAIT - waited));
-            pause = (pause * 2).min(Duration::from_millis(50));
-        }
+        kill_and_remove(&self.dir, REMOVE_WAIT)
     }
 
     /// Writes the limits of a new cgroup (see [`Parent::create_child`]).
@@ -566,6 +616,102 @@ impl Drop for JobCgroup {
         if let Err(err) = self.remove_now() {
             tracing::warn!("could not remove attempt cgroup: {err}");
         }
+    }
+}
+
+/// [`JobCgroup::kill_all`] for the cgroup at `dir`. `cgroup.kill` exists only on v2 (kernel >=
+/// 5.14), so its presence decides the method and no version is needed.
+fn kill_all_at(dir: &Path) -> Result<(), CgroupError> {
+    let kill_file = dir.join("cgroup.kill");
+    if kill_file.exists() {
+        return write_file(&kill_file, "1").map_err(io_error("write", &kill_file));
+    }
+    let me = std::process::id();
+    let mut signalled = HashSet::new();
+    for _ in 0..KILL_PASSES {
+        let new: Vec<u32> = pids_below(dir)
+            .into_iter()
+            .filter(|pid| signalled.insert(*pid))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        for pid in new {
+            if pid == me {
+                tracing::warn!(dir = %dir.display(), "oomguard is inside the attempt cgroup; not killing itself");
+                continue;
+            }
+            // A PID above i32::MAX would turn negative: a process group. Never.
+            let Ok(raw) = i32::try_from(pid) else {
+                continue;
+            };
+            if raw <= 0 {
+                continue;
+            }
+            match kill(Pid::from_raw(raw), Signal::SIGKILL) {
+                Ok(()) | Err(Errno::ESRCH) => {}
+                Err(errno) => {
+                    return Err(CgroupError::Kill {
+                        pid,
+                        path: dir.to_path_buf(),
+                        source: errno.into(),
+                    })
+                }
+            }
+        }
+    }
+    let pids = pids_below(dir);
+    if pids.iter().all(|pid| signalled.contains(pid)) {
+        Ok(())
+    } else {
+        Err(CgroupError::StillPopulated {
+            path: dir.to_path_buf(),
+            pids,
+            waited: Duration::ZERO,
+        })
+    }
+}
+
+/// SIGKILLs everything in the cgroup at `dir` and below it (as [`JobCgroup::kill_all`]), polls
+/// at most `timeout` until no process is left, then removes it, cgroups below it first. What
+/// [`JobCgroup::remove`] does, for a caller that has only the path: the guard process, when
+/// oomguard died without removing its attempt cgroup. A cgroup already gone is fine. The
+/// killed processes must be reaped by someone (their parent, or the subreaper or init that
+/// inherited them): on some kernels a zombie keeps its cgroup busy, and then this fails with
+/// [`CgroupError::StillPopulated`] after `timeout`.
+pub fn kill_and_remove(dir: &Path, timeout: Duration) -> Result<(), CgroupError> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let pids = pids_below(dir);
+        if pids.is_empty() {
+            match remove_tree(dir) {
+                Ok(()) => {
+                    tracing::debug!(dir = %dir.display(), "removed attempt cgroup");
+                    return Ok(());
+                }
+                Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+                // Exiting tasks can keep a cgroup busy a moment after leaving cgroup.procs.
+                Err(err) if err.raw_os_error() == Some(Errno::EBUSY as i32) => {}
+                Err(err) => return Err(io_error("remove cgroup", dir)(err)),
+            }
+        } else {
+            // Kill again each poll: catches anything forked after the previous pass.
+            kill_all_at(dir)?;
+        }
+        let waited = start.elapsed();
+        if waited >= timeout {
+            return Err(CgroupError::StillPopulated {
+                path: dir.to_path_buf(),
+                pids: pids_below(dir),
+                waited,
+            });
+        }
+        std::thread::sleep(pause.min(timeout - waited));
+        pause = (pause * 2).min(Duration::from_millis(50));
     }
 }
 
@@ -699,6 +845,38 @@ pub fn parse_memory_events_oom_kill(text: &str) -> Option<u64> {
 /// `"oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"` → 2 (absent before kernel 4.13).
 pub fn parse_oom_control_oom_kill(text: &str) -> Option<u64> {
     keyed_value(text, "oom_kill")
+}
+
+/// The value of `key` in `memory.stat`, e.g. `inactive_file`. v1 (kernel 6.x, abridged) lists
+/// this cgroup's own counters, then `total_*` ones that include the cgroups below it:
+/// ```text
+/// cache 643072
+/// rss 1638400
+/// inactive_anon 1499136
+/// active_anon 12288
+/// inactive_file 16384
+/// active_file 626688
+/// hierarchical_memory_limit 9223372036854771712
+/// total_cache 643072
+/// total_inactive_file 16384
+/// total_active_file 626688
+/// ```
+/// v2 (always hierarchical) has no `total_*`:
+/// ```text
+/// anon 1466368
+/// file 643072
+/// kernel 1142784
+/// shmem 0
+/// file_dirty 28672
+/// inactive_anon 1499136
+/// active_anon 12288
+/// inactive_file 16384
+/// active_file 626688
+/// unevictable 0
+/// ```
+/// Keys match whole: `inactive_file` never reads `total_inactive_file`.
+pub fn parse_memory_stat_field(text: &str, key: &str) -> Option<u64> {
+    keyed_value(text, key)
 }
 
 /// Parses `cgroup.procs`: one PID per line, e.g. `"4242\n4243\n"`. PID 0 is never valid there.
@@ -850,6 +1028,65 @@ mod tests {
         }
     }
 
+    /// Real v1 `memory.stat` (kernel 6.x, abridged), of a cgroup whose child holds 64 KiB of
+    /// inactive file cache.
+    const V1_MEMORY_STAT: &str = "cache 643072\nrss 1638400\nrss_huge 0\nshmem 0\n\
+mapped_file 0\ndirty 28672\nwriteback 0\nswap 0\npgpgin 13300\npgpgout 12743\n\
+inactive_anon 1499136\nactive_anon 12288\ninactive_file 16384\nactive_file 626688\n\
+unevictable 0\nhierarchical_memory_limit 9223372036854771712\n\
+hierarchical_memsw_limit 9223372036854771712\ntotal_cache 708608\ntotal_rss 1638400\n\
+total_inactive_anon 1499136\ntotal_active_anon 12288\ntotal_inactive_file 81920\n\
+total_active_file 626688\ntotal_unevictable 0\n";
+
+    /// Real v2 `memory.stat` (kernel 6.x, abridged).
+    const V2_MEMORY_STAT: &str = "anon 1466368\nfile 643072\nkernel 1142784\n\
+kernel_stack 65536\npagetables 53248\nsock 0\nshmem 0\nfile_mapped 0\nfile_dirty 28672\n\
+file_writeback 0\nswapcached 0\nanon_thp 0\ninactive_anon 1499136\nactive_anon 12288\n\
+inactive_file 16384\nactive_file 626688\nunevictable 0\nslab_reclaimable 180000\n\
+workingset_refault_file 151\npgfault 31093\n";
+
+    #[test]
+    fn parses_memory_stat_fields() {
+        let table = [
+            (V1_MEMORY_STAT, "inactive_file", Some(16384)),
+            (V1_MEMORY_STAT, "total_inactive_file", Some(81920)),
+            (
+                V1_MEMORY_STAT,
+                "hierarchical_memory_limit",
+                Some(9223372036854771712),
+            ),
+            (V2_MEMORY_STAT, "inactive_file", Some(16384)),
+            (V2_MEMORY_STAT, "total_inactive_file", None), // v2 has no total_*
+            (V2_MEMORY_STAT, "file", Some(643072)),        // whole keys: not file_mapped
+            (V2_MEMORY_STAT, "file_dirty", Some(28672)),
+            (V2_MEMORY_STAT, "inactive", None),
+            ("inactive_file lots\n", "inactive_file", None),
+            ("", "inactive_file", None),
+        ];
+        for (text, key, want) in table {
+            assert_eq!(parse_memory_stat_field(text, key), want, "{key}");
+        }
+    }
+
+    #[test]
+    fn working_set_never_goes_below_zero() {
+        let (_tmp, ours, _) = fake_v2();
+        let job = JobCgroup {
+            dir: ours.clone(),
+            version: Version::V2,
+            removed: true, // not ours to remove
+        };
+        // Counters are read at different instants: inactive_file can exceed a later usage.
+        put(&ours.join("memory.current"), "8192\n");
+        put(&ours.join("memory.stat"), "inactive_file 16384\n");
+        assert_eq!(job.working_set_bytes(), Some(0));
+        put(&ours.join("memory.stat"), "active_file 16384\n");
+        assert_eq!(job.working_set_bytes(), None);
+        fs::remove_file(ours.join("memory.current")).unwrap();
+        put(&ours.join("memory.stat"), "inactive_file 0\n");
+        assert_eq!(job.working_set_bytes(), None);
+    }
+
     #[test]
     fn parses_pids() {
         let table: [(&str, &[u32]); 4] = [
@@ -912,13 +1149,15 @@ mod tests {
         put(&dir.join("memory.oom.group"), "0\n");
         put(&dir.join("memory.current"), "1048576\n");
         put(&dir.join("memory.peak"), "2097152\n");
+        put(&dir.join("memory.stat"), V2_MEMORY_STAT);
         put(
             &dir.join("memory.events"),
             "low 0\nhigh 0\nmax 12\noom 3\noom_kill 3\noom_group_kill 0\n",
         );
     }
 
-    /// An older v2 kernel: no cgroup.kill, memory.peak, memory.oom.group or swap accounting.
+    /// An older v2 kernel: no cgroup.kill, memory.peak or swap accounting (and this fake has no
+    /// memory.stat).
     fn v2_old_kernel_files(dir: &Path) {
         put(&dir.join("cgroup.procs"), "");
         put(&dir.join("memory.max"), "max\n");
@@ -952,9 +1191,12 @@ mod tests {
         assert_eq!(read(&ours.join("cgroup.subtree_control")), "+memory");
         assert_eq!(read(&job.dir().join("memory.max")), "67108864");
         assert_eq!(read(&job.dir().join("memory.swap.max")), "0");
-        assert_eq!(read(&job.dir().join("memory.oom.group")), "1");
+        // Left alone: a worker's OOM kill must not take the whole attempt down.
+        assert_eq!(read(&job.dir().join("memory.oom.group")), "0\n");
 
         assert_eq!(job.usage_bytes(), Some(MIB));
+        // 1 MiB charged, 16 KiB of it inactive file cache.
+        assert_eq!(job.working_set_bytes(), Some(MIB - 16384));
         assert_eq!(job.peak_bytes(), Some(2 * MIB));
         assert_eq!(job.oom_kills(), Some(3));
         assert_eq!(job.limit_bytes(), Some(64 * MIB));
@@ -999,8 +1241,8 @@ mod tests {
                 },
             )
             .unwrap();
-        assert!(!job.dir().join("memory.oom.group").exists());
         assert_eq!(job.peak_bytes(), None);
+        assert_eq!(job.working_set_bytes(), None, "no memory.stat in this fake");
         assert_eq!(job.oom_kills(), Some(0));
         assert_eq!(job.limit_bytes(), Some(32 * MIB));
         // No cgroup.kill: falls back to signalling PIDs (these cannot exist: ESRCH).
@@ -1117,7 +1359,7 @@ mod tests {
         let (_tmp, ours, _) = fake_v2();
         let mut writes = Vec::new();
         let mut busy_left = 1;
-        enable_memory_for_children(&ours, 777, &mut |path, value| {
+        enable_memory_for_children(&ours, 777, &Vec::new, &mut |path, value| {
             ebusy_once(&mut writes, &mut busy_left, path, value)
         })
         .unwrap();
@@ -1138,7 +1380,7 @@ mod tests {
         put(&control, "");
         let mut writes = Vec::new();
         let mut busy_left = 2;
-        let err = enable_memory_for_children(&ours, 777, &mut |path, value| {
+        let err = enable_memory_for_children(&ours, 777, &Vec::new, &mut |path, value| {
             ebusy_once(&mut writes, &mut busy_left, path, value)
         })
         .unwrap_err();
@@ -1150,13 +1392,172 @@ mod tests {
 
         // Another error is not the internal-process rule: no leaf, no move.
         let mut writes = Vec::new();
-        let err = enable_memory_for_children(&ours, 777, &mut |path, value| {
+        let err = enable_memory_for_children(&ours, 777, &Vec::new, &mut |path, value| {
             writes.push((path.to_path_buf(), value.to_string()));
             Err(io::Error::from_raw_os_error(nix::libc::EACCES))
         })
         .unwrap_err();
         assert!(matches!(err, CgroupError::Io { .. }), "{err}");
         assert_eq!(writes.len(), 1);
+    }
+
+    #[test]
+    fn v2_leaf_move_takes_our_descendants_along_but_no_one_else() {
+        let (_tmp, ours, _) = fake_v2();
+        // Us (777), our guard (778, already started), and 4194305, not ours.
+        put(&ours.join("cgroup.procs"), "4194305\n777\n778\n");
+        let mut writes = Vec::new();
+        let mut busy_left = 1;
+        enable_memory_for_children(&ours, 777, &|| vec![778, 779], &mut |path, value| {
+            ebusy_once(&mut writes, &mut busy_left, path, value)
+        })
+        .unwrap();
+        let leaf_procs = ours.join(SUPERVISOR_LEAF).join("cgroup.procs");
+        let moved: Vec<&str> = writes
+            .iter()
+            .filter(|(path, _)| *path == leaf_procs)
+            .map(|(_, value)| value.as_str())
+            .collect();
+        assert_eq!(moved, ["777", "778"]);
+    }
+
+    #[test]
+    fn picks_what_moves_into_the_leaf() {
+        let table: [(&[u32], &[u32], &[u32]); 5] = [
+            // (cgroup.procs, our descendants, moved after us); we are 777.
+            (&[], &[], &[]),
+            (&[4194305, 778], &[778, 779], &[778]), // 779 has left our cgroup already
+            (&[780, 777, 778], &[778, 780], &[780, 778]), // never us twice
+            (&[4194305], &[], &[]),
+            (&[778], &[], &[]), // not (or no longer) ours: left alone
+        ];
+        for (listed, descendants, want) in table {
+            assert_eq!(
+                descendants_to_move(listed, 777, descendants),
+                want,
+                "{listed:?} {descendants:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn prepare_is_idempotent_and_a_no_op_on_v1() {
+        let (tmp, ours, proc_text) = fake_v2();
+        let parent = Parent::detect(tmp.path(), proc_text).unwrap();
+        parent.prepare().unwrap();
+        assert_eq!(read(&ours.join("cgroup.subtree_control")), "+memory");
+        // The kernel would now list it as `memory`; a second call only reads.
+        put(&ours.join("cgroup.subtree_control"), "memory\n");
+        let before = fs::metadata(ours.join("cgroup.subtree_control"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        parent.prepare().unwrap();
+        assert_eq!(read(&ours.join("cgroup.subtree_control")), "memory\n");
+        let after = fs::metadata(ours.join("cgroup.subtree_control"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        assert_eq!(before, after);
+
+        let (tmp, ours, proc_text) = fake_v1("memory");
+        let parent = Parent::detect(tmp.path(), &proc_text).unwrap();
+        parent.prepare().unwrap();
+        let names: Vec<_> = fs::read_dir(&ours)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["cgroup.procs"], "v1 prepare wrote something");
+    }
+
+    // ---- stale attempt cgroups ----
+
+    #[test]
+    fn parses_attempt_names() {
+        let table = [
+            ("oomguard-4242-attempt-3", Some((4242, 3))),
+            ("oomguard-1-attempt-0", Some((1, 0))),
+            ("oomguard-0-attempt-1", None),
+            ("oomguard-supervisor", None),
+            ("oomguard-doctor-4242", None),
+            ("oomguard-test-4242-kill", None),
+            ("oomguard-+42-attempt-1", None),
+            ("oomguard-42-attempt--1", None),
+            ("oomguard-42-attempt-", None),
+            ("oomguard--attempt-1", None),
+            ("oomguard-42-attempt-1 ", None),
+            ("oomguard-99999999999-attempt-1", None),
+            ("xoomguard-42-attempt-1", None),
+            ("", None),
+        ];
+        for (name, want) in table {
+            assert_eq!(parse_attempt_name(name), want, "{name:?}");
+        }
+        assert_eq!(
+            parse_attempt_name(&attempt_name(4194305, 12)),
+            Some((4194305, 12))
+        );
+    }
+
+    #[test]
+    fn removes_only_empty_attempt_cgroups_of_dead_oomguards() {
+        let (_tmp, ours, _) = fake_v2();
+        let parent = Parent {
+            version: Version::V2,
+            dir: ours.clone(),
+        };
+        let make = |name: &str, procs: &str| {
+            let dir = ours.join(name);
+            fs::create_dir(&dir).unwrap();
+            v2_kernel_files(&dir);
+            put(&dir.join("cgroup.procs"), procs);
+            dir
+        };
+        // 4194305+ can never be a live PID; our own PID always is.
+        let dead_empty = make(&attempt_name(4194305, 1), "");
+        let dead_nested = make(&attempt_name(4194305, 2), "");
+        let nested = dead_nested.join("worker");
+        fs::create_dir(&nested).unwrap();
+        v2_kernel_files(&nested);
+        let dead_nested_busy = make(&attempt_name(4194306, 1), "");
+        let busy_child = dead_nested_busy.join("worker");
+        fs::create_dir(&busy_child).unwrap();
+        put(&busy_child.join("cgroup.procs"), "4194307\n");
+        let dead_busy = make(&attempt_name(4194306, 2), FAKE_PIDS);
+        let alive = make(&attempt_name(std::process::id(), 1), "");
+        let others = make("oomguard-doctor-4194305", "");
+        let user = make("my-own-cgroup", "");
+
+        let mut removed = parent.remove_stale_attempts();
+        removed.sort();
+        assert_eq!(removed, [dead_empty.clone(), dead_nested.clone()]);
+        for dir in [&dead_empty, &dead_nested] {
+            assert!(!dir.exists(), "{}", dir.display());
+        }
+        for dir in [&dead_nested_busy, &dead_busy, &alive, &others, &user] {
+            assert!(dir.exists(), "{}", dir.display());
+        }
+        assert_eq!(parent.remove_stale_attempts(), Vec::<PathBuf>::new());
+    }
+
+    #[test]
+    fn kill_and_remove_works_from_the_path_alone() {
+        let (_tmp, ours, _) = fake_v2();
+        let dir = ours.join("attempt 1"); // a space, as a path from the guard may have
+        fs::create_dir(&dir).unwrap();
+        v1_kernel_files(&dir); // no cgroup.kill: PIDs are signalled one by one
+        put(&dir.join("cgroup.procs"), FAKE_PIDS);
+        // The fake kernel never empties cgroup.procs: populated until the timeout.
+        let err = kill_and_remove(&dir, Duration::from_millis(20)).unwrap_err();
+        let CgroupError::StillPopulated { pids, .. } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(pids, &[4194305, 4194306]);
+        assert!(dir.exists());
+        put(&dir.join("cgroup.procs"), "");
+        kill_and_remove(&dir, Duration::from_millis(20)).unwrap();
+        assert!(!dir.exists());
+        kill_and_remove(&dir, Duration::from_millis(20)).unwrap(); // already gone: fine
     }
 
     // ---- cgroup v1, fake tree ----
@@ -1182,6 +1583,7 @@ mod tests {
         );
         put(&dir.join("memory.usage_in_bytes"), "1048576\n");
         put(&dir.join("memory.max_usage_in_bytes"), "3145728\n");
+        put(&dir.join("memory.stat"), V1_MEMORY_STAT);
         put(
             &dir.join("memory.oom_control"),
             "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
@@ -1224,6 +1626,8 @@ mod tests {
             (80 * MIB).to_string()
         );
         assert_eq!(job.usage_bytes(), Some(MIB));
+        // total_inactive_file (16 KiB + a child's 64 KiB), not this cgroup's own inactive_file.
+        assert_eq!(job.working_set_bytes(), Some(MIB - 81920));
         assert_eq!(job.peak_bytes(), Some(3 * MIB));
         assert_eq!(job.oom_kills(), Some(2));
         assert_eq!(job.limit_bytes(), Some(64 * MIB));
@@ -1425,5 +1829,63 @@ mod tests {
         job.remove().unwrap();
         assert_eq!(reaper.join().unwrap().signal(), Some(nix::libc::SIGKILL));
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn real_cgroup_working_set_leaves_out_file_cache() {
+        let test = "real_cgroup_working_set_leaves_out_file_cache";
+        let Some(parent) = real_parent(test) else {
+            return;
+        };
+        // On disk, not tmpfs: tmpfs pages are shmem, which is not file cache and cannot be
+        // dropped, so they rightly count toward the working set.
+        let scratch = tempfile::tempdir().unwrap();
+        let on_tmpfs = nix::sys::statfs::statfs(scratch.path())
+            .is_ok_and(|fs| fs.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+        if on_tmpfs {
+            eprintln!("SKIPPED {test}: the temp dir is on tmpfs, which makes no file cache");
+            return;
+        }
+        let file = scratch.path().join("data.bin");
+        let job = parent
+            .create_child(&unique("ws"), &Limits::default())
+            .unwrap();
+        let usage_before = job.usage_bytes().unwrap();
+        let of = format!("of={}", file.display());
+        let args = ["if=/dev/zero", &of, "bs=1M", "count=100", "conv=fsync"];
+        let status = spawn_inside(&job, "dd", &args).unwrap().wait().unwrap();
+        assert!(status.success(), "{status:?}");
+        // The cache stays charged to the cgroup after dd exits.
+        let usage = job.usage_bytes().unwrap();
+        let working_set = job.working_set_bytes().unwrap();
+        eprintln!("{test}: usage {usage_before} -> {usage}, working set {working_set}");
+        assert!(usage >= usage_before + 90 * MIB, "usage {usage}");
+        assert!(
+            working_set + 80 * MIB <= usage,
+            "working set {working_set} not well below usage {usage}"
+        );
+        job.remove().unwrap();
+    }
+
+    #[test]
+    fn real_cgroup_stale_attempt_of_a_dead_oomguard_is_removed() {
+        let test = "real_cgroup_stale_attempt_of_a_dead_oomguard_is_removed";
+        let Some(parent) = real_parent(test) else {
+            return;
+        };
+        // PIDs above PID_MAX_LIMIT never exist; make the name unique to this test run.
+        let dead = 4194305 + std::process::id() % 1000;
+        let name = attempt_name(dead, 1);
+        let stale = parent.create_child(&name, &Limits::default()).unwrap();
+        let dir = stale.dir().to_path_buf();
+        std::mem::forget(stale); // as if oomguard had been SIGKILLed
+        let live = parent
+            .create_child(&attempt_name(std::process::id(), 1), &Limits::default())
+            .unwrap();
+        let removed = parent.remove_stale_attempts();
+        assert!(removed.contains(&dir), "{removed:?}");
+        assert!(!dir.exists());
+        assert!(live.dir().exists(), "a live oomguard's attempt was removed");
+        live.remove().unwrap();
     }
 }

@@ -1,16 +1,19 @@
 //! Spawns the job from its argv (never through a shell) as the leader of a new process group,
 //! signals that group, and reaps whatever exits below oomguard. Also the *guard*: a tiny helper
-//! process that kills the job's group if oomguard itself dies without cleaning up (SIGKILL, OOM).
+//! process that kills the job's group, and everything in the attempt's cgroup, and removes that
+//! cgroup, if oomguard itself dies without cleaning up (SIGKILL, OOM).
 //!
 //! It does not decide when to signal or what an ending means; `supervise` and `classify` do.
 
 use std::ffi::OsStr;
 use std::io::{self, BufRead, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, signal, SigHandler, Signal};
@@ -149,14 +152,27 @@ fn libc_esrch() -> i32 {
     Errno::ESRCH as i32
 }
 
-/// Sends `signal` to every process of group `pgid`. Returns false when the group is gone.
+/// Sends `signal` to every process of group `pgid`. Returns false when the group is gone, and
+/// for a pgid that names no single group: 0 (our own), 1 (`killpg(1)` is `kill(-1)`, every
+/// process we may signal), above `i32::MAX`.
 pub fn signal_group(pgid: u32, signal: Signal) -> bool {
-    killpg(Pid::from_raw(pgid as i32), signal).is_ok()
+    target(pgid).is_some_and(|pgid| killpg(pgid, signal).is_ok())
 }
 
-/// Sends `signal` to one process. Returns false when it is gone.
+/// Sends `signal` to one process. Returns false when it is gone, and for a PID that names no
+/// single process: 0 (our own group), 1 (init), above `i32::MAX` (a group, or -1: everything).
 pub fn signal_pid(pid: u32, signal: Signal) -> bool {
-    nix::sys::signal::kill(Pid::from_raw(pid as i32), signal).is_ok()
+    target(pid).is_some_and(|pid| nix::sys::signal::kill(pid, signal).is_ok())
+}
+
+/// A PID or pgid as the kernel's signal calls take it, or `None` where those calls would hit
+/// something else: 0 is our own group, 1 as a pgid means every process we may signal
+/// (`killpg(1)` is `kill(-1)`), and anything above `i32::MAX` turns negative (a group, or -1).
+fn target(id: u32) -> Option<Pid> {
+    i32::try_from(id)
+        .ok()
+        .filter(|&raw| raw > 1)
+        .map(Pid::from_raw)
 }
 
 /// Makes oomguard the reaper of every orphaned descendant (PR_SET_CHILD_SUBREAPER), so a job's
@@ -190,9 +206,18 @@ pub fn reap_ready() -> Vec<(u32, Ending)> {
     reaped
 }
 
+/// How long the guard waits for the killed processes to leave the attempt cgroup before giving
+/// up on removing it. Longer than oomguard's own wait: nothing waits on the guard, and a big job
+/// (tens of GiB, a GPU context) can take seconds to exit after SIGKILL.
+const GUARD_REMOVE_WAIT: Duration = Duration::from_secs(30);
+
 /// The guard: a second oomguard process (`oomguard __guard`) that holds the read end of a pipe
 /// from us. If we die without saying goodbye, the pipe reads EOF and the guard kills the job's
-/// process group. Grandchildren do not get the parent-death signal; this catches them.
+/// process group, then everything in the attempt's cgroup, and removes the cgroup.
+/// Grandchildren do not get the parent-death signal and may leave the group (`setsid`); the
+/// cgroup catches those, and a cgroup left behind would keep its name and, on v1, its charges.
+///
+/// On cgroup v2, start it only after [`crate::cgroup::Parent::prepare`]: it lives in our cgroup.
 pub struct Guard {
     child: Child,
     stdin: ChildStdin,
@@ -217,14 +242,15 @@ impl Guard {
         self.child.id()
     }
 
-    /// Tells the guard which group to kill if we die; `None` when no attempt is running.
-    pub fn watch(&mut self, pgid: Option<u32>) {
-        let line = match pgid {
-            Some(pgid) => format!("watch {pgid}\n"),
-            None => "unwatch\n".to_string(),
-        };
+    /// Tells the guard what to kill if we die: the attempt's process group and the directory of
+    /// its cgroup (see [`crate::cgroup::JobCgroup::dir`]); `(None, None)` when no attempt is
+    /// running. Each call replaces what was watched before.
+    pub fn watch(&mut self, pgid: Option<u32>, cgroup: Option<&Path>) {
+        if cgroup.is_some_and(|dir| dir.as_os_str().as_bytes().contains(&b'\n')) {
+            tracing::warn!("the attempt cgroup's path holds a newline: the guard cannot be told it, and will not remove it if oomguard dies");
+        }
         // A dead guard cannot protect anything, but must not stop the job either.
-        if let Err(e) = self.stdin.write_all(line.as_bytes()) {
+        if let Err(e) = self.stdin.write_all(&guard_line(pgid, cgroup)) {
             tracing::warn!("guard process gone: {e}");
         }
     }
@@ -237,11 +263,73 @@ impl Guard {
     }
 }
 
+/// One line oomguard sends the guard on its stdin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum GuardCommand {
+    /// `watch <pgid> [<cgroup dir>]`: what to kill at EOF, replacing what was watched. The
+    /// pgid is `-` for none; the directory is the rest of the line (it may hold spaces) and may
+    /// be absent.
+    Watch {
+        pgid: Option<u32>,
+        cgroup: Option<PathBuf>,
+    },
+    /// `unwatch`: no attempt running; nothing to kill.
+    Unwatch,
+    /// `done`: oomguard is ending normally; exit without killing.
+    Done,
+}
+
+/// The line [`Guard::watch`] sends, e.g. `watch 4242 /sys/fs/cgroup/memory/x/oomguard-1-attempt-1`.
+/// The path goes last and raw (any bytes but a newline; one with a newline is left out).
+fn guard_line(pgid: Option<u32>, cgroup: Option<&Path>) -> Vec<u8> {
+    let cgroup = cgroup
+        .map(|dir| dir.as_os_str().as_bytes())
+        .filter(|bytes| !bytes.is_empty() && !bytes.contains(&b'\n'));
+    if pgid.is_none() && cgroup.is_none() {
+        return b"unwatch\n".to_vec();
+    }
+    let mut line = match pgid {
+        Some(pgid) => format!("watch {pgid}").into_bytes(),
+        None => b"watch -".to_vec(),
+    };
+    if let Some(bytes) = cgroup {
+        line.push(b' ');
+        line.extend_from_slice(bytes);
+    }
+    line.push(b'\n');
+    line
+}
+
+/// Parses one line of the guard's input (without its newline). A pgid that is not a number
+/// oomguard could have sent (see [`target`]) reads as none, so a garbled line never makes the
+/// guard signal a group it was not told; unknown lines are `None`.
+fn parse_guard_line(line: &[u8]) -> Option<GuardCommand> {
+    match line {
+        b"unwatch" => return Some(GuardCommand::Unwatch),
+        b"done" => return Some(GuardCommand::Done),
+        _ => {}
+    }
+    let rest = line.strip_prefix(b"watch ")?;
+    let (pgid, cgroup) = match rest.iter().position(|&b| b == b' ') {
+        Some(space) => (&rest[..space], Some(&rest[space + 1..])),
+        None => (rest, None),
+    };
+    let pgid = std::str::from_utf8(pgid)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .filter(|&pgid| target(pgid).is_some());
+    let cgroup = cgroup
+        .filter(|bytes| !bytes.is_empty())
+        .map(|bytes| PathBuf::from(OsStr::from_bytes(bytes)));
+    Some(GuardCommand::Watch { pgid, cgroup })
+}
+
 /// The guard's main loop (`oomguard __guard`): follow `watch`/`unwatch`/`done` lines on stdin; at
-/// EOF without `done`, SIGKILL the watched group. Returns the exit code.
+/// EOF without `done`, SIGKILL the watched group and everything in the watched cgroup, and
+/// remove that cgroup. Returns the exit code: 1 if the cgroup could not be removed.
 pub fn guard_main(input: impl BufRead) -> i32 {
     ignore_stop_signals();
-    guard_loop(input)
+    guard_loop(input, GUARD_REMOVE_WAIT)
 }
 
 fn ignore_stop_signals() {
@@ -257,19 +345,29 @@ fn ignore_stop_signals() {
     }
 }
 
-fn guard_loop(input: impl BufRead) -> i32 {
-    let mut watched: Option<u32> = None;
-    for line in input.lines() {
+fn guard_loop(input: impl BufRead, remove_wait: Duration) -> i32 {
+    let (mut pgid, mut cgroup) = (None, None);
+    for line in input.split(b'\n') {
         let Ok(line) = line else { break };
-        match line.split_once(' ') {
-            Some(("watch", pgid)) => watched = pgid.trim().parse().ok(),
-            _ if line == "unwatch" => watched = None,
-            _ if line == "done" => return 0,
-            _ => {}
+        match parse_guard_line(&line) {
+            Some(GuardCommand::Watch {
+                pgid: group,
+                cgroup: dir,
+            }) => (pgid, cgroup) = (group, dir),
+            Some(GuardCommand::Unwatch) => (pgid, cgroup) = (None, None),
+            Some(GuardCommand::Done) => return 0,
+            None => {}
         }
     }
-    if let Some(pgid) = watched {
+    // The group first: it also reaches processes outside the cgroup (or where there is none).
+    if let Some(pgid) = pgid {
         signal_group(pgid, Signal::SIGKILL);
+    }
+    if let Some(dir) = cgroup {
+        if let Err(err) = crate::cgroup::kill_and_remove(&dir, remove_wait) {
+            tracing::warn!("oomguard died; its guard could not clean up the attempt cgroup: {err}");
+            return 1;
+        }
     }
     0
 }
@@ -324,20 +422,214 @@ mod tests {
         // EOF while watching: the group dies.
         let mut victim = spawn_group();
         let input = format!("watch {}\n", victim.id());
-        guard_loop(input.as_bytes());
+        assert_eq!(guard_loop(input.as_bytes(), Duration::ZERO), 0);
         let status = victim.wait().unwrap();
         assert_eq!(
             std::os::unix::process::ExitStatusExt::signal(&status),
             Some(9)
         );
         // `done` or `unwatch`: nothing is killed.
-        for tail in ["done\n", "unwatch\n"] {
+        for tail in ["done\n", "unwatch\n", "watch -\n", "watch 1\n"] {
             let mut survivor = spawn_group();
             let input = format!("watch {}\n{tail}", survivor.id());
-            guard_loop(input.as_bytes());
+            guard_loop(input.as_bytes(), Duration::ZERO);
             assert!(survivor.try_wait().unwrap().is_none(), "{tail}");
             survivor.kill().unwrap();
             survivor.wait().unwrap();
         }
+    }
+
+    #[test]
+    fn guard_lines_round_trip() {
+        let dir = Path::new("/sys/fs/cgroup/memory/my jobs/oomguard-4242-attempt-1");
+        let watch = |pgid, cgroup: Option<&str>| GuardCommand::Watch {
+            pgid,
+            cgroup: cgroup.map(PathBuf::from),
+        };
+        let table: [(_, Option<&Path>, &[u8], _); 5] = [
+            (
+                Some(4242),
+                Some(dir),
+                b"watch 4242 /sys/fs/cgroup/memory/my jobs/oomguard-4242-attempt-1\n",
+                watch(
+                    Some(4242),
+                    Some("/sys/fs/cgroup/memory/my jobs/oomguard-4242-attempt-1"),
+                ),
+            ),
+            (Some(4242), None, b"watch 4242\n", watch(Some(4242), None)),
+            (
+                None,
+                Some(Path::new("/cg/a")),
+                b"watch - /cg/a\n",
+                watch(None, Some("/cg/a")),
+            ),
+            (None, None, b"unwatch\n", GuardCommand::Unwatch),
+            // A newline would end the line early: such a path is not sent.
+            (
+                Some(7),
+                Some(Path::new("/cg/a\nb")),
+                b"watch 7\n",
+                watch(Some(7), None),
+            ),
+        ];
+        for (pgid, cgroup, line, command) in table {
+            let sent = guard_line(pgid, cgroup);
+            assert_eq!(sent, line, "{}", String::from_utf8_lossy(line));
+            assert_eq!(parse_guard_line(&sent[..sent.len() - 1]), Some(command));
+        }
+        // Paths need not be UTF-8.
+        let raw = Path::new(OsStr::from_bytes(b"/cg/\xff x"));
+        let sent = guard_line(Some(9), Some(raw));
+        assert_eq!(
+            parse_guard_line(&sent[..sent.len() - 1]),
+            Some(GuardCommand::Watch {
+                pgid: Some(9),
+                cgroup: Some(raw.to_path_buf())
+            })
+        );
+    }
+
+    #[test]
+    fn parses_guard_lines() {
+        let table: [(&[u8], Option<GuardCommand>); 10] = [
+            (b"done", Some(GuardCommand::Done)),
+            (b"unwatch", Some(GuardCommand::Unwatch)),
+            (b"", None),
+            (b"watch", None),
+            (b"hello 12", None),
+            // A pgid oomguard could not have sent reads as none, never as 0, 1 or negative.
+            (
+                b"watch 0",
+                Some(GuardCommand::Watch {
+                    pgid: None,
+                    cgroup: None,
+                }),
+            ),
+            (
+                b"watch 1",
+                Some(GuardCommand::Watch {
+                    pgid: None,
+                    cgroup: None,
+                }),
+            ),
+            (
+                b"watch 4294967295",
+                Some(GuardCommand::Watch {
+                    pgid: None,
+                    cgroup: None,
+                }),
+            ),
+            (
+                b"watch x12 /cg",
+                Some(GuardCommand::Watch {
+                    pgid: None,
+                    cgroup: Some("/cg".into()),
+                }),
+            ),
+            (
+                b"watch 12 ",
+                Some(GuardCommand::Watch {
+                    pgid: Some(12),
+                    cgroup: None,
+                }),
+            ),
+        ];
+        for (line, want) in table {
+            assert_eq!(
+                parse_guard_line(line),
+                want,
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+    }
+
+    #[test]
+    fn signals_only_single_targets() {
+        let table = [
+            (0, None),
+            (1, None),
+            (2, Some(2)),
+            (4242, Some(4242)),
+            (i32::MAX as u32, Some(i32::MAX)),
+            (i32::MAX as u32 + 1, None),
+            (u32::MAX, None),
+        ];
+        for (id, want) in table {
+            assert_eq!(target(id), want.map(Pid::from_raw), "{id}");
+        }
+        assert!(!signal_group(0, Signal::SIGKILL));
+        assert!(!signal_group(1, Signal::SIGKILL));
+        assert!(!signal_pid(u32::MAX, Signal::SIGKILL));
+    }
+
+    #[test]
+    fn guard_removes_the_watched_cgroup_only_without_goodbye() {
+        // A fake cgroup: a plain directory whose cgroup.procs is empty.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("oomguard-1-attempt 1");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("cgroup.procs"), "").unwrap();
+        let input = format!("watch - {}\ndone\n", dir.display());
+        assert_eq!(guard_loop(input.as_bytes(), Duration::ZERO), 0);
+        assert!(dir.exists(), "removed despite the goodbye");
+        let input = format!("watch - {}\n", dir.display());
+        assert_eq!(guard_loop(input.as_bytes(), Duration::ZERO), 0);
+        assert!(!dir.exists(), "not removed at EOF");
+    }
+
+    /// `program args` in its own process group, moved into `job` between fork and exec.
+    fn spawn_in_cgroup(job: &crate::cgroup::JobCgroup, program: &str, args: &[&str]) -> Child {
+        let procs = job.open_procs().unwrap();
+        let mut command = Command::new(program);
+        command.args(args).process_group(0);
+        // SAFETY: one write(2) on an fd opened before fork: async-signal-safe.
+        unsafe {
+            command.pre_exec(move || crate::cgroup::JobCgroup::join_from_child(procs.as_fd()));
+        }
+        command.spawn().unwrap()
+    }
+
+    #[test]
+    fn guard_kills_everything_in_a_real_cgroup_and_removes_it() {
+        let test = "guard_kills_everything_in_a_real_cgroup_and_removes_it";
+        let parent = match crate::cgroup::Parent::detect_current() {
+            Ok(parent) => parent,
+            Err(err) => {
+                eprintln!("SKIPPED {test}: {err}");
+                return;
+            }
+        };
+        // A space in the name: the guard takes the rest of the line as the path.
+        let name = format!("oomguard-test-{}-guard cg", std::process::id());
+        let job = parent
+            .create_child(&name, &crate::cgroup::Limits::default())
+            .unwrap();
+        let leader = spawn_in_cgroup(&job, "sleep", &["1000"]);
+        // In a group of its own, as after `setsid`: only the cgroup reaches it.
+        let escaped = spawn_in_cgroup(&job, "sleep", &["1000"]);
+        let pgid = leader.id();
+        let mut pids = job.pids();
+        pids.sort();
+        let mut want = vec![leader.id(), escaped.id()];
+        want.sort();
+        assert_eq!(pids, want);
+        // Reap as the subreaper or init that inherits them would: a zombie may keep a cgroup busy.
+        let reapers: Vec<_> = [leader, escaped]
+            .into_iter()
+            .map(|mut child| std::thread::spawn(move || child.wait().unwrap()))
+            .collect();
+        let dir = job.dir().to_path_buf();
+        let input = guard_line(Some(pgid), Some(&dir));
+        assert_eq!(guard_loop(&input[..], Duration::from_secs(10)), 0);
+        for reaper in reapers {
+            let status = reaper.join().unwrap();
+            assert_eq!(
+                std::os::unix::process::ExitStatusExt::signal(&status),
+                Some(9)
+            );
+        }
+        assert!(!dir.exists(), "the guard left {}", dir.display());
+        job.remove().unwrap(); // already gone: fine
     }
 }

@@ -57,7 +57,7 @@ use crate::report::{
 };
 use crate::rewrite::{Accum, Changes};
 use crate::sampler::{Sample, Sampler};
-use crate::supervise::{KernelPaths, Notice, Observer, Setup, Supervisor};
+use crate::supervise::{GpuWait, KernelPaths, Notice, Observer, Setup, Supervisor};
 
 /// Exit status when out-of-memory deaths outlasted every remedy (EX_TEMPFAIL in sysexits.h:
 /// more memory, or a lower --min-batch, would let a retry succeed).
@@ -183,9 +183,20 @@ fn cgroup_setup(plan: CgroupPlan) -> Result<Option<(cgroup::Parent, cgroup::Limi
         CgroupPlan::IfAvailable => cgroup::Limits::default(),
         CgroupPlan::Required(limits) => limits,
     };
-    match cgroup::Parent::detect_current() {
-        Ok(parent) => Ok(Some((parent, limits))),
-        Err(why) if limits.memory_max_bytes.is_some() => Err(Error::Cgroup(format!(
+    let required = limits.memory_max_bytes.is_some();
+    // Prepared before any helper process exists: on cgroup v2 a second process in our cgroup
+    // would stop the memory controller from being enabled for attempt cgroups.
+    let ready = cgroup::Parent::detect_current()
+        .map_err(|why| why.to_string())
+        .and_then(|parent| parent.prepare().map(|()| parent).map_err(|e| e.to_string()));
+    match ready {
+        Ok(parent) => {
+            for dir in parent.remove_stale_attempts() {
+                tracing::info!("removed {}, left by an oomguard that was killed", dir.display());
+            }
+            Ok(Some((parent, limits)))
+        }
+        Err(why) if required => Err(Error::Cgroup(format!(
             "--memory-max needs a memory cgroup: {why}; or drop --memory-max and use --max-rss, which needs none"
         ))),
         Err(why) => {
@@ -229,6 +240,10 @@ impl Observer for RunObserver {
                     .warn(&format!("running without a memory cgroup: {why}"));
             }
             Notice::NoCgroup(_) => {}
+            Notice::GpuUnattributed { pids } => self.report.warn(&format!(
+                "the GPU driver lists PIDs {pids:?}, none of them the job's (a container's own PID namespace?): \
+                 the job's GPU memory is unknown and --max-gpu cannot act"
+            )),
         }
     }
 }
@@ -299,14 +314,12 @@ async fn attempt_loop(
         history.push((verdict.cause, sizes));
         let decision = policy::decide(&history, original, &settings.limits);
         if let Decision::Relaunch { .. } = decision {
-            wait_gpu_free(
-                &mut supervisor,
-                attempt,
-                &end.pids,
-                settings.gpu_free_timeout,
-                &report,
-            )
-            .await;
+            let timeout = settings.gpu_free_timeout;
+            if let Some(signal) =
+                wait_gpu_free(&mut supervisor, attempt, &end.pids, timeout, &report).await
+            {
+                break Ok((Outcome::Interrupted, 128 + signal as i32));
+            }
         }
         match decision {
             Decision::Relaunch {
@@ -384,34 +397,39 @@ async fn attempt_loop(
 }
 
 /// Before a relaunch, waits (bounded, logged) until the GPU driver has let go of the last
-/// attempt's processes, so the next attempt does not start on a GPU still full.
+/// attempt's processes, so the next attempt does not start on a GPU still full. Returns the
+/// user's stop signal if one came during the wait.
 async fn wait_gpu_free(
     supervisor: &mut Supervisor,
     attempt: u32,
     pids: &HashSet<u32>,
     timeout: Duration,
     report: &Reporter,
-) {
+) -> Option<Signal> {
     let started = std::time::Instant::now();
-    let Some(holders) = supervisor.wait_gpu_free(pids, Duration::ZERO).await else {
-        return;
+    let holders = match supervisor.wait_gpu_free(pids, Duration::ZERO).await {
+        GpuWait::StillHeld(holders) => holders,
+        GpuWait::Stopped(signal) => return Some(signal),
+        GpuWait::NoGpu | GpuWait::Free => return None,
     };
-    if holders.is_empty() {
-        return;
-    }
     report.say(&format!(
         "waiting up to {} for the GPU to free attempt {attempt}'s memory (PIDs {holders:?} still listed)",
         report::short_duration(timeout)
     ));
+    let waited = || report::short_duration(started.elapsed());
     match supervisor.wait_gpu_free(pids, timeout).await {
-        Some(left) if !left.is_empty() => report.warn(&format!(
-            "the GPU still lists PIDs {left:?} after {}; relaunching anyway",
-            report::short_duration(started.elapsed())
-        )),
-        _ => report.say(&format!(
-            "GPU free after {}",
-            report::short_duration(started.elapsed())
-        )),
+        GpuWait::StillHeld(left) => {
+            report.warn(&format!(
+                "the GPU still lists PIDs {left:?} after {}; relaunching anyway",
+                waited()
+            ));
+            None
+        }
+        GpuWait::Stopped(signal) => Some(signal),
+        GpuWait::NoGpu | GpuWait::Free => {
+            report.say(&format!("GPU free after {}", waited()));
+            None
+        }
     }
 }
 

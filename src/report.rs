@@ -125,7 +125,7 @@ pub struct PeakRecord {
     pub peak_pss_bytes: Option<u64>,
     pub peak_swap_bytes: Option<u64>,
     pub peak_gpu_bytes: Option<u64>,
-    /// The attempt cgroup's high-water mark, where it ran in one.
+    /// The attempt cgroup's high-water mark, where it ran in one (page cache included).
     pub peak_cgroup_bytes: Option<u64>,
 }
 
@@ -177,8 +177,10 @@ pub struct SamplesCsv {
 }
 
 /// The columns of samples.csv, in order. Later versions add columns at the end.
-pub const SAMPLE_COLUMNS: &str =
-    "unix_time,attempt,tree_rss_bytes,tree_pss_bytes,tree_swap_bytes,sys_available_bytes,gpu_used_bytes,cgroup_bytes";
+pub const SAMPLE_COLUMNS: &str = concat!(
+    "unix_time,attempt,tree_rss_bytes,tree_pss_bytes,tree_swap_bytes,sys_available_bytes,",
+    "gpu_used_bytes,cgroup_bytes,sys_swap_free_bytes,psi_some_avg10"
+);
 
 impl SamplesCsv {
     /// Appends one row and flushes it, so the file is current while the job runs.
@@ -186,7 +188,7 @@ impl SamplesCsv {
         let cell = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
         let rss = (s.tree.processes > 0).then_some(s.tree.rss_bytes);
         let row = format!(
-            "{:.3},{},{},{},{},{},{},{}\n",
+            "{:.3},{},{},{},{},{},{},{},{},{}\n",
             s.unix_time_s,
             s.attempt,
             cell(rss),
@@ -195,6 +197,11 @@ impl SamplesCsv {
             cell(s.system.map(|m| m.available_bytes)),
             cell(s.gpu_bytes()),
             cell(s.cgroup_bytes),
+            cell(s.system.map(|m| m.swap_free_bytes)),
+            s.system
+                .and_then(|m| m.psi_some_avg10)
+                .map(|p| p.to_string())
+                .unwrap_or_default(),
         );
         let written = self
             .out
@@ -270,22 +277,34 @@ impl RunDir {
     /// Uses `dir`, or makes a new one under the default location. Refuses a directory that
     /// already holds a run, so an earlier run's logs are never overwritten.
     pub fn create(dir: Option<&Path>, program: &str) -> Result<RunDir, RunDirError> {
-        let path = match dir {
-            Some(dir) => dir.to_path_buf(),
-            None => default_run_dir(program),
+        let (path, created) = match dir {
+            Some(dir) => {
+                let created = !dir.exists();
+                std::fs::create_dir_all(dir).map_err(|source| RunDirError::Create {
+                    path: dir.to_path_buf(),
+                    source,
+                })?;
+                (dir.to_path_buf(), created)
+            }
+            None => (make_run_dir_in(&default_runs_base(), program)?, true),
         };
-        if path.join("summary.json").exists() {
-            return Err(RunDirError::InUse { path });
-        }
-        let created = !path.exists();
-        std::fs::create_dir_all(&path).map_err(|source| RunDirError::Create {
-            path: path.clone(),
-            source,
-        })?;
         if !crate::child::is_writable_dir(&path) {
             return Err(RunDirError::NotWritable { path });
         }
-        Ok(RunDir { path, created })
+        // Claiming summary.json with O_EXCL makes the check and the claim one step: two runs
+        // given the same directory cannot both pass it.
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path.join("summary.json"))
+        {
+            Ok(_) => Ok(RunDir { path, created }),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(RunDirError::InUse { path }),
+            Err(source) => Err(RunDirError::Write {
+                path: path.join("summary.json"),
+                source,
+            }),
+        }
     }
 
     /// Undoes `create` when the job could not even start: removes the files oomguard wrote,
@@ -335,7 +354,9 @@ impl RunDir {
     /// Writes summary.json atomically: a temporary file in the same directory, then rename.
     pub fn save(&self, summary: &Summary) -> Result<(), RunDirError> {
         let path = self.path.join("summary.json");
-        let tmp = self.path.join(".summary.json.tmp");
+        let tmp = self
+            .path
+            .join(format!(".summary.json.{}.tmp", std::process::id()));
         let write = || -> io::Result<()> {
             let mut file = File::create(&tmp)?;
             serde_json::to_writer_pretty(&mut file, summary)?;
@@ -347,10 +368,10 @@ impl RunDir {
     }
 }
 
-/// `$XDG_STATE_HOME/oomguard/runs/<UTC time>-<program>`, with `~/.local/state` when
-/// XDG_STATE_HOME is unset, and `./oomguard-runs` without a home.
-pub fn default_run_dir(program: &str) -> PathBuf {
-    let base = std::env::var_os("XDG_STATE_HOME")
+/// Where default run directories go: `$XDG_STATE_HOME/oomguard/runs`, with `~/.local/state`
+/// when XDG_STATE_HOME is unset, and `./oomguard-runs` without a home.
+pub fn default_runs_base() -> PathBuf {
+    std::env::var_os("XDG_STATE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| {
@@ -359,7 +380,17 @@ pub fn default_run_dir(program: &str) -> PathBuf {
                 .map(|h| PathBuf::from(h).join(".local/state"))
         })
         .map(|state| state.join("oomguard/runs"))
-        .unwrap_or_else(|| PathBuf::from("oomguard-runs"));
+        .unwrap_or_else(|| PathBuf::from("oomguard-runs"))
+}
+
+/// Makes a new `<base>/<UTC time>-<program>[-N]`. The directory is made with mkdir(2), which
+/// fails if it exists, so runs started in the same second (a Slurm array on a shared home) each
+/// get their own.
+fn make_run_dir_in(base: &Path, program: &str) -> Result<PathBuf, RunDirError> {
+    std::fs::create_dir_all(base).map_err(|source| RunDirError::Create {
+        path: base.to_path_buf(),
+        source,
+    })?;
     let stamp: String = rfc3339(SystemTime::now())
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
@@ -368,14 +399,18 @@ pub fn default_run_dir(program: &str) -> PathBuf {
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or("job");
-    let mut path = base.join(format!("{stamp}-{name}"));
-    // Two runs started in the same second get distinct directories.
-    let mut n = 1;
-    while path.exists() {
-        n += 1;
-        path = base.join(format!("{stamp}-{name}-{n}"));
+    for n in 1u32.. {
+        let path = match n {
+            1 => base.join(format!("{stamp}-{name}")),
+            n => base.join(format!("{stamp}-{name}-{n}")),
+        };
+        match std::fs::create_dir(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(source) => return Err(RunDirError::Create { path, source }),
+        }
     }
-    path
+    unreachable!("some suffix is free")
 }
 
 /// `12.3s`, `4m05s`, `2h03m`.
@@ -542,8 +577,21 @@ mod tests {
             },
         );
         run.save(&summary).unwrap();
-        assert!(!run.path().join(".summary.json.tmp").exists());
+        let tmp = format!(".summary.json.{}.tmp", std::process::id());
+        assert!(!run.path().join(tmp).exists());
         let err = RunDir::create(Some(&dir.path().join("r")), "python").unwrap_err();
         assert!(matches!(err, RunDirError::InUse { .. }), "{err}");
+    }
+
+    #[test]
+    fn runs_started_together_get_their_own_directories() {
+        let base = tempfile::tempdir().unwrap();
+        let made: std::collections::HashSet<PathBuf> = (0..5)
+            .map(|_| make_run_dir_in(base.path(), "/usr/bin/python3").unwrap())
+            .collect();
+        assert_eq!(made.len(), 5);
+        assert!(made
+            .iter()
+            .all(|p| p.is_dir() && p.to_string_lossy().contains("-python3")));
     }
 }

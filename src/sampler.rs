@@ -6,11 +6,11 @@
 //! PSS is the costly number (smaps_rollup walks every mapping: ~0.15 ms for a small process,
 //! ~14 ms for a 4 GiB one), so it is read on every tick only while a full PSS pass costs under
 //! 5% of the interval; otherwise every Nth tick, with N chosen from the measured cost (at least
-//! every 60 ticks). It is read at once, whatever the schedule, when the tree gains or loses a
-//! process (a fork shares pages, which only PSS sees) or its RSS moved by more than 10% since the
-//! last read. Between reads, the soft bounds use the last PSS plus the RSS growth since (exact
-//! for private pages, which is what grows without a fork); the timeline shows PSS only on ticks
-//! that read it. Deciding what a sample means is `watch`'s job; writing it down is `report`'s.
+//! every 60 ticks). It is read at once, whatever the schedule, when the tree's summed RSS moved
+//! by more than 10% since the last read (a fork of DataLoader workers, a sudden allocation).
+//! A PSS is never guessed: ticks that did not read it leave it unknown, in the timeline and for
+//! the soft bounds and the growth trend, which then count only ticks with a real reading.
+//! Deciding what a sample means is `watch`'s job; writing it down is `report`'s.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime};
@@ -19,7 +19,7 @@ use crate::cgroup::JobCgroup;
 use crate::gpu::{self, GpuProbe, JobGpu};
 use crate::mem::process::ProcReader;
 use crate::mem::system::{SystemMem, SystemReader};
-use crate::mem::tree_mem::{read_tree, TreeMem};
+use crate::mem::tree_mem::{read_tree_when, TreeMem};
 use crate::watch::Reading;
 
 /// The share of the interval a PSS pass may take before it is spread over several ticks.
@@ -34,20 +34,30 @@ pub struct Sample {
     pub attempt: u32,
     /// `tree.pss_bytes` is `Some` only on ticks that read PSS.
     pub tree: TreeMem,
-    /// The tree's PSS as read this tick, or estimated from the last read.
-    pub pss_estimate_bytes: Option<u64>,
+    /// Whether this tick tried to read PSS (it may still be unreadable: kernel < 4.14).
+    pub pss_read: bool,
     pub system: Option<SystemMem>,
     pub gpu: Option<JobGpu>,
+    /// The job cgroup's usage, page cache included (what its hard limit applies to).
     pub cgroup_bytes: Option<u64>,
+    /// The job cgroup's usage less the inactive file cache the kernel can drop for free.
+    pub cgroup_working_set_bytes: Option<u64>,
 }
 
 impl Sample {
-    /// The job's memory as the bounds read it: its cgroup's usage (exact, page cache and
-    /// kernel memory included) when it has one, else the tree's PSS, else its RSS.
+    /// The job's memory as the bounds and the trend read it: its cgroup's working set when it
+    /// has one (exact, cheap, and blind to droppable page cache, so streaming a data set does
+    /// not count), else the tree's PSS on ticks that read it, else — where PSS cannot be read
+    /// at all — its RSS. `None` on ticks that skipped PSS: unknown is not a guess.
     pub fn job_bytes(&self) -> Option<u64> {
-        self.cgroup_bytes
-            .or(self.tree.pss_bytes)
-            .or((self.tree.processes > 0).then_some(self.tree.rss_bytes))
+        if let Some(ws) = self.cgroup_working_set_bytes {
+            return Some(ws);
+        }
+        match (self.pss_read, self.tree.pss_bytes) {
+            (true, Some(pss)) => Some(pss),
+            (true, None) => (self.tree.processes > 0).then_some(self.tree.rss_bytes),
+            (false, _) => None,
+        }
     }
 
     /// The job's GPU memory, where its processes are listed by the driver.
@@ -104,20 +114,13 @@ fn raise(peak: &mut Option<u64>, value: Option<u64>) {
 }
 
 /// When to read PSS: every `every` ticks, adapted to its measured cost, and at once when the
-/// tree changed.
+/// tree's RSS moved.
 #[derive(Debug, Clone)]
 struct PssSchedule {
     every: u32,
     countdown: u32,
-    /// What the last read saw: the tree's PSS, its RSS, and its PIDs.
-    last: Option<LastPss>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-struct LastPss {
-    pss_bytes: u64,
-    rss_bytes: u64,
-    pids: Vec<u32>,
+    /// The tree's summed RSS at the last read.
+    rss_at_read: Option<u64>,
 }
 
 /// RSS moving by more than this fraction since the last PSS read forces a new read.
@@ -128,21 +131,18 @@ impl PssSchedule {
         PssSchedule {
             every: 1,
             countdown: 0,
-            last: None,
+            rss_at_read: None,
         }
     }
 
-    /// Whether this tick reads PSS, given the tree's PIDs (sorted) and RSS.
-    fn due(&mut self, pids: &[u32], rss_bytes: u64) -> bool {
-        let changed = match &self.last {
-            None => true,
-            Some(last) => {
-                let drift = (rss_bytes as f64 - last.rss_bytes as f64).abs();
-                last.pids != pids || drift > PSS_RSS_DRIFT * last.rss_bytes as f64
-            }
-        };
-        if changed || self.countdown == 0 {
+    /// Whether this tick reads PSS, given the tree's summed RSS now.
+    fn due(&mut self, rss_bytes: u64) -> bool {
+        let drifted = self.rss_at_read.is_none_or(|then| {
+            (rss_bytes as f64 - then as f64).abs() > PSS_RSS_DRIFT * then as f64
+        });
+        if drifted || self.countdown == 0 {
             self.countdown = self.every.saturating_sub(1);
+            self.rss_at_read = Some(rss_bytes);
             true
         } else {
             self.countdown -= 1;
@@ -155,12 +155,6 @@ impl PssSchedule {
         let budget = interval.as_secs_f64() * PSS_BUDGET;
         self.every = ((cost.as_secs_f64() / budget).ceil() as u32).clamp(1, PSS_MAX_EVERY);
         self.countdown = self.every - 1;
-    }
-
-    /// The tree's PSS between reads: the last one plus the RSS grown since.
-    fn estimate(&self, rss_bytes: u64) -> Option<u64> {
-        let last = self.last.as_ref()?;
-        Some((last.pss_bytes + rss_bytes).saturating_sub(last.rss_bytes))
     }
 }
 
@@ -184,11 +178,7 @@ impl Sampler {
             gpu,
             gpu_failing: false,
             interval,
-            pss: PssSchedule {
-                every: 1,
-                countdown: 0,
-                last: None,
-            },
+            pss: PssSchedule::new(),
         }
     }
 
@@ -205,32 +195,28 @@ impl Sampler {
         let unix_time_s = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        let mut sorted = pids.to_vec();
-        sorted.sort_unstable();
-        let mut tree = read_tree(&self.procs, pids, false);
-        let mut pss_estimate_bytes = self.pss.estimate(tree.rss_bytes);
-        if self.pss.due(&sorted, tree.rss_bytes) {
-            let started = Instant::now();
-            tree = read_tree(&self.procs, pids, true);
+        let started = Instant::now();
+        let mut pss_read = false;
+        let tree = read_tree_when(&self.procs, pids, |cheap| {
+            pss_read = self.pss.due(cheap.rss_bytes);
+            pss_read
+        });
+        if pss_read {
+            // The cheap part is a few µs per process: the elapsed time is the PSS pass.
             self.pss.measured(started.elapsed(), self.interval);
-            self.pss.last = tree.pss_bytes.map(|pss_bytes| LastPss {
-                pss_bytes,
-                rss_bytes: tree.rss_bytes,
-                pids: sorted,
-            });
-            pss_estimate_bytes = tree.pss_bytes;
         }
         let job_pids: HashSet<u32> = pids.iter().copied().collect();
         Sample {
             unix_time_s,
             attempt,
             tree,
-            pss_estimate_bytes,
+            pss_read,
             system: self.system.read(),
             gpu: self
                 .gpu_snapshot()
                 .map(|snap| gpu::attribute(&snap, &job_pids)),
             cgroup_bytes: cgroup.and_then(JobCgroup::usage_bytes),
+            cgroup_working_set_bytes: cgroup.and_then(JobCgroup::working_set_bytes),
         }
     }
 
@@ -273,15 +259,6 @@ impl Sampler {
 mod tests {
     use super::*;
 
-    fn read_once(s: &mut PssSchedule, pids: &[u32], rss: u64, pss: u64) {
-        assert!(s.due(pids, rss));
-        s.last = Some(LastPss {
-            pss_bytes: pss,
-            rss_bytes: rss,
-            pids: pids.to_vec(),
-        });
-    }
-
     #[test]
     fn pss_is_spread_over_ticks_by_its_cost() {
         let interval = Duration::from_secs(1);
@@ -289,10 +266,10 @@ mod tests {
         let table = [(1, 1), (50, 1), (51, 2), (140, 3), (10_000, PSS_MAX_EVERY)];
         for (cost_ms, every) in table {
             let mut s = PssSchedule::new();
-            read_once(&mut s, &[1], 1000, 500);
+            assert!(s.due(1000), "the first tick reads");
             s.measured(Duration::from_millis(cost_ms), interval);
             assert_eq!(s.every, every, "{cost_ms} ms");
-            let pattern: Vec<bool> = (0..every * 2).map(|_| s.due(&[1], 1000)).collect();
+            let pattern: Vec<bool> = (0..every * 2).map(|_| s.due(1000)).collect();
             assert_eq!(
                 pattern.iter().filter(|d| **d).count(),
                 2,
@@ -303,24 +280,63 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_tree_is_read_at_once() {
+    fn a_moving_rss_is_read_at_once() {
         let mut s = PssSchedule::new();
-        read_once(&mut s, &[1], 1000, 500);
+        assert!(s.due(1000));
         s.measured(Duration::from_secs(10), Duration::from_secs(1));
-        assert!(!s.due(&[1], 1050), "5% drift waits for the schedule");
-        assert!(s.due(&[1, 2], 1050), "a fork is read at once");
-        read_once(&mut s, &[1, 2], 1050, 520);
-        assert!(s.due(&[1, 2], 1200), "15% drift is read at once");
+        assert!(!s.due(1050), "5% drift waits for the schedule");
+        assert!(!s.due(950));
+        assert!(s.due(5000), "a fork of workers is read at once");
+        assert!(!s.due(5100));
+        assert!(s.due(4000), "so is a big release");
     }
 
     #[test]
-    fn pss_between_reads_adds_the_rss_growth() {
-        let mut s = PssSchedule::new();
-        assert_eq!(s.estimate(1000), None);
-        read_once(&mut s, &[1], 1000, 200);
-        assert_eq!(s.estimate(1000), Some(200));
-        assert_eq!(s.estimate(1500), Some(700));
-        assert_eq!(s.estimate(100), Some(0));
+    fn job_bytes_never_guesses() {
+        let tree = TreeMem {
+            processes: 3,
+            rss_bytes: 900,
+            pss_bytes: Some(300),
+            ..TreeMem::default()
+        };
+        let read = Sample {
+            tree,
+            pss_read: true,
+            ..Sample::default()
+        };
+        assert_eq!(read.job_bytes(), Some(300));
+        let skipped = Sample {
+            tree: TreeMem {
+                pss_bytes: None,
+                ..tree
+            },
+            pss_read: false,
+            ..Sample::default()
+        };
+        assert_eq!(skipped.job_bytes(), None);
+        let unreadable = Sample {
+            tree: TreeMem {
+                pss_bytes: None,
+                ..tree
+            },
+            pss_read: true,
+            ..Sample::default()
+        };
+        assert_eq!(
+            unreadable.job_bytes(),
+            Some(900),
+            "no PSS on this kernel: RSS"
+        );
+        let in_cgroup = Sample {
+            cgroup_bytes: Some(2000),
+            cgroup_working_set_bytes: Some(400),
+            ..skipped
+        };
+        assert_eq!(
+            in_cgroup.job_bytes(),
+            Some(400),
+            "the working set, not the page cache"
+        );
     }
 
     #[test]
@@ -337,8 +353,7 @@ mod tests {
         };
         peaks.update(&s);
         s.tree.rss_bytes = 50;
-        s.tree.pss_bytes = None;
-        s.pss_estimate_bytes = Some(500); // an estimate is not a peak
+        s.tree.pss_bytes = None; // a tick that skipped PSS
         peaks.update(&s);
         assert_eq!(peaks.rss_bytes, Some(100));
         assert_eq!(peaks.pss_bytes, Some(80));

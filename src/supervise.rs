@@ -3,7 +3,8 @@
 //! interval, stops it on the user's SIGINT/SIGTERM (grace, then SIGKILL; a second SIGINT kills at
 //! once) or when a soft memory bound holds for several samples, reaps everything below us,
 //! cleans up processes the job left behind, and hands back a plain record of what happened.
-//! The tokio runtime lives here and nowhere else.
+//! The async side of oomguard (signal streams, timers) lives here; `lib` only builds the
+//! runtime and awaits these methods.
 //!
 //! It does not classify, decide or print: `classify`, `policy` and `report` do (samples and
 //! notices go to an [`Observer`] the caller provides).
@@ -76,6 +77,22 @@ pub enum Notice {
     MemoryStop(Crossing),
     /// The attempt's cgroup could not be made; it runs without one.
     NoCgroup(String),
+    /// The GPU driver lists processes, none of them the job's (a PID namespace, e.g. a
+    /// container): the job's GPU memory is unknown, and `--max-gpu` cannot act.
+    GpuUnattributed { pids: Vec<u32> },
+}
+
+/// How the wait for a free GPU ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuWait {
+    /// There is no GPU to ask.
+    NoGpu,
+    /// The driver no longer lists any of the attempt's processes.
+    Free,
+    /// The timeout passed with these PIDs still listed.
+    StillHeld(Vec<u32>),
+    /// The user asked oomguard to stop.
+    Stopped(Signal),
 }
 
 /// Receives what an attempt produces while it runs.
@@ -159,6 +176,101 @@ pub struct Supervisor {
     sampler: Sampler,
 }
 
+/// What one attempt's samples add up to: peaks, soft-bound streaks, the growth trend, and
+/// which notices were already given.
+struct SampleWatch {
+    peaks: Peaks,
+    bounds: BoundWatch,
+    trend: Trend,
+    growth_warned: bool,
+    gpu_unattributed_told: bool,
+}
+
+impl SampleWatch {
+    fn new(setup: &Setup) -> Self {
+        SampleWatch {
+            peaks: Peaks::default(),
+            bounds: BoundWatch::new(setup.bounds),
+            trend: Trend::new(setup.trend_window),
+            growth_warned: false,
+            gpu_unattributed_told: false,
+        }
+    }
+
+    /// Takes in a sample taken `at` after spawn; returns the crossing that should stop the job,
+    /// unless it is already `stopping`.
+    fn observe(
+        &mut self,
+        sample: &Sample,
+        at: Duration,
+        setup: &Setup,
+        cgroup: Option<&JobCgroup>,
+        stopping: bool,
+        observer: &mut dyn Observer,
+    ) -> Option<Crossing> {
+        self.peaks.update(sample);
+        if let Some(gpu) = sample
+            .gpu
+            .as_ref()
+            .filter(|g| g.job_bytes.is_none() && !g.unattributed.is_empty())
+        {
+            if !std::mem::replace(&mut self.gpu_unattributed_told, true) {
+                observer.notice(&Notice::GpuUnattributed {
+                    pids: gpu.unattributed.iter().map(|p| p.pid).collect(),
+                });
+            }
+        }
+        if let (false, Some(job_bytes)) = (self.growth_warned, sample.job_bytes()) {
+            self.trend.push(at, job_bytes);
+            if let Some(notice) = growth_notice(&self.trend, job_bytes, sample, setup, cgroup) {
+                observer.notice(&notice);
+                self.growth_warned = true;
+            }
+        }
+        let crossing = self.bounds.observe(&sample.reading())?;
+        if stopping {
+            return None;
+        }
+        observer.notice(&Notice::MemoryStop(crossing.clone()));
+        Some(crossing)
+    }
+}
+
+/// A growth notice when memory rises steadily toward the nearest ceiling within the hour:
+/// `--max-rss`, the cgroup's limit, or what the machine still has available.
+fn growth_notice(
+    trend: &Trend,
+    job_bytes: u64,
+    sample: &Sample,
+    setup: &Setup,
+    cgroup: Option<&JobCgroup>,
+) -> Option<Notice> {
+    let growth = trend.growth()?;
+    let mut ceilings: Vec<(u64, String)> = Vec::new();
+    if let Some(max) = setup.bounds.max_rss_bytes {
+        ceilings.push((max, format!("--max-rss {}", crate::units::human_bytes(max))));
+    }
+    if let Some(limit) = cgroup.and_then(JobCgroup::limit_bytes) {
+        ceilings.push((
+            limit,
+            format!("the memory limit {}", crate::units::human_bytes(limit)),
+        ));
+    }
+    if let Some(sys) = sample.system {
+        ceilings.push((
+            job_bytes + sys.available_bytes,
+            "the machine's memory".to_string(),
+        ));
+    }
+    let (ceiling_bytes, ceiling) = ceilings.into_iter().min_by_key(|(bytes, _)| *bytes)?;
+    let eta = watch::time_to_reach(job_bytes, ceiling_bytes, growth)?;
+    (eta < Duration::from_secs(3600)).then_some(Notice::Growth {
+        bytes_per_s: growth.bytes_per_s,
+        eta,
+        ceiling,
+    })
+}
+
 /// Where an attempt stands.
 enum Phase {
     Running,
@@ -217,7 +329,7 @@ impl Supervisor {
         let Some((parent, limits)) = &self.setup.cgroup else {
             return Ok(None);
         };
-        let name = format!("oomguard-{}-attempt-{attempt}", std::process::id());
+        let name = cgroup::attempt_name(std::process::id(), attempt);
         match parent.create_child(&name, limits) {
             Ok(cg) => Ok(Some(cg)),
             Err(e) if limits.memory_max_bytes.is_some() => Err(SpawnError::Setup(e.to_string())),
@@ -253,7 +365,7 @@ impl Supervisor {
         let spawned = child::spawn(launch, procs_fd)?;
         let pgid = spawned.pid;
         if let Some(guard) = self.guard.as_mut() {
-            guard.watch(Some(pgid));
+            guard.watch(Some(pgid), cgroup.as_ref().map(JobCgroup::dir));
         }
         let sinks = Sinks::new(log);
         let (closed_tx, mut closed_rx) = mpsc::unbounded_channel::<()>();
@@ -282,10 +394,7 @@ impl Supervisor {
         let mut memory_stop: Option<Crossing> = None;
         let mut kill_at: Option<TokioInstant> = None;
         let mut drain_until: Option<TokioInstant> = None;
-        let mut bounds = BoundWatch::new(self.setup.bounds);
-        let mut trend = Trend::new(self.setup.trend_window);
-        let mut growth_warned = false;
-        let mut peaks = Peaks::default();
+        let mut watch = SampleWatch::new(&self.setup);
         let mut ticker = tokio::time::interval(self.setup.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -325,32 +434,7 @@ impl Supervisor {
                     break;
                 }
             }
-            let alive = self.job_processes();
-            known.extend(alive.iter().copied());
-            if tick && matches!(phase, Phase::Running) {
-                let sample = self.sampler.sample(attempt, &alive, cgroup.as_ref());
-                peaks.update(&sample);
-                observer.sample(&sample);
-                if memory_stop.is_none() && user_stop.is_none() {
-                    if let Some(crossing) = bounds.observe(&sample.reading()) {
-                        observer.notice(&Notice::MemoryStop(crossing.clone()));
-                        child::signal_group(pgid, Signal::SIGTERM);
-                        kill_at.get_or_insert(TokioInstant::now() + self.setup.grace);
-                        memory_stop = Some(crossing);
-                    }
-                }
-                if let (false, Some(job_bytes)) = (growth_warned, sample.job_bytes()) {
-                    trend.push(started.elapsed(), job_bytes);
-                    if let Some(notice) =
-                        self.growth_notice(&trend, job_bytes, &sample, cgroup.as_ref())
-                    {
-                        observer.notice(&notice);
-                        growth_warned = true;
-                    }
-                }
-            }
-            let reaped = child::reap_ready();
-            for &(pid, ending) in &reaped {
+            for (pid, ending) in child::reap_ready() {
                 known.insert(pid);
                 if pid == pgid {
                     phase = Phase::Ended {
@@ -360,16 +444,39 @@ impl Supervisor {
                     };
                 }
             }
+            let ended = matches!(phase, Phase::Ended { .. });
+            // The tree is walked on ticks and, once the main process is gone, on every wake-up
+            // (to see the leftovers go); not on each SIGCHLD of a busy job.
+            if !tick && !ended {
+                continue;
+            }
+            let alive = self.job_processes();
+            known.extend(alive.iter().copied());
+            if tick && !ended {
+                let sample = self.sampler.sample(attempt, &alive, cgroup.as_ref());
+                observer.sample(&sample);
+                let at = started.elapsed();
+                let stopping = memory_stop.is_some() || user_stop.is_some();
+                if let Some(crossing) = watch.observe(
+                    &sample,
+                    at,
+                    &self.setup,
+                    cgroup.as_ref(),
+                    stopping,
+                    observer,
+                ) {
+                    child::signal_group(pgid, Signal::SIGTERM);
+                    kill_at.get_or_insert(TokioInstant::now() + self.setup.grace);
+                    memory_stop = Some(crossing);
+                }
+            }
             let Phase::Ended {
                 leftovers_stopped, ..
             } = &mut phase
             else {
                 continue;
             };
-            let leftovers: Vec<u32> = alive
-                .into_iter()
-                .filter(|p| !reaped.iter().any(|(r, _)| r == p))
-                .collect();
+            let leftovers = alive;
             if !leftovers.is_empty() && !*leftovers_stopped {
                 // The main process is gone; what it left behind is ended gently, then for good.
                 *leftovers_stopped = true;
@@ -388,7 +495,7 @@ impl Supervisor {
             }
         }
         if let Some(guard) = self.guard.as_mut() {
-            guard.watch(None);
+            guard.watch(None, None);
         }
         let Phase::Ended {
             ending, duration, ..
@@ -416,7 +523,7 @@ impl Supervisor {
         if let Some(cg) = cgroup {
             // A fresh cgroup per attempt: its counter is this attempt's alone.
             kernel.cgroup_oom_kills = cg.oom_kills();
-            peaks.fold_cgroup_peak(cg.peak_bytes());
+            watch.peaks.fold_cgroup_peak(cg.peak_bytes());
             if let Err(e) = cg.remove() {
                 tracing::warn!("{e}");
             }
@@ -429,66 +536,32 @@ impl Supervisor {
             kernel,
             started_at,
             duration,
-            peaks,
+            peaks: watch.peaks,
             pids: known,
         })
     }
 
-    /// A growth notice when memory rises steadily toward the nearest ceiling within the hour:
-    /// `--max-rss`, the cgroup's limit, or what the machine still has available.
-    fn growth_notice(
-        &self,
-        trend: &Trend,
-        job_bytes: u64,
-        sample: &Sample,
-        cgroup: Option<&JobCgroup>,
-    ) -> Option<Notice> {
-        let growth = trend.growth()?;
-        let mut ceilings: Vec<(u64, String)> = Vec::new();
-        if let Some(max) = self.setup.bounds.max_rss_bytes {
-            ceilings.push((max, format!("--max-rss {}", crate::units::human_bytes(max))));
-        }
-        if let Some(limit) = cgroup.and_then(JobCgroup::limit_bytes) {
-            ceilings.push((
-                limit,
-                format!("the memory limit {}", crate::units::human_bytes(limit)),
-            ));
-        }
-        if let Some(sys) = sample.system {
-            ceilings.push((
-                job_bytes + sys.available_bytes,
-                "the machine's memory".to_string(),
-            ));
-        }
-        let (ceiling_bytes, ceiling) = ceilings.into_iter().min_by_key(|(bytes, _)| *bytes)?;
-        let eta = watch::time_to_reach(job_bytes, ceiling_bytes, growth)?;
-        (eta < Duration::from_secs(3600)).then_some(Notice::Growth {
-            bytes_per_s: growth.bytes_per_s,
-            eta,
-            ceiling,
-        })
-    }
-
     /// Waits until the GPU driver no longer lists any of `pids` (the last attempt's), at most
-    /// `timeout`. Returns the PIDs still listed when it gave up (empty: free), or `None` when
-    /// there is no GPU to ask. A user's SIGINT/SIGTERM ends the wait early.
-    pub async fn wait_gpu_free(
-        &mut self,
-        pids: &HashSet<u32>,
-        timeout: Duration,
-    ) -> Option<Vec<u32>> {
+    /// `timeout`, polling every 200 ms. A user's SIGINT/SIGTERM ends the wait.
+    pub async fn wait_gpu_free(&mut self, pids: &HashSet<u32>, timeout: Duration) -> GpuWait {
         let deadline = TokioInstant::now() + timeout;
         loop {
-            let holders = self.sampler.gpu_holders(pids)?;
-            if holders.is_empty() || TokioInstant::now() >= deadline {
-                return Some(holders);
+            let Some(holders) = self.sampler.gpu_holders(pids) else {
+                return GpuWait::NoGpu;
+            };
+            if holders.is_empty() {
+                return GpuWait::Free;
+            }
+            if TokioInstant::now() >= deadline {
+                return GpuWait::StillHeld(holders);
             }
             tokio::select! {
                 _ = tokio::time::sleep(GPU_FREE_POLL) => {}
                 sig = self.signals.next() => {
                     if matches!(sig, Signal::SIGINT | Signal::SIGTERM) {
-                        return Some(holders);
+                        return GpuWait::Stopped(sig);
                     }
+                    child::reap_ready();
                 }
             }
         }

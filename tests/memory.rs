@@ -41,7 +41,10 @@ fn samples(sb: &Sandbox) -> Vec<Vec<Option<f64>>> {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("unix_time,attempt,tree_rss_bytes,tree_pss_bytes,tree_swap_bytes,sys_available_bytes,gpu_used_bytes,cgroup_bytes")
+        Some(concat!(
+            "unix_time,attempt,tree_rss_bytes,tree_pss_bytes,tree_swap_bytes,sys_available_bytes,",
+            "gpu_used_bytes,cgroup_bytes,sys_swap_free_bytes,psi_some_avg10"
+        ))
     );
     lines
         .map(|l| {
@@ -49,7 +52,7 @@ fn samples(sb: &Sandbox) -> Vec<Vec<Option<f64>>> {
                 .split(',')
                 .map(|c| (!c.is_empty()).then(|| c.parse().unwrap()))
                 .collect();
-            assert_eq!(cells.len(), 8, "{l}");
+            assert_eq!(cells.len(), 10, "{l}");
             cells
         })
         .collect()

@@ -31,7 +31,18 @@ pub struct TreeMem {
 /// whose smaps_rollup then does not (it exited in between, or belongs to another user) adds its
 /// RSS but no PSS.
 pub fn read_tree(reader: &ProcReader, pids: &[u32], with_pss: bool) -> TreeMem {
+    read_tree_when(reader, pids, |_| with_pss)
+}
+
+/// Like [`read_tree`], but decides whether to pay for PSS after seeing the cheap numbers
+/// (the sampler reads PSS early when the tree's RSS moved a lot).
+pub fn read_tree_when(
+    reader: &ProcReader,
+    pids: &[u32],
+    with_pss: impl FnOnce(&TreeMem) -> bool,
+) -> TreeMem {
     let mut out = TreeMem::default();
+    let mut read: Vec<(u32, Option<u64>)> = Vec::with_capacity(pids.len());
     for &pid in pids {
         let Some(mem) = reader.read(pid) else {
             continue;
@@ -39,8 +50,11 @@ pub fn read_tree(reader: &ProcReader, pids: &[u32], with_pss: bool) -> TreeMem {
         out.processes += 1;
         out.rss_bytes = out.rss_bytes.saturating_add(mem.rss_bytes);
         out.max_hwm_bytes = out.max_hwm_bytes.max(mem.hwm_bytes);
-        let mut swap = mem.swap_bytes;
-        if with_pss {
+        read.push((pid, mem.swap_bytes));
+    }
+    let pss_too = with_pss(&out);
+    for (pid, mut swap) in read {
+        if pss_too {
             if let Some(pss) = reader.read_pss(pid) {
                 out.pss_bytes = Some(out.pss_bytes.unwrap_or(0).saturating_add(pss.pss_bytes));
                 swap = pss.swap_pss_bytes.or(swap);
