@@ -142,12 +142,10 @@ impl From<Peaks> for PeakRecord {
 }
 
 impl PeakRecord {
-    /// The job's memory peak as the table shows it: the cgroup's (exact) where there was one,
-    /// else PSS, else RSS.
+    /// The job's memory peak as the table shows it: PSS (its own memory, shared pages counted
+    /// once), else RSS. Not the cgroup's peak, which includes page cache.
     pub fn memory_bytes(&self) -> Option<u64> {
-        self.peak_cgroup_bytes
-            .or(self.peak_pss_bytes)
-            .or(self.peak_rss_bytes)
+        self.peak_pss_bytes.or(self.peak_rss_bytes)
     }
 }
 

@@ -128,16 +128,20 @@ fn memory_max_gets_a_real_kernel_oom_kill_attributed_by_the_cgroup_and_converges
         );
     }
     // ...and every one of them is gone afterwards.
+    let log = std::fs::read_to_string(sb.run_dir().join("attempt-1.log")).unwrap();
+    let ours = log
+        .split("oomguard-")
+        .nth(1)
+        .and_then(|rest| rest.split('-').next())
+        .unwrap();
+    let prefix = format!("oomguard-{ours}-attempt-");
     let left: Vec<String> = std::fs::read_dir(&parent)
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("oomguard-") && n.contains("-attempt-"))
+        .filter(|n| n.starts_with(&prefix))
         .collect();
-    assert!(
-        left.iter().all(|n| !stderr.contains(n.as_str())),
-        "left behind: {left:?}"
-    );
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[test]
@@ -465,4 +469,98 @@ fn without_nvml_or_writable_cgroups_everything_else_runs() {
         "the line names a fix: {stderr}"
     );
     assert!(!sb2.run_dir().exists());
+}
+
+#[test]
+fn ctrl_c_while_waiting_for_the_gpu_ends_the_run() {
+    let sb = Sandbox::new();
+    let gpu_file = sb.path("gpu.json");
+    std::fs::write(&gpu_file, r#"{"devices":[],"processes":[]}"#).unwrap();
+    let mut child = sb
+        .run(
+            &[
+                "--interval",
+                "50ms",
+                "--max-gpu",
+                "1G",
+                "--gpu-free-timeout",
+                "60s",
+            ],
+            &[
+                "python3",
+                &fixture("grow.py"),
+                "--batch_size",
+                "8",
+                "--sample-mb",
+                "1",
+                "--gpu-file",
+                gpu_file.to_str().unwrap(),
+                "--gpu-mb",
+                "200",
+                "--hold",
+                "60",
+            ],
+        )
+        .env("OOMGUARD_FAKE_GPU", &gpu_file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = stderr_lines(&mut child);
+    let mut seen = Vec::new();
+    wait_for_line(&rx, "waiting up to", &mut seen);
+    util::kill(child.id(), nix::sys::signal::Signal::SIGINT);
+    let status = child.wait().unwrap();
+    seen.extend(rx.iter());
+    assert_eq!(status.code(), Some(130), "{}", seen.join("\n"));
+    let summary = sb.summary();
+    assert_eq!(summary["outcome"], "interrupted");
+    assert_eq!(
+        causes(&summary),
+        ["memory_limit"],
+        "no relaunch after the user's stop"
+    );
+}
+
+#[test]
+fn a_sigkilled_oomguard_leaves_no_attempt_cgroup_behind() {
+    let Some(parent) = own_v1_memory_cgroup() else {
+        eprintln!("SKIPPED attempt cgroup cleanup: no writable cgroup v1 memory controller here (needs root)");
+        return;
+    };
+    let sb = Sandbox::new();
+    let mut child = sb
+        .run(
+            &[],
+            &[
+                "python3",
+                &fixture("grow.py"),
+                "--batch_size",
+                "1",
+                "--sample-mb",
+                "1",
+                "--hold",
+                "60",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The job's first line names the cgroup it runs in: wait for it, so the cgroup exists.
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let name = format!("oomguard-{}-attempt-1", child.id());
+    assert!(first.contains(&name), "{first}");
+    let dir = parent.join(&name);
+    assert!(dir.is_dir());
+    util::kill(child.id(), nix::sys::signal::Signal::SIGKILL);
+    child.wait().unwrap();
+    assert!(
+        util::wait_until(Duration::from_secs(20), || !dir.exists()),
+        "{} is still there",
+        dir.display()
+    );
 }
