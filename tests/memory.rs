@@ -351,44 +351,49 @@ fn wait_for_line(rx: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<Strin
     }
 }
 
+/// oomguard with `--max-gpu 1G` over a job that reports batch x 200 MiB of GPU memory through
+/// the fake probe's file: batch 8 crosses the bound, batch 4 fits.
+fn spawn_fake_gpu_job(sb: &Sandbox, gpu_file: &Path) -> std::process::Child {
+    std::fs::write(gpu_file, r#"{"devices":[],"processes":[]}"#).unwrap();
+    let job = [
+        "python3",
+        &fixture("grow.py"),
+        "--batch_size",
+        "8",
+        "--sample-mb",
+        "1",
+        "--gpu-file",
+        gpu_file.to_str().unwrap(),
+        "--gpu-mb",
+        "200",
+        "--hold",
+        "60",
+        "--fits",
+        "4",
+    ];
+    sb.run(
+        &[
+            "--interval",
+            "50ms",
+            "--max-gpu",
+            "1G",
+            "--gpu-free-timeout",
+            "60s",
+        ],
+        &job,
+    )
+    .env("OOMGUARD_FAKE_GPU", gpu_file)
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap()
+}
+
 #[test]
 fn the_fake_gpu_drives_max_gpu_the_gpu_columns_and_the_wait_for_a_free_gpu() {
     let sb = Sandbox::new();
     let gpu_file = sb.path("gpu.json");
-    std::fs::write(&gpu_file, r#"{"devices":[{"index":0,"name":"Fake GPU","used_bytes":0,"total_bytes":85899345920}],"processes":[]}"#)
-        .unwrap();
-    let mut child = sb
-        .run(
-            &[
-                "--interval",
-                "50ms",
-                "--max-gpu",
-                "1G",
-                "--gpu-free-timeout",
-                "60s",
-            ],
-            &[
-                "python3",
-                &fixture("grow.py"),
-                "--batch_size",
-                "8",
-                "--sample-mb",
-                "1",
-                "--gpu-file",
-                gpu_file.to_str().unwrap(),
-                "--gpu-mb",
-                "200",
-                "--hold",
-                "60",
-                "--fits",
-                "4",
-            ],
-        )
-        .env("OOMGUARD_FAKE_GPU", &gpu_file)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_fake_gpu_job(&sb, &gpu_file);
     let rx = stderr_lines(&mut child);
     let mut seen = Vec::new();
     // Attempt 1 holds 8 x 200 MiB of "GPU": stopped, and the driver still lists its PID.
@@ -475,37 +480,7 @@ fn without_nvml_or_writable_cgroups_everything_else_runs() {
 fn ctrl_c_while_waiting_for_the_gpu_ends_the_run() {
     let sb = Sandbox::new();
     let gpu_file = sb.path("gpu.json");
-    std::fs::write(&gpu_file, r#"{"devices":[],"processes":[]}"#).unwrap();
-    let mut child = sb
-        .run(
-            &[
-                "--interval",
-                "50ms",
-                "--max-gpu",
-                "1G",
-                "--gpu-free-timeout",
-                "60s",
-            ],
-            &[
-                "python3",
-                &fixture("grow.py"),
-                "--batch_size",
-                "8",
-                "--sample-mb",
-                "1",
-                "--gpu-file",
-                gpu_file.to_str().unwrap(),
-                "--gpu-mb",
-                "200",
-                "--hold",
-                "60",
-            ],
-        )
-        .env("OOMGUARD_FAKE_GPU", &gpu_file)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_fake_gpu_job(&sb, &gpu_file);
     let rx = stderr_lines(&mut child);
     let mut seen = Vec::new();
     wait_for_line(&rx, "waiting up to", &mut seen);
