@@ -2,7 +2,9 @@
 //! whether attempt cgroups can really be made, the kernel log, /proc/vmstat, memory pressure
 //! (PSI), NVML and its devices — and the per-tick sampling cost measured on the spot.
 //!
-//! It only looks; it changes nothing (the probe cgroup it makes is removed at once).
+//! It only looks, with one exception: to know that attempt cgroups can really be made it makes
+//! one and removes it at once — and on cgroup v2 that first enables the memory controller for
+//! its cgroup's children, as a run would (see `cgroup::Parent::prepare`).
 
 use std::path::Path;
 use std::time::{Duration, Instant};

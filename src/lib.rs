@@ -131,6 +131,9 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
     let (gpu, gpu_off) = gpu::open();
     if let Some(reason) = gpu_off {
         report.say(&reason);
+        if settings.bounds.max_gpu_bytes.is_some() {
+            report.warn("--max-gpu cannot act without GPU monitoring");
+        }
     }
     let setup = Setup {
         grace: settings.grace,
