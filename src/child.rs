@@ -372,15 +372,6 @@ fn guard_loop(input: impl BufRead, remove_wait: Duration) -> i32 {
     0
 }
 
-/// Whether `path` names an existing directory we could create files in.
-pub fn is_writable_dir(path: &Path) -> bool {
-    nix::unistd::access(
-        path,
-        nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
-    )
-    .is_ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

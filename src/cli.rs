@@ -273,7 +273,7 @@ mod tests {
         assert!(!run.no_cgroup);
         let settings = run.validate().unwrap();
         assert_eq!(settings.cgroup, CgroupPlan::IfAvailable);
-        assert!(!settings.bounds.any());
+        assert_eq!(settings.bounds, Bounds::default());
     }
 
     #[test]

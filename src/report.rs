@@ -286,7 +286,7 @@ impl RunDir {
             }
             None => (make_run_dir_in(&default_runs_base(), program)?, true),
         };
-        if !crate::child::is_writable_dir(&path) {
+        if !is_writable_dir(&path) {
             return Err(RunDirError::NotWritable { path });
         }
         // Claiming summary.json with O_EXCL makes the check and the claim one step: two runs
@@ -364,6 +364,15 @@ impl RunDir {
         };
         write().map_err(|source| RunDirError::Write { path, source })
     }
+}
+
+/// Whether `path` names an existing directory we could create files in.
+fn is_writable_dir(path: &Path) -> bool {
+    nix::unistd::access(
+        path,
+        nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+    )
+    .is_ok()
 }
 
 /// Where default run directories go: `$XDG_STATE_HOME/oomguard/runs`, with `~/.local/state`

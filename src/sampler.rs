@@ -205,16 +205,17 @@ impl Sampler {
             // The cheap part is a few µs per process: the elapsed time is the PSS pass.
             self.pss.measured(started.elapsed(), self.interval);
         }
-        let job_pids: HashSet<u32> = pids.iter().copied().collect();
+        // The PID set is built only when there is a snapshot to attribute.
+        let gpu = self
+            .gpu_snapshot()
+            .map(|snap| gpu::attribute(&snap, &pids.iter().copied().collect()));
         Sample {
             unix_time_s,
             attempt,
             tree,
             pss_read,
             system: self.system.read(),
-            gpu: self
-                .gpu_snapshot()
-                .map(|snap| gpu::attribute(&snap, &job_pids)),
+            gpu,
             cgroup_bytes: cgroup.and_then(JobCgroup::usage_bytes),
             cgroup_working_set_bytes: cgroup.and_then(JobCgroup::working_set_bytes),
         }
@@ -247,11 +248,6 @@ impl Sampler {
                 .filter(|p| pids.contains(p))
                 .collect(),
         )
-    }
-
-    /// How the GPU is watched, for `doctor` and `-v`.
-    pub fn gpu_description(&self) -> String {
-        self.gpu.describe()
     }
 }
 

@@ -39,12 +39,6 @@ pub struct Bounds {
     pub min_available: Option<Available>,
 }
 
-impl Bounds {
-    pub fn any(&self) -> bool {
-        self.max_rss_bytes.is_some() || self.max_gpu_bytes.is_some() || self.min_available.is_some()
-    }
-}
-
 /// One sample's numbers, as the bounds read them.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Reading {

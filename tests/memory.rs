@@ -7,27 +7,14 @@ mod util;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::Value;
-use util::{fixture, Sandbox};
+use util::{causes, fixture, stderr_of, Sandbox};
 
 const MIB: u64 = 1 << 20;
-
-fn stderr_of(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn causes(summary: &Value) -> Vec<String> {
-    summary["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["cause"].as_str().unwrap().to_string())
-        .collect()
-}
 
 fn u64_at(v: &Value, key: &str) -> u64 {
     v[key]

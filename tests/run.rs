@@ -6,23 +6,10 @@ mod util;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 
 use serde_json::Value;
-use util::{fixture, Sandbox};
-
-fn stderr_of(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn causes(summary: &Value) -> Vec<String> {
-    summary["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["cause"].as_str().unwrap().to_string())
-        .collect()
-}
+use util::{causes, fixture, stderr_of, Sandbox};
 
 fn column(summary: &Value, key: &str) -> Vec<Value> {
     summary["attempts"]

@@ -4,7 +4,7 @@
 //!
 //! It does not decide what to do with the PIDs (signal, sample, attribute): callers do.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Reads process trees under a /proc root.
 #[derive(Debug, Clone)]
@@ -52,11 +52,6 @@ impl ProcTree {
         }
         out
     }
-
-    /// Whether `pid` still exists (a zombie counts until it is reaped).
-    pub fn exists(&self, pid: u32) -> bool {
-        Path::new(&self.proc_root).join(pid.to_string()).exists()
-    }
 }
 
 /// Parses a `children` file: PIDs separated by spaces, e.g. `"4242 4243 "`.
@@ -95,8 +90,6 @@ mod tests {
         let mut found = tree.descendants(10);
         found.sort();
         assert_eq!(found, [11, 13, 14, 15]);
-        assert!(tree.exists(10));
-        assert!(!tree.exists(14));
     }
 
     #[test]

@@ -121,3 +121,18 @@ pub fn read_pids(path: &Path, count: usize) -> Vec<u32> {
     );
     pids
 }
+
+/// oomguard's stderr as text.
+pub fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The cause of every attempt in a summary.json, in order.
+pub fn causes(summary: &serde_json::Value) -> Vec<String> {
+    summary["attempts"]
+        .as_array()
+        .expect("attempts is an array")
+        .iter()
+        .map(|a| a["cause"].as_str().expect("cause is a string").to_string())
+        .collect()
+}
