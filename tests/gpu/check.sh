@@ -6,7 +6,8 @@
 # too, batch 8 fits. oomguard must relaunch it (32 → 16 → 8, accumulation 1 → 2 → 4), end with
 # `succeeded`, and record through NVML a GPU peak for the attempt that succeeded.
 #
-# Needs: an NVIDIA GPU, its driver (nvidia-smi), python3 with a CUDA build of torch, cargo.
+# Needs: an NVIDIA GPU, its driver (nvidia-smi), python3 with a CUDA build of torch, and cargo,
+# or OOMGUARD_BIN naming an oomguard binary built elsewhere (a GPU machine without a toolchain).
 # Run from anywhere: tests/gpu/check.sh. Exit status: 0 PASS, 1 FAIL, 2 cannot run here.
 # Keeps its temporary directory when it fails, and says where.
 
@@ -28,7 +29,11 @@ nvidia-smi -L >/dev/null 2>&1 ||
 command -v python3 >/dev/null 2>&1 || cannot_run "python3 not found"
 python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1 ||
     cannot_run "python3 cannot use CUDA through torch (python3 -c 'import torch; assert torch.cuda.is_available()' fails)"
-command -v cargo >/dev/null 2>&1 || cannot_run "cargo not found"
+if [ -n "${OOMGUARD_BIN:-}" ]; then
+    [ -x "$OOMGUARD_BIN" ] || cannot_run "OOMGUARD_BIN=$OOMGUARD_BIN is not an executable file"
+else
+    command -v cargo >/dev/null 2>&1 || cannot_run "cargo not found (or set OOMGUARD_BIN to a built oomguard)"
+fi
 
 say "GPUs:"
 nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader >&2
@@ -38,9 +43,14 @@ busy=$(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nou
     awk -F', *' '{ if ($1 > $2 / 10) print $1 " MiB of " $2 " MiB" }')
 [ -z "$busy" ] || say "warning: GPU 0 already has $busy in use; batch 8 may not fit"
 
-# (2) Build.
-cargo build --release || { say "FAIL: cargo build --release failed"; exit 1; }
-bin=target/release/oomguard
+# (2) Build, unless a binary was given.
+if [ -n "${OOMGUARD_BIN:-}" ]; then
+    bin=$OOMGUARD_BIN
+    say "using $bin ($("$bin" --version))"
+else
+    cargo build --release || { say "FAIL: cargo build --release failed"; exit 1; }
+    bin=target/release/oomguard
+fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/oomguard-gpu-check.XXXXXX") || exit 2
 cleanup() { [ "${keep:-0}" = 1 ] || rm -rf "$tmp"; }
