@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, signal, SigHandler, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{getppid, Pid};
 
 use crate::outcome::Ending;
@@ -182,28 +182,80 @@ pub fn become_subreaper() -> io::Result<()> {
     Ok(())
 }
 
-/// Reaps every child that has ended, without blocking: `waitpid(-1, WNOHANG)` until none is left.
-pub fn reap_ready() -> Vec<(u32, Ending)> {
-    let mut reaped = Vec::new();
+/// What `waitpid` reported about one child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildEvent {
+    /// The child ended and was reaped.
+    Ended(Reaped),
+    /// The child was stopped by `signal` (job control: SIGTSTP, SIGTTIN, SIGTTOU, SIGSTOP).
+    Stopped { pid: u32, signal: Signal },
+}
+
+/// A reaped child: how it ended, and the most memory it (or any descendant it reaped) ever held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reaped {
+    pub pid: u32,
+    pub ending: Ending,
+    /// `ru_maxrss` from wait4(2): the largest resident set of the child or of a descendant it
+    /// waited for, in bytes. It catches a peak that fell between two samples.
+    pub max_rss_bytes: u64,
+}
+
+/// Reaps every child that has ended, without blocking, and reports children that stopped:
+/// wait4(-1, WNOHANG | WUNTRACED) until none is left.
+pub fn reap_ready() -> Vec<ChildEvent> {
+    let mut events = Vec::new();
     loop {
-        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(pid, code)) => {
-                reaped.push((pid.as_raw() as u32, Ending::Exited(code)))
+        let mut status: nix::libc::c_int = 0;
+        // SAFETY: an all-zero rusage is a valid value of that plain C struct.
+        let mut usage: nix::libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: both pointers are to live locals of the right types. nix has no wait4, and
+        // waitpid cannot return the child's rusage.
+        let pid = unsafe {
+            nix::libc::wait4(
+                -1,
+                &mut status,
+                nix::libc::WNOHANG | nix::libc::WUNTRACED,
+                &mut usage,
+            )
+        };
+        if pid == 0 {
+            break; // children remain, none ready
+        }
+        if pid < 0 {
+            match Errno::last() {
+                Errno::EINTR => continue,
+                _ => break, // ECHILD: no children at all
             }
-            Ok(WaitStatus::Signaled(pid, signal, core_dumped)) => reaped.push((
-                pid.as_raw() as u32,
-                Ending::Signaled {
-                    signal: signal as i32,
-                    core_dumped,
-                },
-            )),
-            Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => break,
-            Ok(_) => continue,
-            Err(Errno::EINTR) => continue,
-            Err(_) => break,
+        }
+        // Linux reports ru_maxrss in KiB.
+        let max_rss_bytes = u64::try_from(usage.ru_maxrss)
+            .unwrap_or(0)
+            .saturating_mul(1024);
+        match WaitStatus::from_raw(Pid::from_raw(pid), status) {
+            Ok(WaitStatus::Exited(pid, code)) => events.push(ChildEvent::Ended(Reaped {
+                pid: pid.as_raw() as u32,
+                ending: Ending::Exited(code),
+                max_rss_bytes,
+            })),
+            Ok(WaitStatus::Signaled(pid, signal, core_dumped)) => {
+                events.push(ChildEvent::Ended(Reaped {
+                    pid: pid.as_raw() as u32,
+                    ending: Ending::Signaled {
+                        signal: signal as i32,
+                        core_dumped,
+                    },
+                    max_rss_bytes,
+                }))
+            }
+            Ok(WaitStatus::Stopped(pid, signal)) => events.push(ChildEvent::Stopped {
+                pid: pid.as_raw() as u32,
+                signal,
+            }),
+            _ => continue,
         }
     }
-    reaped
+    events
 }
 
 /// How long the guard waits for the killed processes to leave the attempt cgroup before giving

@@ -35,6 +35,7 @@ pub mod report;
 pub mod rewrite;
 pub mod sampler;
 pub mod scan;
+pub mod signals;
 pub mod stream;
 pub mod supervise;
 pub mod units;
@@ -122,7 +123,24 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         accum: settings.knobs.accum_value(),
     };
     let mut summary = Summary::new(&settings.command, final_sizes(original));
-    run_dir.save(&summary).map_err(Error::RunDir)?;
+    let result = run_in(&settings, original, &run_dir, &mut summary, cgroup, report);
+    if result.is_err() && summary.attempts().is_empty() {
+        // Nothing ran: leave nothing behind, as for any other input we refuse.
+        run_dir.discard();
+    }
+    result
+}
+
+/// The run itself, in a run directory that is ready: files, GPU, runtime, then the attempts.
+fn run_in(
+    settings: &RunSettings,
+    original: Sizes,
+    run_dir: &RunDir,
+    summary: &mut Summary,
+    cgroup: Option<(cgroup::Parent, cgroup::Limits)>,
+    report: Reporter,
+) -> Result<i32, Error> {
+    run_dir.save(summary, false).map_err(Error::RunDir)?;
     let samples = run_dir.open_samples().map_err(Error::RunDir)?;
     report.say(&format!("run directory {}", run_dir.path().display()));
     if settings.knobs.batch.is_none() {
@@ -155,7 +173,7 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         samples,
         warned_no_cgroup: false,
     };
-    let result = runtime.block_on(async {
+    runtime.block_on(async {
         let sampler = Sampler::new(gpu, settings.interval);
         let supervisor = Supervisor::new(setup, sampler).map_err(|source| Error::Internal {
             action: "cannot listen for signals",
@@ -163,19 +181,14 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         })?;
         attempt_loop(
             supervisor,
-            &settings,
+            settings,
             original,
-            &run_dir,
-            &mut summary,
+            run_dir,
+            summary,
             &mut observer,
         )
         .await
-    });
-    if result.is_err() && summary.attempts.is_empty() {
-        // Nothing ran: leave nothing behind, as for any other input we refuse.
-        run_dir.discard();
-    }
-    result
+    })
 }
 
 /// Finds where attempt cgroups can be made. `--memory-max` without a writable memory cgroup is
@@ -243,6 +256,15 @@ impl Observer for RunObserver {
                     .warn(&format!("running without a memory cgroup: {why}"));
             }
             Notice::NoCgroup(_) => {}
+            Notice::TerminalStop { signal } => self.report.warn(&match *signal {
+                Signal::SIGTTIN => "the job is stopped (SIGTTIN): it tried to read the terminal, which a supervised job cannot; \
+                     give it its input from a file or pipe (`oomguard run -- CMD < input`), or press Ctrl-C to end the run"
+                    .to_string(),
+                other => format!(
+                    "the job is stopped ({other}): it tried to write to or configure the terminal from the background; \
+                     `stty -tostop` lets it write, or press Ctrl-C to end the run"
+                ),
+            }),
             Notice::GpuUnattributed { pids } => self.report.warn(&format!(
                 "the GPU driver lists PIDs {pids:?}, none of them the job's (a container's own PID namespace?): \
                  the job's GPU memory is unknown and --max-gpu cannot act"
@@ -288,7 +310,7 @@ async fn attempt_loop(
                 .is_some_and(|stop| !(stop.after_exit && end.ending.is_success())),
             memory_limit: memory_limit.as_deref(),
         });
-        summary.attempts.push(AttemptRecord {
+        summary.push(AttemptRecord {
             attempt,
             command: launch.argv.clone(),
             batch_size: sizes.batch,
@@ -302,7 +324,7 @@ async fn attempt_loop(
             peaks: end.peaks.into(),
         });
         summary.final_sizes = final_sizes(sizes);
-        if let Err(e) = run_dir.save(summary) {
+        if let Err(e) = run_dir.save(summary, false) {
             report.error(&e.to_string());
         }
         if verdict.cause != Cause::Ok {
@@ -382,13 +404,13 @@ async fn attempt_loop(
         Err(e) => {
             // The run ends here; summary.json must not keep saying `running`.
             summary.finish(Outcome::Failed);
-            let _ = run_dir.save(summary);
+            let _ = run_dir.save(summary, true);
             return Err(e);
         }
     };
     summary.finish(outcome);
-    run_dir.save(summary).map_err(Error::RunDir)?;
-    for line in report::table(&summary.attempts) {
+    run_dir.save(summary, true).map_err(Error::RunDir)?;
+    for line in report::table(summary.attempts()) {
         report.say(&line);
     }
     report.say(&format!(

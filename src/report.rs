@@ -127,6 +127,9 @@ pub struct PeakRecord {
     pub peak_gpu_bytes: Option<u64>,
     /// The attempt cgroup's high-water mark, where it ran in one (page cache included).
     pub peak_cgroup_bytes: Option<u64>,
+    /// The largest resident set one process of the job ever had: its VmHWM while sampled, and
+    /// the kernel's `ru_maxrss` when it was reaped, so a spike between samples still counts.
+    pub peak_process_rss_bytes: Option<u64>,
 }
 
 impl From<Peaks> for PeakRecord {
@@ -137,15 +140,22 @@ impl From<Peaks> for PeakRecord {
             peak_swap_bytes: p.swap_bytes,
             peak_gpu_bytes: p.gpu_bytes,
             peak_cgroup_bytes: p.cgroup_bytes,
+            peak_process_rss_bytes: p.process_rss_bytes,
         }
     }
 }
 
 impl PeakRecord {
     /// The job's memory peak as the table shows it: PSS (its own memory, shared pages counted
-    /// once), else RSS. Not the cgroup's peak, which includes page cache.
+    /// once), else RSS; never below what one process was seen to hold, which catches a peak
+    /// that fell between samples (a short attempt may have had no sample at its height). Not
+    /// the cgroup's peak, which includes page cache.
     pub fn memory_bytes(&self) -> Option<u64> {
-        self.peak_pss_bytes.or(self.peak_rss_bytes)
+        let tree = self.peak_pss_bytes.or(self.peak_rss_bytes);
+        match (tree, self.peak_process_rss_bytes) {
+            (Some(tree), Some(one)) => Some(tree.max(one)),
+            (tree, one) => tree.or(one),
+        }
     }
 }
 
@@ -225,9 +235,13 @@ pub struct Summary {
     /// `running` until the run ends, then an [`Outcome`].
     pub outcome: &'static str,
     pub command: Vec<String>,
-    pub attempts: Vec<AttemptRecord>,
+    attempts: Vec<AttemptRecord>,
     #[serde(rename = "final")]
     pub final_sizes: FinalSizes,
+    /// The attempts as summary.json holds them, one JSON object per line, each rendered once
+    /// when it is added: saving after attempt N costs no re-encoding of the N-1 before it.
+    #[serde(skip)]
+    attempts_json: Vec<u8>,
 }
 
 impl Summary {
@@ -237,12 +251,52 @@ impl Summary {
             command: command.to_vec(),
             attempts: Vec::new(),
             final_sizes: sizes,
+            attempts_json: Vec::new(),
         }
+    }
+
+    pub fn attempts(&self) -> &[AttemptRecord] {
+        &self.attempts
+    }
+
+    pub fn push(&mut self, record: AttemptRecord) {
+        if !self.attempts_json.is_empty() {
+            self.attempts_json.extend_from_slice(b",\n");
+        }
+        self.attempts_json.extend_from_slice(b"    ");
+        serde_json::to_writer(&mut self.attempts_json, &record)
+            .expect("an attempt record is plain data: it always encodes");
+        self.attempts.push(record);
     }
 
     pub fn finish(&mut self, outcome: Outcome) {
         self.outcome = outcome.as_str();
     }
+
+    /// The text of summary.json: the same JSON as serde would give, laid out with one attempt
+    /// per line.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.attempts_json.len() + 1024);
+        out.extend_from_slice(b"{\n  \"outcome\": ");
+        encode(&mut out, &self.outcome);
+        out.extend_from_slice(b",\n  \"command\": ");
+        encode(&mut out, &self.command);
+        out.extend_from_slice(b",\n  \"attempts\": [");
+        if !self.attempts_json.is_empty() {
+            out.push(b'\n');
+            out.extend_from_slice(&self.attempts_json);
+            out.extend_from_slice(b"\n  ");
+        }
+        out.extend_from_slice(b"],\n  \"final\": ");
+        encode(&mut out, &self.final_sizes);
+        out.extend_from_slice(b"\n}\n");
+        out
+    }
+}
+
+/// Appends `value` as compact JSON.
+fn encode(out: &mut Vec<u8>, value: &impl Serialize) {
+    serde_json::to_writer(out, value).expect("summary fields are plain data: they always encode");
 }
 
 /// Formats a time as RFC 3339 UTC with seconds, e.g. `2026-11-26T00:00:09Z`.
@@ -257,63 +311,119 @@ pub enum RunDirError {
     Create { path: PathBuf, source: io::Error },
     #[error("run directory {path} is not writable (choose another with --run-dir)")]
     NotWritable { path: PathBuf },
-    #[error("run directory {path} already holds a run (summary.json): choose a new --run-dir so nothing is overwritten")]
-    InUse { path: PathBuf },
+    #[error("run directory {path} already holds {file}, which oomguard would write: choose a new --run-dir so nothing is overwritten")]
+    InUse { path: PathBuf, file: String },
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
 }
 
-/// The run directory: `attempt-N.log`, `samples.csv` and `summary.json`.
+/// Whether `name` is a file oomguard writes in a run directory (and so refuses to find there).
+fn is_run_file(name: &str) -> bool {
+    if matches!(name, "summary.json" | "samples.csv") {
+        return true;
+    }
+    name.strip_prefix("attempt-")
+        .and_then(|rest| rest.strip_suffix(".log"))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The run directory: `attempt-N.log`, `samples.csv` and `summary.json`. oomguard only ever
+/// creates files here (O_EXCL), so a file of the user's is never truncated, and it removes
+/// only what it created.
 #[derive(Debug)]
 pub struct RunDir {
+    /// Absolute: it is handed to the job (OOMGUARD_RUN_DIR), which may change directory.
     path: PathBuf,
-    /// Whether we made the directory (and may remove it again).
-    created: bool,
+    /// The directories we made, deepest last (removed again, deepest first, on a failed start).
+    made_dirs: Vec<PathBuf>,
+    /// The files we created.
+    made_files: std::cell::RefCell<Vec<PathBuf>>,
 }
 
 impl RunDir {
     /// Uses `dir`, or makes a new one under the default location. Refuses a directory that
-    /// already holds a run, so an earlier run's logs are never overwritten.
+    /// already holds any file oomguard would write, so nothing there is ever overwritten; other
+    /// files in it are left alone.
     pub fn create(dir: Option<&Path>, program: &str) -> Result<RunDir, RunDirError> {
-        let (path, created) = match dir {
+        let (path, made_dirs) = match dir {
             Some(dir) => {
-                let created = !dir.exists();
-                std::fs::create_dir_all(dir).map_err(|source| RunDirError::Create {
+                let dir = std::path::absolute(dir).map_err(|source| RunDirError::Create {
                     path: dir.to_path_buf(),
                     source,
                 })?;
-                (dir.to_path_buf(), created)
+                let made = create_dirs(&dir)?;
+                (dir, made)
             }
-            None => (make_run_dir_in(&default_runs_base(), program)?, true),
+            None => {
+                let base = std::path::absolute(default_runs_base()).map_err(|source| {
+                    RunDirError::Create {
+                        path: default_runs_base(),
+                        source,
+                    }
+                })?;
+                let mut made = create_dirs(&base)?;
+                let path = make_run_dir_in(&base, program).inspect_err(|_| remove_dirs(&made))?;
+                made.push(path.clone());
+                (path, made)
+            }
         };
-        if !is_writable_dir(&path) {
-            return Err(RunDirError::NotWritable { path });
+        let run_dir = RunDir {
+            path,
+            made_dirs,
+            made_files: Default::default(),
+        };
+        if let Err(e) = run_dir.check_unused() {
+            remove_dirs(&run_dir.made_dirs);
+            return Err(e);
         }
-        // Claiming summary.json with O_EXCL makes the check and the claim one step: two runs
-        // given the same directory cannot both pass it.
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(path.join("summary.json"))
-        {
-            Ok(_) => Ok(RunDir { path, created }),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(RunDirError::InUse { path }),
-            Err(source) => Err(RunDirError::Write {
-                path: path.join("summary.json"),
-                source,
+        Ok(run_dir)
+    }
+
+    /// Refuses a directory we cannot write, or one holding a file we would write.
+    fn check_unused(&self) -> Result<(), RunDirError> {
+        if !is_writable_dir(&self.path) {
+            return Err(RunDirError::NotWritable {
+                path: self.path.clone(),
+            });
+        }
+        let entries = std::fs::read_dir(&self.path).map_err(|source| RunDirError::Create {
+            path: self.path.clone(),
+            source,
+        })?;
+        let mut found: Vec<String> = entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| is_run_file(name))
+            .collect();
+        found.sort();
+        match found.into_iter().next() {
+            None => Ok(()),
+            Some(file) => Err(RunDirError::InUse {
+                path: self.path.clone(),
+                file,
             }),
         }
     }
 
-    /// Undoes `create` when the job could not even start: removes the files oomguard wrote,
-    /// and the directory if oomguard made it, so a failed start leaves nothing behind.
+    /// Creates `name` in the run directory; fails if it exists (O_EXCL), so a file that
+    /// appeared since the check (another run given the same directory) is never truncated.
+    fn create_file(&self, name: &str) -> io::Result<File> {
+        let path = self.path.join(name);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        self.made_files.borrow_mut().push(path);
+        Ok(file)
+    }
+
+    /// Undoes `create` when the job could not even start: removes the files oomguard created,
+    /// and the directories it made, so a failed start leaves nothing behind.
     pub fn discard(self) {
-        for name in ["summary.json", "samples.csv", "attempt-1.log"] {
-            let _ = std::fs::remove_file(self.path.join(name));
+        for file in self.made_files.borrow().iter() {
+            let _ = std::fs::remove_file(file);
         }
-        if self.created {
-            let _ = std::fs::remove_dir(&self.path);
-        }
+        remove_dirs(&self.made_dirs);
     }
 
     pub fn path(&self) -> &Path {
@@ -322,12 +432,12 @@ impl RunDir {
 
     /// Creates `attempt-N.log`. `None` (with a warning) if it cannot: the job runs regardless.
     pub fn open_log(&self, attempt: u32, report: &Reporter) -> Option<File> {
-        let path = self.path.join(format!("attempt-{attempt}.log"));
-        File::create(&path)
+        let name = format!("attempt-{attempt}.log");
+        self.create_file(&name)
             .map_err(|e| {
                 report.warn(&format!(
                     "cannot create {}: {e}; this attempt is not logged",
-                    path.display()
+                    self.path.join(&name).display()
                 ))
             })
             .ok()
@@ -337,7 +447,7 @@ impl RunDir {
     pub fn open_samples(&self) -> Result<SamplesCsv, RunDirError> {
         let path = self.path.join("samples.csv");
         let open = || -> io::Result<io::BufWriter<File>> {
-            let mut out = io::BufWriter::new(File::create(&path)?);
+            let mut out = io::BufWriter::new(self.create_file("samples.csv")?);
             writeln!(out, "{SAMPLE_COLUMNS}")?;
             out.flush()?;
             Ok(out)
@@ -349,20 +459,74 @@ impl RunDir {
         Ok(SamplesCsv { path, out })
     }
 
-    /// Writes summary.json atomically: a temporary file in the same directory, then rename.
-    pub fn save(&self, summary: &Summary) -> Result<(), RunDirError> {
+    /// Writes summary.json atomically: the whole text in one buffer, written to a temporary
+    /// file in the same directory, then renamed over the old one. `durable` also syncs it to
+    /// disk first (the last save of a run); between attempts the rename alone keeps readers from
+    /// ever seeing a partial file, and skipping the sync keeps an attempt's cost flat however
+    /// long the run.
+    pub fn save(&self, summary: &Summary, durable: bool) -> Result<(), RunDirError> {
         let path = self.path.join("summary.json");
         let tmp = self
             .path
             .join(format!(".summary.json.{}.tmp", std::process::id()));
         let write = || -> io::Result<()> {
             let mut file = File::create(&tmp)?;
-            serde_json::to_writer_pretty(&mut file, summary)?;
-            file.write_all(b"\n")?;
-            file.sync_all()?;
+            file.write_all(&summary.render())?;
+            if durable {
+                file.sync_all()?;
+            }
             std::fs::rename(&tmp, &path)
         };
-        write().map_err(|source| RunDirError::Write { path, source })
+        let first = !self.made_files.borrow().contains(&path);
+        if first {
+            // The first save claims the name with O_EXCL: two runs given the same directory at
+            // the same moment cannot both pass.
+            self.create_file("summary.json")
+                .map_err(|source| match source.kind() {
+                    io::ErrorKind::AlreadyExists => RunDirError::InUse {
+                        path: self.path.clone(),
+                        file: "summary.json".into(),
+                    },
+                    _ => RunDirError::Write {
+                        path: path.clone(),
+                        source,
+                    },
+                })?;
+        }
+        write().map_err(|source| {
+            let _ = std::fs::remove_file(&tmp);
+            RunDirError::Write { path, source }
+        })
+    }
+}
+
+/// Makes `dir` and any missing parents; returns the ones it made, outermost first.
+fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>, RunDirError> {
+    let missing: Vec<PathBuf> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .map(Path::to_path_buf)
+        .collect();
+    let mut made = Vec::new();
+    for d in missing.into_iter().rev() {
+        match std::fs::create_dir(&d) {
+            Ok(()) => made.push(d),
+            // Made meanwhile by someone else: theirs, not ours to remove.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                remove_dirs(&made);
+                return Err(RunDirError::Create { path: d, source });
+            }
+        }
+    }
+    Ok(made)
+}
+
+/// Removes directories we made, deepest first; one that is not empty (someone else put a file
+/// there) stays.
+fn remove_dirs(made: &[PathBuf]) {
+    for d in made.iter().rev() {
+        let _ = std::fs::remove_dir(d);
     }
 }
 
@@ -376,11 +540,12 @@ fn is_writable_dir(path: &Path) -> bool {
 }
 
 /// Where default run directories go: `$XDG_STATE_HOME/oomguard/runs`, with `~/.local/state`
-/// when XDG_STATE_HOME is unset, and `./oomguard-runs` without a home.
+/// when XDG_STATE_HOME is unset, empty or relative (the XDG spec says to ignore a relative
+/// one), and `./oomguard-runs` without a home.
 pub fn default_runs_base() -> PathBuf {
     std::env::var_os("XDG_STATE_HOME")
-        .filter(|v| !v.is_empty())
         .map(PathBuf::from)
+        .filter(|v| v.is_absolute())
         .or_else(|| {
             std::env::var_os("HOME")
                 .filter(|v| !v.is_empty())
@@ -394,10 +559,6 @@ pub fn default_runs_base() -> PathBuf {
 /// fails if it exists, so runs started in the same second (a Slurm array on a shared home) each
 /// get their own.
 fn make_run_dir_in(base: &Path, program: &str) -> Result<PathBuf, RunDirError> {
-    std::fs::create_dir_all(base).map_err(|source| RunDirError::Create {
-        path: base.to_path_buf(),
-        source,
-    })?;
     let stamp: String = rfc3339(SystemTime::now())
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
@@ -538,11 +699,10 @@ mod tests {
                 accum: None,
             },
         );
-        summary
-            .attempts
-            .push(record(1, 8, Cause::DeviceOom, Some(1), None));
+        summary.push(record(1, 8, Cause::DeviceOom, Some(1), None));
         summary.finish(Outcome::GaveUp);
-        let json = serde_json::to_value(&summary).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&summary.render()).unwrap();
+        assert_eq!(json, serde_json::to_value(&summary).unwrap());
         assert_eq!(json["outcome"], "gave_up");
         assert_eq!(json["final"]["batch_size"], 8);
         assert!(json["final"]["accum"].is_null());
@@ -583,11 +743,90 @@ mod tests {
                 accum: None,
             },
         );
-        run.save(&summary).unwrap();
+        run.save(&summary, false).unwrap();
+        run.save(&summary, true).unwrap();
         let tmp = format!(".summary.json.{}.tmp", std::process::id());
         assert!(!run.path().join(tmp).exists());
         let err = RunDir::create(Some(&dir.path().join("r")), "python").unwrap_err();
         assert!(matches!(err, RunDirError::InUse { .. }), "{err}");
+    }
+
+    #[test]
+    fn run_files_are_recognised() {
+        let table = [
+            ("summary.json", true),
+            ("samples.csv", true),
+            ("attempt-1.log", true),
+            ("attempt-204.log", true),
+            ("attempt-.log", false),
+            ("attempt-1a.log", false),
+            ("attempt-1.log.bak", false),
+            ("notes.txt", false),
+            (".summary.json.12.tmp", false),
+        ];
+        for (name, want) in table {
+            assert_eq!(is_run_file(name), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn summary_text_is_one_json_document_however_many_attempts() {
+        let mut summary = Summary::new(
+            &["python".into(), "t.py".into()],
+            FinalSizes {
+                batch_size: Some(64),
+                accum: Some(1),
+            },
+        );
+        let empty: serde_json::Value = serde_json::from_slice(&summary.render()).unwrap();
+        assert_eq!(empty, serde_json::to_value(&summary).unwrap());
+        for n in 1..=3 {
+            summary.push(record(n, 64 >> n, Cause::OomKilled, None, Some(9)));
+        }
+        summary.finish(Outcome::Succeeded);
+        let text = summary.render();
+        let parsed: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(parsed, serde_json::to_value(&summary).unwrap());
+        assert_eq!(parsed["attempts"].as_array().unwrap().len(), 3);
+        // One attempt per line, for grep and for people.
+        let text = String::from_utf8(text).unwrap();
+        assert_eq!(
+            text.lines().filter(|l| l.contains("\"attempt\":")).count(),
+            3
+        );
+    }
+
+    #[test]
+    fn a_failed_start_removes_only_what_it_made() {
+        let base = tempfile::tempdir().unwrap();
+        let deep = base.path().join("n1/n2/n3");
+        let run = RunDir::create(Some(&deep), "python").unwrap();
+        assert!(run.path().is_absolute());
+        run.save(
+            &Summary::new(
+                &["python".into()],
+                FinalSizes {
+                    batch_size: None,
+                    accum: None,
+                },
+            ),
+            false,
+        )
+        .unwrap();
+        run.discard();
+        assert!(!base.path().join("n1").exists());
+        // A directory of the user's, with a file of theirs: both stay.
+        let theirs = base.path().join("mine");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::write(theirs.join("notes.txt"), "keep").unwrap();
+        let run = RunDir::create(Some(&theirs), "python").unwrap();
+        let _log = run.open_log(1, &Reporter { quiet: true }).unwrap();
+        run.discard();
+        assert!(!theirs.join("attempt-1.log").exists());
+        assert_eq!(
+            std::fs::read_to_string(theirs.join("notes.txt")).unwrap(),
+            "keep"
+        );
     }
 
     #[test]

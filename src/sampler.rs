@@ -83,6 +83,9 @@ pub struct Peaks {
     pub swap_bytes: Option<u64>,
     pub gpu_bytes: Option<u64>,
     pub cgroup_bytes: Option<u64>,
+    /// The largest resident set of any single process of the job (VmHWM while it ran,
+    /// `ru_maxrss` when it was reaped).
+    pub process_rss_bytes: Option<u64>,
 }
 
 impl Peaks {
@@ -96,8 +99,18 @@ impl Peaks {
             (&mut self.swap_bytes, s.tree.swap_bytes),
             (&mut self.gpu_bytes, s.gpu_bytes()),
             (&mut self.cgroup_bytes, s.cgroup_bytes),
+            (&mut self.process_rss_bytes, s.tree.max_hwm_bytes),
         ] {
             raise(peak, value);
+        }
+    }
+
+    /// Folds in the largest resident set one process ever had (wait4's `ru_maxrss` when it was
+    /// reaped): a floor for the tree's peak RSS, exact even for a spike shorter than a tick.
+    pub fn fold_process_peak(&mut self, max_rss_bytes: u64) {
+        if max_rss_bytes > 0 {
+            raise(&mut self.rss_bytes, Some(max_rss_bytes));
+            raise(&mut self.process_rss_bytes, Some(max_rss_bytes));
         }
     }
 

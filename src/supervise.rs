@@ -15,18 +15,18 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::Signal;
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant as TokioInstant};
 
 use crate::cgroup::{self, JobCgroup, Parent};
-use crate::child::{self, Guard, Launch, SpawnError};
+use crate::child::{self, ChildEvent, Guard, Launch, SpawnError};
 use crate::classify::KernelEvidence;
 use crate::kernel::{self, Kmsg};
 use crate::mem::tree::ProcTree;
 use crate::outcome::Ending;
 use crate::sampler::{Peaks, Sample, Sampler};
 use crate::scan;
+use crate::signals::Deliveries;
 use crate::stream::{self, Sinks, Target};
 use crate::watch::{self, BoundWatch, Bounds, Crossing, Trend};
 
@@ -77,6 +77,9 @@ pub enum Notice {
     MemoryStop(Crossing),
     /// The attempt's cgroup could not be made; it runs without one.
     NoCgroup(String),
+    /// The job stopped itself by reading (SIGTTIN) or writing (SIGTTOU, with `stty tostop`) the
+    /// terminal from the background: it waits for input oomguard cannot give it.
+    TerminalStop { signal: Signal },
     /// The GPU driver lists processes, none of them the job's (a PID namespace, e.g. a
     /// container): the job's GPU memory is unknown, and `--max-gpu` cannot act.
     GpuUnattributed { pids: Vec<u32> },
@@ -128,49 +131,55 @@ pub struct UserStop {
     pub after_exit: bool,
 }
 
-/// The signals oomguard listens to for the whole run.
-struct Signals {
-    child: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-    quit: tokio::signal::unix::Signal,
-    usr1: tokio::signal::unix::Signal,
-    usr2: tokio::signal::unix::Signal,
+/// Signals that ask oomguard to stop the job for good: forwarded, never relaunched, honoured
+/// while waiting between attempts, and the run exits 128 + N.
+pub fn is_user_stop(signal: Signal) -> bool {
+    matches!(
+        signal,
+        Signal::SIGINT | Signal::SIGTERM | Signal::SIGHUP | Signal::SIGQUIT
+    )
 }
 
-impl Signals {
-    fn register() -> std::io::Result<Signals> {
-        Ok(Signals {
-            child: signal(SignalKind::child())?,
-            int: signal(SignalKind::interrupt())?,
-            term: signal(SignalKind::terminate())?,
-            hup: signal(SignalKind::hangup())?,
-            quit: signal(SignalKind::quit())?,
-            usr1: signal(SignalKind::user_defined1())?,
-            usr2: signal(SignalKind::user_defined2())?,
-        })
-    }
-
-    /// The next signal that matters, SIGCHLD included.
-    async fn next(&mut self) -> Signal {
-        tokio::select! {
-            Some(()) = self.child.recv() => Signal::SIGCHLD,
-            Some(()) = self.int.recv() => Signal::SIGINT,
-            Some(()) = self.term.recv() => Signal::SIGTERM,
-            Some(()) = self.hup.recv() => Signal::SIGHUP,
-            Some(()) = self.quit.recv() => Signal::SIGQUIT,
-            Some(()) = self.usr1.recv() => Signal::SIGUSR1,
-            Some(()) = self.usr2.recv() => Signal::SIGUSR2,
-        }
-    }
+/// Job-control stops (Ctrl-Z, a background read or write of the terminal): the job's group is
+/// stopped first, then oomguard, as a shell's job control would stop the whole pipeline.
+fn is_job_control_stop(signal: Signal) -> bool {
+    matches!(signal, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU)
 }
+
+/// Stops oomguard itself (after the job), as the default action of the job-control signal
+/// would have; a SIGCONT resumes it and is then forwarded to the job.
+fn stop_self() {
+    // SIGSTOP cannot be caught: it stops every thread until a SIGCONT.
+    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+}
+
+/// Handles a signal that came while no attempt runs: a user's stop is returned (the run ends);
+/// Ctrl-Z stops oomguard; anything else only reaps what may have ended.
+fn between_attempts(signal: Signal) -> Option<Signal> {
+    if is_user_stop(signal) {
+        return Some(signal);
+    }
+    if is_job_control_stop(signal) {
+        stop_self();
+    }
+    child::reap_ready();
+    None
+}
+
+/// `now + d`, or a far-off instant where that would overflow (`--grace 500000000000years`).
+fn deadline_after(d: Duration) -> TokioInstant {
+    let now = TokioInstant::now();
+    now.checked_add(d).unwrap_or_else(|| now + FAR)
+}
+
+/// Further away than any wait oomguard takes; stands for "never".
+const FAR: Duration = Duration::from_secs(86400 * 365);
 
 /// Supervises the attempts of one run. Must be created inside the tokio runtime, on the thread
 /// that stays alive for the whole run (the children's parent-death signal is tied to it).
 pub struct Supervisor {
     setup: Setup,
-    signals: Signals,
+    signals: Deliveries,
     guard: Option<Guard>,
     tree: ProcTree,
     sampler: Sampler,
@@ -284,7 +293,7 @@ enum Phase {
 
 impl Supervisor {
     pub fn new(setup: Setup, sampler: Sampler) -> std::io::Result<Supervisor> {
-        let signals = Signals::register()?;
+        let signals = Deliveries::register()?;
         if let Err(e) = child::become_subreaper() {
             tracing::warn!("cannot become child subreaper, orphaned grandchildren may escape: {e}");
         }
@@ -397,8 +406,12 @@ impl Supervisor {
         let mut watch = SampleWatch::new(&self.setup);
         let mut ticker = tokio::time::interval(self.setup.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Whether oomguard stopped the job's group for job control (Ctrl-Z) and has not yet
+        // continued it: a job stopped by SIGTTIN on its own is the one to tell the user about.
+        let mut stopped_by_us = false;
+        let mut told_terminal_stop = false;
         loop {
-            let far = TokioInstant::now() + Duration::from_secs(86400);
+            let far = deadline_after(FAR);
             let mut tick = false;
             tokio::select! {
                 sig = self.signals.next() => match sig {
@@ -407,13 +420,25 @@ impl Supervisor {
                         tracing::info!("second SIGINT: killing the job's processes");
                         self.signal_all(pgid, Signal::SIGKILL);
                     }
-                    Signal::SIGINT | Signal::SIGTERM => {
+                    sig if is_user_stop(sig) => {
                         child::signal_group(pgid, sig);
+                        // A stopped job cannot act on SIGTERM: wake it so --grace means something.
+                        child::signal_group(pgid, Signal::SIGCONT);
                         if user_stop.is_none() {
                             let after_exit = matches!(phase, Phase::Ended { .. });
                             user_stop = Some(UserStop { signal: sig, after_exit });
-                            kill_at.get_or_insert(TokioInstant::now() + self.setup.grace);
+                            kill_at.get_or_insert(deadline_after(self.setup.grace));
                         }
+                    }
+                    sig if is_job_control_stop(sig) => {
+                        tracing::info!("{sig}: stopping the job, then oomguard");
+                        stopped_by_us = true;
+                        child::signal_group(pgid, sig);
+                        stop_self();
+                    }
+                    Signal::SIGCONT => {
+                        stopped_by_us = false;
+                        child::signal_group(pgid, Signal::SIGCONT);
                     }
                     other => {
                         child::signal_group(pgid, other);
@@ -434,15 +459,38 @@ impl Supervisor {
                     break;
                 }
             }
-            for (pid, ending) in child::reap_ready() {
-                known.insert(pid);
-                if pid == pgid {
+            let mut main_ended = false;
+            for event in child::reap_ready() {
+                let reaped = match event {
+                    ChildEvent::Ended(reaped) => reaped,
+                    ChildEvent::Stopped { pid, signal } => {
+                        let terminal = matches!(signal, Signal::SIGTTIN | Signal::SIGTTOU);
+                        if pid == pgid && terminal && !stopped_by_us && !told_terminal_stop {
+                            told_terminal_stop = true;
+                            observer.notice(&Notice::TerminalStop { signal });
+                        }
+                        continue;
+                    }
+                };
+                known.insert(reaped.pid);
+                watch.peaks.fold_process_peak(reaped.max_rss_bytes);
+                if reaped.pid == pgid {
+                    main_ended = true;
                     phase = Phase::Ended {
-                        ending,
+                        ending: reaped.ending,
                         duration: started.elapsed(),
                         leftovers_stopped: false,
                     };
                 }
+            }
+            if main_ended {
+                // What the main process left (DataLoader workers, ranks) still holds memory:
+                // one last look before it is stopped, so a short attempt has real peaks.
+                let alive = self.job_processes();
+                known.extend(alive.iter().copied());
+                let sample = self.sampler.sample(attempt, &alive, cgroup.as_ref());
+                observer.sample(&sample);
+                watch.peaks.update(&sample);
             }
             let ended = matches!(phase, Phase::Ended { .. });
             // The tree is walked on ticks and, once the main process is gone, on every wake-up
@@ -466,7 +514,7 @@ impl Supervisor {
                     observer,
                 ) {
                     child::signal_group(pgid, Signal::SIGTERM);
-                    kill_at.get_or_insert(TokioInstant::now() + self.setup.grace);
+                    kill_at.get_or_insert(deadline_after(self.setup.grace));
                     memory_stop = Some(crossing);
                 }
             }
@@ -485,7 +533,7 @@ impl Supervisor {
                     leftovers.len()
                 );
                 self.signal_all(pgid, Signal::SIGTERM);
-                kill_at.get_or_insert(TokioInstant::now() + self.setup.grace);
+                kill_at.get_or_insert(deadline_after(self.setup.grace));
             }
             if leftovers.is_empty() {
                 if open_pipes == 0 {
@@ -542,9 +590,9 @@ impl Supervisor {
     }
 
     /// Waits until the GPU driver no longer lists any of `pids` (the last attempt's), at most
-    /// `timeout`, polling every 200 ms. A user's SIGINT/SIGTERM ends the wait.
+    /// `timeout`, polling every 200 ms. A user's stop signal ends the wait.
     pub async fn wait_gpu_free(&mut self, pids: &HashSet<u32>, timeout: Duration) -> GpuWait {
-        let deadline = TokioInstant::now() + timeout;
+        let deadline = deadline_after(timeout);
         loop {
             let Some(holders) = self.sampler.gpu_holders(pids) else {
                 return GpuWait::NoGpu;
@@ -558,10 +606,9 @@ impl Supervisor {
             tokio::select! {
                 _ = tokio::time::sleep(GPU_FREE_POLL) => {}
                 sig = self.signals.next() => {
-                    if matches!(sig, Signal::SIGINT | Signal::SIGTERM) {
-                        return GpuWait::Stopped(sig);
+                    if let Some(stop) = between_attempts(sig) {
+                        return GpuWait::Stopped(stop);
                     }
-                    child::reap_ready();
                 }
             }
         }
@@ -569,15 +616,14 @@ impl Supervisor {
 
     /// Waits `delay` before a relaunch; returns the user's stop signal if one came first.
     pub async fn pause(&mut self, delay: Duration) -> Option<Signal> {
-        let until = TokioInstant::now() + delay;
+        let until = deadline_after(delay);
         loop {
             tokio::select! {
                 _ = sleep_until(until) => return None,
                 sig = self.signals.next() => {
-                    if matches!(sig, Signal::SIGINT | Signal::SIGTERM) {
-                        return Some(sig);
+                    if let Some(stop) = between_attempts(sig) {
+                        return Some(stop);
                     }
-                    child::reap_ready();
                 }
             }
         }

@@ -408,7 +408,7 @@ fn as_strs(v: &[String]) -> Vec<&str> {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
-fn every_forwarded_signal_reaches_the_job_and_a_user_term_is_not_relaunched() {
+fn forwarded_signals_reach_the_job_and_a_user_term_is_not_relaunched() {
     let sb = Sandbox::new();
     let record = sb.path("record");
     let job = signals_job(&record, &["--term", "exit", "--batch_size", "8"]);
@@ -417,12 +417,7 @@ fn every_forwarded_signal_reaches_the_job_and_a_user_term_is_not_relaunched() {
     run.track_job();
 
     let mut expected = Vec::new();
-    for (signal, name) in [
-        (Signal::SIGHUP, "HUP"),
-        (Signal::SIGQUIT, "QUIT"),
-        (Signal::SIGUSR1, "USR1"),
-        (Signal::SIGUSR2, "USR2"),
-    ] {
+    for (signal, name) in [(Signal::SIGUSR1, "USR1"), (Signal::SIGUSR2, "USR2")] {
         run.signal(signal);
         run.expect_line(&format!("got {name}"), PROMPT);
         expected.push(name.to_string());
@@ -528,6 +523,225 @@ fn grace_runs_out_then_sigkill() {
     assert_eq!(attempt["cause"], "interrupted", "{summary:#}");
     assert_eq!(attempt["signal"], 9, "{summary:#}");
     assert_eq!(read_record(&record), ["TERM"]);
+}
+
+/// A hangup (the terminal or ssh session went away) or a quit sent to oomguard is the user's
+/// stop, like SIGINT/SIGTERM: forwarded, never relaunched, even with retries left.
+#[test]
+fn hangup_and_quit_are_user_stops_never_relaunched() {
+    for (signal, name) in [(Signal::SIGHUP, "HUP"), (Signal::SIGQUIT, "QUIT")] {
+        let sb = Sandbox::new();
+        let record = sb.path("record");
+        // The job dies of the forwarded signal, as most training scripts would.
+        let job = signals_job(&record, &["--default", name, "--batch_size", "8"]);
+        let mut run = Running::start(&sb, sb.run(&["--retries", "2"], &as_strs(&job)));
+        run.expect_line("ready", PROMPT);
+        run.track_job();
+
+        run.signal(signal);
+        let status = run.wait(PROMPT);
+        let stderr = run.stderr();
+
+        assert_eq!(
+            code(status, &stderr),
+            128 + signal as i32,
+            "{name}: {stderr}"
+        );
+        let summary = sb.summary();
+        assert_eq!(summary["outcome"], "interrupted", "{name}: {summary:#}");
+        let attempt = single_attempt(&summary);
+        assert_eq!(attempt["cause"], "interrupted", "{name}: {summary:#}");
+        // It reached the job: the job died of it.
+        assert_eq!(attempt["signal"], signal as i32, "{name}: {summary:#}");
+    }
+}
+
+#[test]
+fn a_hangup_during_the_wait_before_a_relaunch_ends_the_run() {
+    let sb = Sandbox::new();
+    // Fails at once; one retry allowed, an hour away.
+    let cmd = sb.oomguard(&[
+        "run",
+        "--run-dir",
+        sb.run_dir().to_str().unwrap(),
+        "--retries",
+        "1",
+        "--backoff",
+        "1h",
+        "--backoff-max",
+        "1h",
+        "--",
+        "sh",
+        "-c",
+        "exit 3",
+    ]);
+    let mut run = Running::start(&sb, cmd);
+    assert!(
+        util::wait_until(PROMPT, || run.stderr().contains("attempt 2 in")),
+        "no relaunch announced: {}",
+        run.stderr()
+    );
+    run.signal(Signal::SIGHUP);
+    let status = run.wait(PROMPT);
+    let stderr = run.stderr();
+    assert_eq!(code(status, &stderr), 128 + 1, "{stderr}");
+    let summary = sb.summary();
+    assert_eq!(summary["outcome"], "interrupted", "{summary:#}");
+    single_attempt(&summary);
+}
+
+/// Whether `signal` is pending for the whole process `pid` (ShdPnd of /proc/PID/status): sent,
+/// but no thread has taken it yet.
+fn pending(pid: u32, signal: Signal) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("ShdPnd:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (signal as i32 - 1)) != 0)
+}
+
+/// Two SIGINTs in quick succession are two, even when the second arrives before oomguard's
+/// loop has acted on the first: the second kills at once instead of waiting out --grace.
+///
+/// The second is sent as soon as the kernel has handed the first to oomguard's handler. Sent
+/// while the first is still pending, the kernel itself merges them into one (a standard signal
+/// is not queued twice), and no program can tell.
+#[test]
+fn two_sigints_in_quick_succession_are_two() {
+    let sb = Sandbox::new();
+    let record = sb.path("record");
+    let job = signals_job(&record, &["--int", "record", "--term", "ignore"]);
+    let mut run = Running::start(&sb, sb.run(&["--grace", "1h"], &as_strs(&job)));
+    run.expect_line("ready", PROMPT);
+    run.track_job();
+
+    run.signal(Signal::SIGINT);
+    assert!(
+        util::wait_until(PROMPT, || !pending(run.pid(), Signal::SIGINT)),
+        "the first SIGINT was never taken"
+    );
+    run.signal(Signal::SIGINT);
+    let status = run.wait(PROMPT);
+    let stderr = run.stderr();
+
+    assert_eq!(code(status, &stderr), 128 + 2, "stderr: {stderr}");
+    let summary = sb.summary();
+    let attempt = single_attempt(&summary);
+    assert_eq!(attempt["cause"], "interrupted", "{summary:#}");
+    assert_eq!(attempt["signal"], 9, "{summary:#}");
+}
+
+/// A pseudo-terminal that oomguard takes as its controlling terminal, as a shell's job would.
+struct Terminal {
+    master: std::fs::File,
+    slave: std::os::fd::OwnedFd,
+}
+
+impl Terminal {
+    fn open() -> Terminal {
+        let pty = nix::pty::openpty(None, None).expect("openpty");
+        Terminal {
+            master: std::fs::File::from(pty.master),
+            slave: pty.slave,
+        }
+    }
+
+    /// Makes `cmd` a session leader whose stdin and controlling terminal is this terminal, so
+    /// its process group is the terminal's foreground group (Ctrl-Z and Ctrl-C reach it).
+    fn attach(&self, cmd: &mut Command) {
+        cmd.stdin(Stdio::from(self.slave.try_clone().expect("dup slave")));
+        // SAFETY: setsid and ioctl are async-signal-safe; nothing is allocated.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(cmd, || {
+                nix::unistd::setsid()?;
+                if nix::libc::ioctl(0, nix::libc::TIOCSCTTY as _, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+
+    /// Types `bytes` at the keyboard.
+    fn type_keys(&mut self, bytes: &[u8]) {
+        std::io::Write::write_all(&mut self.master, bytes).expect("write to the pty");
+    }
+}
+
+/// The state letter of /proc/PID/stat (`T` stopped, `S` sleeping, ...).
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+fn wait_state(pid: u32, stopped: bool, who: &str) {
+    assert!(
+        util::wait_until(PROMPT, || state(pid).is_some_and(|s| (s == 'T') == stopped)),
+        "{who} (PID {pid}) is in state {:?}, expected {}",
+        state(pid),
+        if stopped { "stopped" } else { "running" }
+    );
+}
+
+/// Ctrl-Z in the terminal stops the job and then oomguard, as a shell's job control stops a
+/// pipeline; `fg` (SIGCONT to oomguard) continues both; Ctrl-C still stops the run.
+#[test]
+fn ctrl_z_stops_the_job_and_oomguard_and_fg_continues_both() {
+    let sb = Sandbox::new();
+    let record = sb.path("record");
+    let job = signals_job(&record, &["--int", "raise"]);
+    let mut cmd = sb.run(&[], &as_strs(&job));
+    let mut terminal = Terminal::open();
+    terminal.attach(&mut cmd);
+    let mut run = Running::start(&sb, cmd);
+    run.expect_line("ready", PROMPT);
+    let job_pid = run.track_job();
+
+    terminal.type_keys(b"\x1a"); // Ctrl-Z: SIGTSTP to the foreground group, oomguard's
+    wait_state(job_pid, true, "the job");
+    wait_state(run.pid(), true, "oomguard");
+
+    run.signal(Signal::SIGCONT); // what `fg` or `bg` sends
+    wait_state(run.pid(), false, "oomguard");
+    wait_state(job_pid, false, "the job");
+
+    terminal.type_keys(b"\x03"); // Ctrl-C
+    let status = run.wait(PROMPT);
+    let stderr = run.stderr();
+    assert_eq!(code(status, &stderr), 128 + 2, "{stderr}");
+    assert_eq!(single_attempt(&sb.summary())["cause"], "interrupted");
+}
+
+/// A job that reads the terminal from its own (background) process group is stopped by the
+/// kernel (SIGTTIN): the user is told why, and a stop request still ends it without waiting
+/// out --grace (SIGTERM, then SIGCONT so it can act on it).
+#[test]
+fn a_job_stopped_for_reading_the_terminal_is_explained_and_still_stoppable() {
+    let sb = Sandbox::new();
+    let reader = "import sys; print('ready', flush=True); sys.stdin.read()";
+    let mut cmd = sb.run(&["--grace", "1h"], &[python(), "-c", reader]);
+    let terminal = Terminal::open();
+    terminal.attach(&mut cmd);
+    let mut run = Running::start(&sb, cmd);
+    run.expect_line("ready", PROMPT);
+    let job_pid = run.track_job();
+    wait_state(job_pid, true, "the job");
+    assert!(
+        util::wait_until(PROMPT, || run
+            .stderr()
+            .contains("the job is stopped (SIGTTIN)")),
+        "no explanation: {}",
+        run.stderr()
+    );
+
+    run.signal(Signal::SIGTERM);
+    let status = run.wait(PROMPT);
+    let stderr = run.stderr();
+    assert_eq!(code(status, &stderr), 128 + 15, "{stderr}");
+    let attempt = single_attempt(&sb.summary()).clone();
+    assert_eq!(attempt["cause"], "interrupted");
+    assert_eq!(attempt["signal"], 15, "{attempt}");
 }
 
 // ---------------------------------------------------------------------------------------------

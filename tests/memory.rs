@@ -526,3 +526,36 @@ fn a_sigkilled_oomguard_leaves_no_attempt_cgroup_behind() {
         dir.display()
     );
 }
+
+/// A job that touches 300 MiB and ends well within one --interval still has real peaks: the
+/// kernel's record of the largest resident set (wait4's ru_maxrss) and, in a cgroup, its
+/// high-water mark, not the one sample taken at spawn.
+#[test]
+fn an_attempt_shorter_than_one_interval_still_has_its_peak() {
+    for extra in [&["--no-cgroup"][..], &[][..]] {
+        let sb = Sandbox::new();
+        let mut args = vec!["--interval", "1h"];
+        args.extend_from_slice(extra);
+        let out = sb
+            .run(
+                &args,
+                &[
+                    "python3",
+                    &fixture("alloc.py"),
+                    "--batch_size",
+                    "30",
+                    "--sample-mb",
+                    "10",
+                ],
+            )
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{extra:?}: {}", stderr_of(&out));
+        let summary = sb.summary();
+        let attempt = &summary["attempts"][0];
+        for key in ["peak_rss_bytes", "peak_process_rss_bytes"] {
+            let peak = u64_at(attempt, key);
+            assert!(peak >= 300 * MIB, "{extra:?}: {key} {peak} in {attempt}");
+        }
+    }
+}

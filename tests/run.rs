@@ -531,7 +531,7 @@ fn bad_input_is_one_line_exit_2_and_nothing_happens() {
                 job("8"),
             ]
             .concat(),
-            "already holds a run",
+            "already holds summary.json",
         ),
         (
             [
