@@ -467,11 +467,23 @@ mod tests {
         // (flags, accepted, or the words of the refusal)
         let table: &[(&str, Result<(), &str>)] = &[
             ("--grace 7d", Ok(())),
-            ("--grace 500000000000years", Err("longer than the 7days allowed")),
-            ("--grace 99999999999999999999999s", Err("longer than the 7days allowed")),
-            ("--backoff 8d --backoff-max 8d", Err("longer than the 7days allowed")),
+            (
+                "--grace 500000000000years",
+                Err("longer than the 7days allowed"),
+            ),
+            (
+                "--grace 99999999999999999999999s",
+                Err("longer than the 7days allowed"),
+            ),
+            (
+                "--backoff 8d --backoff-max 8d",
+                Err("longer than the 7days allowed"),
+            ),
             ("--backoff-max 1year", Err("longer than the 7days allowed")),
-            ("--gpu-free-timeout 169h", Err("longer than the 7days allowed")),
+            (
+                "--gpu-free-timeout 169h",
+                Err("longer than the 7days allowed"),
+            ),
             ("--trend-window 30d", Err("longer than the 7days allowed")),
             ("--interval 1h", Ok(())),
             ("--interval 61m", Err("longer than the 1h allowed")),
@@ -496,10 +508,18 @@ mod tests {
     #[test]
     fn the_command_is_bytes() {
         use std::os::unix::ffi::{OsStrExt, OsStringExt};
-        let args = ["oomguard", "run", "--", "python", "t.py", "--batch_size", "8"]
-            .map(OsString::from)
-            .into_iter()
-            .chain([OsString::from_vec(b"caf\xff".to_vec())]);
+        let args = [
+            "oomguard",
+            "run",
+            "--",
+            "python",
+            "t.py",
+            "--batch_size",
+            "8",
+        ]
+        .map(OsString::from)
+        .into_iter()
+        .chain([OsString::from_vec(b"caf\xff".to_vec())]);
         let Command::Run(run) = Cli::try_parse_from(args).unwrap().command else {
             panic!("run parses");
         };

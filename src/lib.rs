@@ -116,9 +116,11 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
     let path_var = std::env::var_os("PATH");
     child::resolve_program(&settings.command[0], path_var.as_deref())?;
     let cgroup = cgroup_setup(settings.cgroup)?;
-    let run_dir =
-        RunDir::create(settings.run_dir.as_deref(), &settings.command[0].to_string_lossy())
-            .map_err(Error::RunDir)?;
+    let run_dir = RunDir::create(
+        settings.run_dir.as_deref(),
+        &settings.command[0].to_string_lossy(),
+    )
+    .map_err(Error::RunDir)?;
     let original = Sizes {
         batch: settings.knobs.batch.as_ref().map(|k| k.value),
         accum: settings.knobs.accum_value(),

@@ -148,15 +148,19 @@ pub enum RewriteError {
     NotAnInteger { name: String, value: String },
     #[error("{name} value `{value}` is too large: at most {max}", max = u64::MAX)]
     TooLarge { name: String, value: String },
-    #[error("{name} is in the arguments of more than one program ({places}): name the one to change with {choices}")]
+    #[error("{name} is in the arguments of more than one program: {places}, parts being separated by `--`; name the one to change with {choices}")]
     Ambiguous {
         name: String,
         places: String,
         choices: String,
     },
-    #[error("{spec}: the command has {parts} part(s) separated by `--`; N in NAME@N counts them from 1")]
+    #[error(
+        "{spec}: the command has {parts} part(s) separated by `--`; N in NAME@N counts them from 1"
+    )]
     NoSuchPart { spec: String, parts: usize },
-    #[error("{name} cannot be both the batch and the accumulation flag: name the other one with {fix}")]
+    #[error(
+        "{name} cannot be both the batch and the accumulation flag: name the other one with {fix}"
+    )]
     BothRoles { name: String, fix: &'static str },
 }
 
@@ -357,7 +361,7 @@ fn find_in_parts(
             .join(" or ");
         return Err(RewriteError::Ambiguous {
             name: name.to_string(),
-            places: format!("{places}; parts are separated by `--`"),
+            places,
             choices,
         });
     }
@@ -394,8 +398,7 @@ fn accum_candidates(argv: &[OsString]) -> Vec<String> {
 }
 
 fn training_first(keys: Vec<String>) -> Vec<String> {
-    let (eval, train): (Vec<String>, Vec<String>) =
-        keys.into_iter().partition(|k| is_eval_like(k));
+    let (eval, train): (Vec<String>, Vec<String>) = keys.into_iter().partition(|k| is_eval_like(k));
     train.into_iter().chain(eval).collect()
 }
 
@@ -425,7 +428,10 @@ fn kept_by_job(argv: &[OsString], parts: &[Range<usize>], batch: &Knob) -> Optio
         .iter()
         .find(|(step, effective)| {
             *step == batch.name
-                && matches!(find(argv, effective, range.clone(), batch.part), Ok(Some(_)))
+                && matches!(
+                    find(argv, effective, range.clone(), batch.part),
+                    Ok(Some(_))
+                )
         })
         .map(|(_, effective)| Accum::KeptByJob {
             effective_flag: effective.to_string(),
@@ -825,6 +831,8 @@ mod tests {
 }
 
 #[cfg(test)]
+// A table's row type is its header; naming each would only move it away from the rows.
+#[allow(clippy::type_complexity)]
 mod parts_and_choices {
     //! The rules of issue 6: parts separated by `--`, `NAME@N`, training before evaluation
     //! batches, one knob never in both roles, the command untouched at its original sizes, and
@@ -844,6 +852,7 @@ mod parts_and_choices {
     }
 
     #[test]
+    #[allow(clippy::single_range_in_vec_init)] // one part is one range, not a Vec of indices
     fn parts_are_split_at_standalone_double_dashes() {
         let table: &[(&str, &[Range<usize>])] = &[
             ("python t.py --bs 8", &[1..4]),
@@ -876,7 +885,13 @@ mod parts_and_choices {
     fn knobs_are_found_per_part() {
         // (command, --batch-arg, --accum-arg, batch name@part=value, accum name@part=value or "")
         let table: &[(&str, Option<&str>, Option<&str>, &str, &str)] = &[
-            ("uv run -- python t.py --batch_size 8", None, None, "--batch_size@2=8", ""),
+            (
+                "uv run -- python t.py --batch_size 8",
+                None,
+                None,
+                "--batch_size@2=8",
+                "",
+            ),
             (
                 "show.py --batch_size 64 -- worker.py --batch_size 8",
                 Some("--batch_size@1"),
@@ -968,7 +983,12 @@ mod parts_and_choices {
                 None,
                 &["--bs@3: the command has 2 part(s)"],
             ),
-            ("a --bs 8", Some("--bs@0"), None, &["--bs@0: the command has 1 part(s)"]),
+            (
+                "a --bs 8",
+                Some("--bs@0"),
+                None,
+                &["--bs@0: the command has 1 part(s)"],
+            ),
         ];
         for &(cmd, b, a, want) in table {
             let err = locate(&argv(cmd), b, a).unwrap_err().to_string();
@@ -1038,7 +1058,11 @@ mod parts_and_choices {
             ),
         ];
         for &(cmd, want) in table {
-            assert_eq!(locate(&argv(cmd), None, None).unwrap().choice_notes(), want, "{cmd}");
+            assert_eq!(
+                locate(&argv(cmd), None, None).unwrap().choice_notes(),
+                want,
+                "{cmd}"
+            );
         }
     }
 
@@ -1069,7 +1093,12 @@ mod parts_and_choices {
             let cmd = argv(cmd);
             let knobs = locate(&cmd, Some(&format!("{}@1", first_knob(&cmd))), None).unwrap();
             let b = knobs.batch.as_ref().unwrap().value;
-            assert_eq!(apply(&cmd, &knobs, b, knobs.accum_value()), cmd, "{}", words(&cmd));
+            assert_eq!(
+                apply(&cmd, &knobs, b, knobs.accum_value()),
+                cmd,
+                "{}",
+                words(&cmd)
+            );
         }
     }
 
@@ -1126,7 +1155,11 @@ mod parts_and_choices {
         ];
         for &(cmd, b, a, batch, accum, want) in table {
             let knobs = locate(&argv(cmd), b, a).unwrap();
-            assert_eq!(words(&apply(&argv(cmd), &knobs, batch, accum)), want, "{cmd}");
+            assert_eq!(
+                words(&apply(&argv(cmd), &knobs, batch, accum)),
+                want,
+                "{cmd}"
+            );
         }
     }
 

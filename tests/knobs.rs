@@ -84,7 +84,11 @@ fn attempt_one_runs_the_command_as_given_and_only_the_named_programs_flag_moves(
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let seen = records(&record);
     assert_eq!(seen.len(), 2);
-    assert_eq!(argv_bytes(&seen[0]), bytes(&args), "attempt 1 is the command as given");
+    assert_eq!(
+        argv_bytes(&seen[0]),
+        bytes(&args),
+        "attempt 1 is the command as given"
+    );
     assert_eq!(
         argv_bytes(&seen[1]),
         bytes(&[
@@ -214,7 +218,9 @@ fn extreme_numbers_are_usage_errors() {
     let sb = Sandbox::new();
     let (out, record) = run_recorded(&sb, &["--memory-max", "32M"], &batch);
     if out.status.code() == Some(2) && stderr_of(&out).contains("needs a memory cgroup") {
-        eprintln!("SKIPPED --memory-max 32M runs python: no writable memory cgroup here (needs root)");
+        eprintln!(
+            "SKIPPED --memory-max 32M runs python: no writable memory cgroup here (needs root)"
+        );
         return;
     }
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
@@ -293,7 +299,11 @@ fn arguments_that_are_not_utf8_reach_the_job_byte_for_byte() {
         ]
     };
     assert_eq!(argv_bytes(&seen[0]), want("8"));
-    assert_eq!(argv_bytes(&seen[1]), want("4"), "the knob beside them still moves");
+    assert_eq!(
+        argv_bytes(&seen[1]),
+        want("4"),
+        "the knob beside them still moves"
+    );
     // summary.json is text: the odd bytes are replaced there, and only there.
     let summary = sb.summary();
     assert_eq!(summary["command"][3], "caf\u{fffd}");
