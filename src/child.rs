@@ -5,7 +5,7 @@
 //!
 //! It does not decide when to signal or what an ending means; `supervise` and `classify` do.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::io::{self, BufRead, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -52,8 +52,12 @@ impl SpawnError {
 
 /// Finds the program a launch would run, the way execvp(3) would, so a typo is reported before
 /// anything is created or started.
-pub fn resolve_program(program: &str, path_var: Option<&OsStr>) -> Result<PathBuf, SpawnError> {
-    let candidates: Vec<PathBuf> = if program.contains('/') {
+pub fn resolve_program(
+    program: impl AsRef<OsStr>,
+    path_var: Option<&OsStr>,
+) -> Result<PathBuf, SpawnError> {
+    let program = program.as_ref();
+    let candidates: Vec<PathBuf> = if program.as_bytes().contains(&b'/') {
         vec![PathBuf::from(program)]
     } else {
         let path_var = path_var.unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"));
@@ -75,14 +79,15 @@ pub fn resolve_program(program: &str, path_var: Option<&OsStr>) -> Result<PathBu
     }
     match not_executable {
         Some(path) => Err(SpawnError::NotExecutable(path.display().to_string())),
-        None => Err(SpawnError::NotFound(program.to_string())),
+        None => Err(SpawnError::NotFound(program.to_string_lossy().into_owned())),
     }
 }
 
 /// What to start for one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Launch {
-    pub argv: Vec<String>,
+    /// Bytes, passed to execve as they are: not necessarily UTF-8.
+    pub argv: Vec<OsString>,
     /// Variables set on top of oomguard's own environment.
     pub env: Vec<(String, String)>,
 }
@@ -105,6 +110,9 @@ pub struct Spawned {
 pub fn spawn(launch: &Launch, cgroup_procs: Option<OwnedFd>) -> Result<Spawned, SpawnError> {
     let program = &launch.argv[0];
     let mut cmd = Command::new(program);
+    for key in own_namespace(std::env::vars_os()) {
+        cmd.env_remove(key);
+    }
     cmd.args(&launch.argv[1..])
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::inherit())
@@ -127,15 +135,16 @@ pub fn spawn(launch: &Launch, cgroup_procs: Option<OwnedFd>) -> Result<Spawned, 
             Ok(())
         });
     }
+    let shown = program.to_string_lossy().into_owned();
     let mut child = cmd.spawn().map_err(|source| match source.kind() {
         // The file is there, so what is missing is the interpreter its `#!` line names.
         io::ErrorKind::NotFound if Path::new(program).is_file() => {
-            SpawnError::BadInterpreter(program.clone())
+            SpawnError::BadInterpreter(shown)
         }
-        io::ErrorKind::NotFound => SpawnError::NotFound(program.clone()),
-        io::ErrorKind::PermissionDenied => SpawnError::NotExecutable(program.clone()),
+        io::ErrorKind::NotFound => SpawnError::NotFound(shown),
+        io::ErrorKind::PermissionDenied => SpawnError::NotExecutable(shown),
         _ => SpawnError::Other {
-            program: program.clone(),
+            program: shown,
             source,
         },
     })?;
@@ -146,6 +155,16 @@ pub fn spawn(launch: &Launch, cgroup_procs: Option<OwnedFd>) -> Result<Spawned, 
         stdout: child.stdout.take().expect("stdout was piped"),
         stderr: child.stderr.take().expect("stderr was piped"),
     })
+}
+
+/// The names among `vars` in oomguard's `OOMGUARD_` namespace. They are removed from the job's
+/// environment before the attempt's own are set: the job must see only what this attempt says
+/// (an `OOMGUARD_PREV_CAUSE` in oomguard's own environment must not reach attempt 1).
+fn own_namespace(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<OsString> {
+    vars.into_iter()
+        .map(|(key, _)| key)
+        .filter(|key| key.as_bytes().starts_with(b"OOMGUARD_"))
+        .collect()
 }
 
 fn libc_esrch() -> i32 {
@@ -427,6 +446,26 @@ fn guard_loop(input: impl BufRead, remove_wait: Duration) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_oomguard_namespace_is_removed() {
+        let vars = [
+            ("OOMGUARD_PREV_CAUSE", true),
+            ("OOMGUARD_ATTEMPT", true),
+            ("OOMGUARD_X", true),
+            ("OOMGUARD_", true),
+            ("oomguard_attempt", false),
+            ("MY_OOMGUARD_X", false),
+            ("PATH", false),
+        ];
+        let removed = own_namespace(vars.iter().map(|(k, _)| (k.into(), "1".into())));
+        let want: Vec<OsString> = vars
+            .iter()
+            .filter(|(_, gone)| *gone)
+            .map(|(k, _)| k.into())
+            .collect();
+        assert_eq!(removed, want);
+    }
 
     #[test]
     fn resolves_like_execvp() {

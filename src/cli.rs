@@ -2,6 +2,7 @@
 //! validated [`RunSettings`](crate::config::RunSettings). Validation failures are one line each,
 //! naming the flag and the fix; they exit 2 before anything is created or started.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -48,9 +49,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub run_dir: Option<PathBuf>,
     /// The batch-size flag to reduce (e.g. --batch-arg --bsz, or a Hydra key data.batch_size).
+    /// NAME@N takes it from part N of the command only, where standalone `--` tokens separate
+    /// the parts (part 1 is before the first `--`): needed when two programs' arguments hold it.
     #[arg(long, value_name = "NAME", allow_hyphen_values = true)]
     pub batch_arg: Option<String>,
-    /// The gradient-accumulation flag to raise; appended to the command if absent.
+    /// The gradient-accumulation flag to raise (NAME or NAME@N, as for --batch-arg); added to
+    /// the end of the batch flag's part of the command if absent.
     #[arg(long, value_name = "NAME", allow_hyphen_values = true)]
     pub accum_arg: Option<String>,
     /// Never reduce the batch below this.
@@ -62,7 +66,8 @@ pub struct RunArgs {
     /// Unchanged restarts allowed after failures that are not out-of-memory.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub retries: u32,
-    /// Wait before the first relaunch; doubles for each later one (0s allowed).
+    /// Wait before the first relaunch; doubles for each later one (0s allowed; at most 7 days,
+    /// as for every duration but --interval).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub backoff: Duration,
     /// The longest wait between attempts.
@@ -71,11 +76,11 @@ pub struct RunArgs {
     /// After a stop request (SIGTERM to the job), wait this long before SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub grace: Duration,
-    /// Sample the job's memory this often (at least 50ms).
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    /// Sample the job's memory this often (at least 50ms, at most 1h).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
     /// Hard memory limit of each attempt, in its own memory cgroup (e.g. 12G): the kernel's OOM
-    /// killer acts inside the cgroup only, and the death is attributed exactly.
+    /// killer acts inside the cgroup only, and the death is attributed exactly. At least 32M.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub memory_max: Option<u64>,
     /// Swap each attempt may use on top of --memory-max.
@@ -101,13 +106,15 @@ pub struct RunArgs {
     /// The window over which steady memory growth is judged.
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration, hide = true)]
     pub trend_window: Duration,
-    /// The training command and its arguments, after `--`.
+    /// The training command and its arguments, after `--`. Passed to the job byte for byte
+    /// (arguments need not be UTF-8); only the knobs' values are rewritten on relaunch.
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,
-        value_name = "COMMAND"
+        value_name = "COMMAND",
+        value_parser = clap::value_parser!(OsString)
     )]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
 }
 
 #[derive(Debug, Args)]
@@ -123,11 +130,39 @@ pub struct ClassifyArgs {
     pub files: Vec<PathBuf>,
 }
 
-/// Parses `30s`, `5m`, `1h 30m`, `0s`; a bare number is refused (seconds or minutes?).
+/// The longest value of any duration flag but `--interval`: a week. Longer is a typo
+/// (`5000h`), and a bound keeps `Instant + duration` far from overflowing.
+pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The longest sampling interval: sampled less often than hourly, a job's memory is not watched.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// Parses `30s`, `5m`, `1h 30m`, `0s`, at most [`MAX_DURATION`]; a bare number is refused
+/// (seconds or minutes?).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|_| {
-        format!("`{text}` is not a duration: use a number with a unit, e.g. 30s, 5m, 1h")
-    })
+    parse_duration_up_to(text, MAX_DURATION)
+}
+
+/// Parses `--interval`: a duration of at most [`MAX_INTERVAL`].
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    parse_duration_up_to(text, MAX_INTERVAL)
+}
+
+fn parse_duration_up_to(text: &str, max: Duration) -> Result<Duration, String> {
+    let too_long = || {
+        format!(
+            "`{text}` is longer than the {} allowed",
+            humantime::format_duration(max)
+        )
+    };
+    match humantime::parse_duration(text) {
+        Ok(duration) if duration > max => Err(too_long()),
+        Ok(duration) => Ok(duration),
+        Err(humantime::DurationError::NumberOverflow) => Err(too_long()),
+        Err(_) => Err(format!(
+            "`{text}` is not a duration: use a number with a unit, e.g. 30s, 5m, 1h"
+        )),
+    }
 }
 
 /// Parses `8G`, `512MiB` (binary units).
@@ -149,6 +184,13 @@ pub fn parse_available(text: &str) -> Result<Available, String> {
 /// The shortest sampling interval: below it, sampling a large tree costs more than it tells.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(50);
 
+/// The smallest `--memory-max`. Measured as root on cgroup v1 (kernel 6.x): below about 16 KiB
+/// the forked child dies before exec (the kernel names the victim `oomguard`); `true` and
+/// `sh -c :` need about 256 KiB; `python3 -c pass` needs 6.5 to 7 MiB. Every smaller limit kills
+/// every attempt before the job does anything, blamed on the job; 32 MiB leaves a margin over an
+/// empty Python for page cache charged on a cold start.
+pub const MIN_MEMORY_MAX_BYTES: u64 = 32 << 20;
+
 /// Why the flags do not make a run.
 #[derive(Debug, thiserror::Error)]
 pub enum UsageError {
@@ -164,6 +206,15 @@ pub enum UsageError {
     IntervalTooShort(Duration),
     #[error("--backoff-max {max:?} is shorter than --backoff {backoff:?}: raise --backoff-max")]
     BackoffMax { backoff: Duration, max: Duration },
+    #[error("--memory-max {} is too small for any job to start (an empty python3 needs about 7 MiB): use at least 32M", crate::units::human_bytes(*.0))]
+    MemoryMaxTooSmall(u64),
+    #[error("{batch_flag} {batch} × {accum_flag} {accum} (the effective batch) does not fit in 64 bits: lower them")]
+    EffectiveBatchOverflow {
+        batch_flag: String,
+        batch: u64,
+        accum_flag: String,
+        accum: u64,
+    },
 }
 
 impl RunArgs {
@@ -172,8 +223,10 @@ impl RunArgs {
         match self.command.first() {
             None => return Err(UsageError::NoCommand),
             // clap hands an unknown option before the command over as the command itself.
-            Some(first) if first.starts_with('-') => {
-                return Err(UsageError::UnknownOption(first.clone()))
+            Some(first) if first.as_encoded_bytes().starts_with(b"-") => {
+                return Err(UsageError::UnknownOption(
+                    first.to_string_lossy().into_owned(),
+                ))
             }
             Some(_) => {}
         }
@@ -190,6 +243,20 @@ impl RunArgs {
                     batch: batch.value,
                 });
             }
+        }
+        if let (Some(batch), rewrite::Accum::Present(accum)) = (&knobs.batch, &knobs.accum) {
+            // policy keeps batch × accumulation constant; it must be a number.
+            if batch.value.checked_mul(accum.value).is_none() {
+                return Err(UsageError::EffectiveBatchOverflow {
+                    batch_flag: batch.name.clone(),
+                    batch: batch.value,
+                    accum_flag: accum.name.clone(),
+                    accum: accum.value,
+                });
+            }
+        }
+        if let Some(bytes) = self.memory_max.filter(|b| *b < MIN_MEMORY_MAX_BYTES) {
+            return Err(UsageError::MemoryMaxTooSmall(bytes));
         }
         if self.backoff_max < self.backoff {
             return Err(UsageError::BackoffMax {
@@ -363,6 +430,22 @@ mod tests {
                 "run --frobnicate -- python t.py",
                 "unknown option --frobnicate",
             ),
+            (
+                "run -- python t.py --batch_size 4294967296 --grad_accum 4294967296",
+                "--batch_size 4294967296 × --grad_accum 4294967296 (the effective batch) does not fit in 64 bits",
+            ),
+            (
+                "run -- python show.py --batch_size 64 -- worker.py --batch_size 8",
+                "--batch-arg --batch_size@1 or --batch-arg --batch_size@2",
+            ),
+            (
+                "run --accum-arg --batch_size -- python t.py --batch_size 8",
+                "--batch_size cannot be both the batch and the accumulation flag",
+            ),
+            ("run --memory-max 0 -- python t.py", "--memory-max 0 B is too small"),
+            ("run --memory-max 100 -- python t.py", "use at least 32M"),
+            ("run --memory-max 1k -- python t.py", "use at least 32M"),
+            ("run --memory-max 31M -- python t.py", "use at least 32M"),
         ];
         for (args, want) in table {
             let err = run_args(args).validate().unwrap_err().to_string();
@@ -371,5 +454,77 @@ mod tests {
         assert!(run_args("run -- python t.py --batch_size 8")
             .validate()
             .is_ok());
+        for ok in [
+            "run --memory-max 32M -- python t.py",
+            "run -- python t.py --batch_size 4294967296 --grad_accum 4294967295",
+        ] {
+            assert!(run_args(ok).validate().is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn durations_are_bounded() {
+        // (flags, accepted, or the words of the refusal)
+        let table: &[(&str, Result<(), &str>)] = &[
+            ("--grace 7d", Ok(())),
+            (
+                "--grace 500000000000years",
+                Err("longer than the 7days allowed"),
+            ),
+            (
+                "--grace 99999999999999999999999s",
+                Err("longer than the 7days allowed"),
+            ),
+            (
+                "--backoff 8d --backoff-max 8d",
+                Err("longer than the 7days allowed"),
+            ),
+            ("--backoff-max 1year", Err("longer than the 7days allowed")),
+            (
+                "--gpu-free-timeout 169h",
+                Err("longer than the 7days allowed"),
+            ),
+            ("--trend-window 30d", Err("longer than the 7days allowed")),
+            ("--interval 1h", Ok(())),
+            ("--interval 61m", Err("longer than the 1h allowed")),
+            ("--interval 10", Err("is not a duration")),
+        ];
+        for &(flags, want) in table {
+            let args = format!("run {flags} -- python t.py");
+            match (parse(&args), want) {
+                (Ok(_), Ok(())) => {}
+                (Err(e), Err(words)) => {
+                    let first = e.to_string();
+                    let first = first.lines().next().unwrap_or_default();
+                    assert!(first.contains(words), "{flags}: {first}");
+                    let flag = flags.split_whitespace().next().unwrap();
+                    assert!(first.contains(flag), "{flags}: {first}");
+                }
+                (got, _) => panic!("{flags}: {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_command_is_bytes() {
+        use std::os::unix::ffi::{OsStrExt, OsStringExt};
+        let args = [
+            "oomguard",
+            "run",
+            "--",
+            "python",
+            "t.py",
+            "--batch_size",
+            "8",
+        ]
+        .map(OsString::from)
+        .into_iter()
+        .chain([OsString::from_vec(b"caf\xff".to_vec())]);
+        let Command::Run(run) = Cli::try_parse_from(args).unwrap().command else {
+            panic!("run parses");
+        };
+        assert_eq!(run.command[4].as_bytes(), b"caf\xff");
+        let settings = run.validate().unwrap();
+        assert_eq!(settings.knobs.batch.unwrap().value, 8);
     }
 }

@@ -1,6 +1,7 @@
 //! Validated settings of one run, built from the command line by `cli`. Everything here has been
 //! checked: the command is non-empty, its knobs parse, the limits are consistent.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -12,8 +13,8 @@ use crate::watch::Bounds;
 /// What `oomguard run` was asked to do.
 #[derive(Debug, Clone)]
 pub struct RunSettings {
-    /// The job's argv as the user wrote it.
-    pub command: Vec<String>,
+    /// The job's argv as the user wrote it: bytes, not necessarily UTF-8.
+    pub command: Vec<OsString>,
     /// The batch and accumulation knobs found in it.
     pub knobs: Knobs,
     /// Where to put logs and the summary; `None` for the default location.

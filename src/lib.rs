@@ -42,6 +42,7 @@ pub mod units;
 pub mod watch;
 
 use std::collections::HashSet;
+use std::ffi::OsString;
 use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
@@ -116,13 +117,16 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
     let path_var = std::env::var_os("PATH");
     child::resolve_program(&settings.command[0], path_var.as_deref())?;
     let cgroup = cgroup_setup(settings.cgroup)?;
-    let run_dir =
-        RunDir::create(settings.run_dir.as_deref(), &settings.command[0]).map_err(Error::RunDir)?;
+    let run_dir = RunDir::create(
+        settings.run_dir.as_deref(),
+        &settings.command[0].to_string_lossy(),
+    )
+    .map_err(Error::RunDir)?;
     let original = Sizes {
         batch: settings.knobs.batch.as_ref().map(|k| k.value),
         accum: settings.knobs.accum_value(),
     };
-    let mut summary = Summary::new(&settings.command, final_sizes(original));
+    let mut summary = Summary::new(&lossy(&settings.command), final_sizes(original));
     let result = run_in(&settings, original, &run_dir, &mut summary, cgroup, report);
     if result.is_err() && summary.attempts().is_empty() {
         // Nothing ran: leave nothing behind, as for any other input we refuse.
@@ -143,6 +147,9 @@ fn run_in(
     run_dir.save(summary, false).map_err(Error::RunDir)?;
     let samples = run_dir.open_samples().map_err(Error::RunDir)?;
     report.say(&format!("run directory {}", run_dir.path().display()));
+    for note in settings.knobs.choice_notes() {
+        report.say(&note);
+    }
     if settings.knobs.batch.is_none() {
         report.warn("no batch flag found in the command: an out-of-memory death will not be relaunched smaller (name the flag with --batch-arg)");
     }
@@ -312,7 +319,7 @@ async fn attempt_loop(
         });
         summary.push(AttemptRecord {
             attempt,
-            command: launch.argv.clone(),
+            command: lossy(&launch.argv),
             batch_size: sizes.batch,
             accum: sizes.accum,
             cause: verdict.cause,
@@ -456,6 +463,14 @@ async fn wait_gpu_free(
             None
         }
     }
+}
+
+/// A command as summary.json records it: text, with bytes that are not UTF-8 replaced (the job
+/// itself gets them unchanged).
+fn lossy(argv: &[OsString]) -> Vec<String> {
+    argv.iter()
+        .map(|token| token.to_string_lossy().into_owned())
+        .collect()
 }
 
 fn final_sizes(sizes: Sizes) -> FinalSizes {

@@ -134,12 +134,15 @@ fn keep_effective(original: Sizes, new_batch: u64) -> (Option<u64>, Option<Strin
     let (Some(batch0), Some(accum0)) = (original.batch, original.accum) else {
         return (original.accum, None);
     };
-    let effective = batch0 * accum0;
-    let accum = effective.div_ceil(new_batch);
-    let note = (new_batch * accum != effective).then(|| {
+    // Saturating, never wrapping: `cli` refuses a command whose product does not fit in u64, so
+    // saturation only guards this function; a wrapped product once relaunched with accumulation 0.
+    let effective = batch0.saturating_mul(accum0);
+    // An accumulation of 0 would make the job divide by zero or never step: 1 at least.
+    let accum = effective.div_ceil(new_batch.max(1)).max(1);
+    let reached = new_batch.saturating_mul(accum);
+    let note = (new_batch.checked_mul(accum) != Some(effective)).then(|| {
         format!(
-            "effective batch {} (was {effective}): {new_batch} does not divide {effective}, so the nearest at or above it",
-            new_batch * accum
+            "effective batch {reached} (was {effective}): {new_batch} does not divide {effective}, so the nearest at or above it"
         )
     });
     (Some(accum), note)
@@ -218,6 +221,25 @@ mod tests {
                 sizes(7, Some(1)),
                 sizes(7, Some(1)),
                 sizes(3, Some(3)),
+                true,
+            ),
+            // batch × accumulation beyond u64 saturates instead of wrapping to accumulation 0.
+            (
+                sizes(1 << 32, Some(1 << 32)),
+                sizes(1 << 32, Some(1 << 32)),
+                sizes(1 << 31, Some(1 << 33)),
+                true,
+            ),
+            (
+                sizes(u64::MAX, Some(u64::MAX)),
+                sizes(3, Some(u64::MAX)),
+                sizes(1, Some(u64::MAX)),
+                false,
+            ),
+            (
+                sizes(u64::MAX, Some(1)),
+                sizes(u64::MAX, Some(1)),
+                sizes(u64::MAX / 2, Some(3)),
                 true,
             ),
         ];

@@ -3,10 +3,21 @@
 //!
 //! Flags are recognised as `--flag N`, `--flag=N`, and Hydra/OmegaConf overrides
 //! (`data.batch_size=N`, `+trainer.accumulate_grad_batches=N`). A flag given several times is
-//! read from its last occurrence (argparse's rule) and every occurrence is rewritten, so the job
-//! sees one consistent value.
+//! read from its last occurrence (argparse's rule) and, once its value changes, every occurrence
+//! is rewritten so the job sees one consistent value; at the original sizes the argv is returned
+//! exactly as given.
+//!
+//! A command can hold several programs' arguments, separated by standalone `--` tokens
+//! (`uv run -- python train.py --batch_size 8`, a launcher and its worker). Those are the
+//! command's *parts*: part 1 is before the first `--`, part 2 after it, and so on. A knob is
+//! searched within each part; a name found in two parts is ambiguous and must be picked with
+//! `NAME@N` (the occurrence in part N). Only the chosen part's tokens are ever rewritten.
+//!
+//! argv is bytes on Linux: tokens that are not UTF-8 are never knobs and pass through untouched.
 
+use std::ffi::{OsStr, OsString};
 use std::fmt;
+use std::ops::Range;
 
 /// Batch flags recognised without configuration, most specific first: when a command carries
 /// both `--batch_size 64` and `--microbatch 16` (guided-diffusion's convention), the per-step
@@ -53,8 +64,10 @@ enum Site {
 pub struct Knob {
     /// The name as written in the command (`--batch_size`, `data.batch_size`).
     pub name: String,
-    /// The value argparse would see: the last occurrence's.
+    /// The value argparse would see: the last occurrence's in its part.
     pub value: u64,
+    /// The part of the command it was found in (1 = before the first standalone `--`).
+    pub part: usize,
     sites: Vec<Site>,
 }
 
@@ -63,8 +76,9 @@ pub struct Knob {
 pub enum Accum {
     /// In the command already.
     Present(Knob),
-    /// Named with `--accum-arg` but absent: appended on relaunch, starting from 1.
-    Appended { name: String },
+    /// Named with `--accum-arg` but absent: inserted on relaunch at argv index `at` (the end of
+    /// the part it belongs to), starting from 1.
+    Appended { name: String, at: usize },
     /// The job keeps the effective batch itself (`--batch_size` beside `--microbatch`).
     KeptByJob { effective_flag: String },
     /// No way to keep the effective batch: it shrinks with the batch.
@@ -77,6 +91,10 @@ pub struct Knobs {
     /// The batch flag; `None` when the command has none (OOM deaths then cannot be relaunched smaller).
     pub batch: Option<Knob>,
     pub accum: Accum,
+    /// Other known batch names present in the command that were not chosen, best first.
+    pub batch_also: Vec<String>,
+    /// Other known accumulation names present in the command that were not chosen.
+    pub accum_also: Vec<String>,
 }
 
 impl Knobs {
@@ -87,6 +105,35 @@ impl Knobs {
             Accum::Appended { .. } => Some(1),
             Accum::KeptByJob { .. } | Accum::None => None,
         }
+    }
+
+    /// Lines telling the user which knob was chosen where the choice was not obvious (several
+    /// candidates, or only an evaluation batch), and how to pick another. Empty otherwise.
+    pub fn choice_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let batch_name = self.batch.as_ref().map(|k| k.name.as_str());
+        let accum_name = match &self.accum {
+            Accum::Present(k) => Some(k.name.as_str()),
+            _ => None,
+        };
+        for (role, name, also, flag) in [
+            ("batch", batch_name, &self.batch_also, "--batch-arg"),
+            ("accumulation", accum_name, &self.accum_also, "--accum-arg"),
+        ] {
+            let Some(name) = name else { continue };
+            if !also.is_empty() {
+                notes.push(format!(
+                    "{role} knob {name} (also found: {}; pick another with {flag})",
+                    also.join(", ")
+                ));
+            } else if is_eval_like(name) {
+                notes.push(format!(
+                    "{role} knob {name} looks like an evaluation setting, the only one found: \
+                     name the training one with {flag}"
+                ));
+            }
+        }
+        notes
     }
 }
 
@@ -99,73 +146,314 @@ pub enum RewriteError {
     NoValue { name: String },
     #[error("{name} value `{value}` is not a whole number above 0: oomguard can only halve an integer batch")]
     NotAnInteger { name: String, value: String },
+    #[error("{name} value `{value}` is too large: at most {max}", max = u64::MAX)]
+    TooLarge { name: String, value: String },
+    #[error("{name} is in the arguments of more than one program: {places}, parts being separated by `--`; name the one to change with {choices}")]
+    Ambiguous {
+        name: String,
+        places: String,
+        choices: String,
+    },
+    #[error(
+        "{spec}: the command has {parts} part(s) separated by `--`; N in NAME@N counts them from 1"
+    )]
+    NoSuchPart { spec: String, parts: usize },
+    #[error(
+        "{name} cannot be both the batch and the accumulation flag: name the other one with {fix}"
+    )]
+    BothRoles { name: String, fix: &'static str },
+}
+
+/// A knob as `--batch-arg` / `--accum-arg` name it: `NAME`, or `NAME@N` for part N only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Spec<'a> {
+    name: &'a str,
+    part: Option<usize>,
+}
+
+impl<'a> Spec<'a> {
+    /// `--batch_size@2` → part 2. A suffix that is not `@` and digits stays part of the name
+    /// (Hydra's `group@package` keys).
+    fn parse(text: &'a str) -> Spec<'a> {
+        match text.rsplit_once('@') {
+            Some((name, n))
+                if !name.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                Spec {
+                    name,
+                    part: Some(n.parse().unwrap_or(usize::MAX)),
+                }
+            }
+            _ => Spec {
+                name: text,
+                part: None,
+            },
+        }
+    }
 }
 
 /// Finds the batch and accumulation knobs. `batch_arg` / `accum_arg` name them explicitly
-/// (`--batch-arg`, `--accum-arg`); otherwise the known names are searched.
+/// (`--batch-arg`, `--accum-arg`, as `NAME` or `NAME@N`); otherwise the known names are
+/// searched.
 pub fn locate(
-    argv: &[String],
+    argv: &[OsString],
     batch_arg: Option<&str>,
     accum_arg: Option<&str>,
 ) -> Result<Knobs, RewriteError> {
-    let batch = match batch_arg {
-        Some(name) => Some(
-            find(argv, name)?.ok_or_else(|| RewriteError::BatchFlagMissing {
-                name: name.to_string(),
-            })?,
-        ),
-        None => find_first_usable(argv, BATCH_FLAGS, HYDRA_BATCH_SUFFIX)?,
-    };
-    let accum = match accum_arg {
-        Some(name) => match find(argv, name)? {
-            Some(knob) => Accum::Present(knob),
-            None => Accum::Appended {
-                name: name.to_string(),
-            },
-        },
-        None => {
-            let mut found = None;
-            for suffix in HYDRA_ACCUM_SUFFIXES {
-                if found.is_none() {
-                    found = find_first_usable(argv, ACCUM_FLAGS, suffix)?;
+    let parts = parts(argv);
+    let (batch, mut batch_also) = match batch_arg {
+        Some(text) => {
+            let spec = Spec::parse(text);
+            let knob = find_spec(argv, &parts, &spec, text, "--batch-arg")?.ok_or_else(|| {
+                RewriteError::BatchFlagMissing {
+                    name: text.to_string(),
                 }
-            }
-            match (found, &batch) {
-                (Some(knob), _) => Accum::Present(knob),
-                (None, Some(b)) => kept_by_job(argv, &b.name).unwrap_or(Accum::None),
-                (None, None) => Accum::None,
-            }
+            })?;
+            (Some(knob), Vec::new())
+        }
+        None => {
+            let candidates = batch_candidates(argv);
+            let chosen = find_first_usable(argv, &parts, &candidates, "--batch-arg")?;
+            let also = others_present(argv, &parts, &candidates, chosen.as_ref());
+            (chosen, also)
         }
     };
-    Ok(Knobs { batch, accum })
+    let (accum, mut accum_also) = match accum_arg {
+        Some(text) => {
+            let spec = Spec::parse(text);
+            let accum = match find_spec(argv, &parts, &spec, text, "--accum-arg")? {
+                Some(knob) => Accum::Present(knob),
+                None => {
+                    // Inserted where the job's own flags are: the end of the batch knob's part.
+                    let part = spec
+                        .part
+                        .or(batch.as_ref().map(|b| b.part))
+                        .unwrap_or(parts.len());
+                    Accum::Appended {
+                        name: spec.name.to_string(),
+                        at: parts[part - 1].end,
+                    }
+                }
+            };
+            (accum, Vec::new())
+        }
+        None => {
+            let candidates = accum_candidates(argv);
+            let found = find_first_usable(argv, &parts, &candidates, "--accum-arg")?;
+            let also = others_present(argv, &parts, &candidates, found.as_ref());
+            let accum = match (found, &batch) {
+                (Some(knob), _) => Accum::Present(knob),
+                (None, Some(b)) => kept_by_job(argv, &parts, b).unwrap_or(Accum::None),
+                (None, None) => Accum::None,
+            };
+            (accum, also)
+        }
+    };
+    if let (Some(b), Accum::Present(a)) = (&batch, &accum) {
+        if b.name == a.name && b.part == a.part {
+            let fix = if accum_arg.is_some() {
+                "--accum-arg"
+            } else {
+                "--batch-arg"
+            };
+            return Err(RewriteError::BothRoles {
+                name: b.name.clone(),
+                fix,
+            });
+        }
+    }
+    // The job's own effective-batch flag is not a rival knob: it is kept on purpose.
+    if let Accum::KeptByJob { effective_flag } = &accum {
+        batch_also.retain(|n| n != effective_flag);
+        accum_also.retain(|n| n != effective_flag);
+    }
+    Ok(Knobs {
+        batch,
+        accum,
+        batch_also,
+        accum_also,
+    })
 }
 
-fn kept_by_job(argv: &[String], batch_name: &str) -> Option<Accum> {
+/// The argv index ranges of the command's parts: part 1 from argv[1] (argv[0] is the program,
+/// never a flag) to the first standalone `--`, each later part between two of them.
+fn parts(argv: &[OsString]) -> Vec<Range<usize>> {
+    let mut parts = Vec::new();
+    let mut start = 1.min(argv.len());
+    for (i, token) in argv.iter().enumerate().skip(1) {
+        if token == "--" {
+            parts.push(start..i);
+            start = i + 1;
+        }
+    }
+    parts.push(start..argv.len().max(start));
+    parts
+}
+
+/// The token at `i` as text, where it is UTF-8.
+fn text(argv: &[OsString], i: usize) -> Option<&str> {
+    argv.get(i).and_then(|t| t.to_str())
+}
+
+/// `python3 …` or `worker.py …`: the first token of a part, to tell parts apart in messages.
+fn part_label(argv: &[OsString], parts: &[Range<usize>], part: usize) -> String {
+    let first = if part == 1 {
+        argv.first()
+    } else {
+        argv.get(parts[part - 1].start)
+    };
+    first.map_or_else(String::new, |t| t.to_string_lossy().into_owned())
+}
+
+/// Finds `spec` in the part it names, or in whichever single part holds it.
+fn find_spec(
+    argv: &[OsString],
+    parts: &[Range<usize>],
+    spec: &Spec,
+    text: &str,
+    flag: &str,
+) -> Result<Option<Knob>, RewriteError> {
+    match spec.part {
+        Some(part) if part == 0 || part > parts.len() => Err(RewriteError::NoSuchPart {
+            spec: text.to_string(),
+            parts: parts.len(),
+        }),
+        Some(part) => find(argv, spec.name, parts[part - 1].clone(), part),
+        None => find_in_parts(argv, parts, spec.name, flag),
+    }
+}
+
+/// Finds `name` in every part; present in more than one is [`RewriteError::Ambiguous`].
+fn find_in_parts(
+    argv: &[OsString],
+    parts: &[Range<usize>],
+    name: &str,
+    flag: &str,
+) -> Result<Option<Knob>, RewriteError> {
+    let found: Vec<(usize, Result<Knob, RewriteError>)> = parts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, range)| {
+            find(argv, name, range.clone(), i + 1)
+                .transpose()
+                .map(|r| (i + 1, r))
+        })
+        .collect();
+    if found.len() > 1 {
+        let places = found
+            .iter()
+            .map(|(part, r)| {
+                let value = match r {
+                    Ok(knob) => knob.value.to_string(),
+                    Err(RewriteError::NotAnInteger { value, .. })
+                    | Err(RewriteError::TooLarge { value, .. }) => value.clone(),
+                    Err(_) => "no value".to_string(),
+                };
+                let label = part_label(argv, parts, *part);
+                format!("{value} in part {part} ({label} …)")
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let choices = found
+            .iter()
+            .map(|(part, _)| format!("{flag} {name}@{part}"))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        return Err(RewriteError::Ambiguous {
+            name: name.to_string(),
+            places,
+            choices,
+        });
+    }
+    found.into_iter().next().map(|(_, r)| r).transpose()
+}
+
+/// Whether an eval/validation/test/inference setting: a word of the name (split at `.`, `_`,
+/// `-`) is one of those. Such a batch does not decide training memory, so it is taken only when
+/// nothing else matches.
+fn is_eval_like(name: &str) -> bool {
+    name.split(|c: char| !c.is_ascii_alphanumeric())
+        .map(str::to_ascii_lowercase)
+        .any(|word| {
+            word == "val"
+                || ["valid", "eval", "test", "predict", "infer"]
+                    .iter()
+                    .any(|w| word.starts_with(w))
+        })
+}
+
+/// Known batch names in the order they are preferred: the known flags, then Hydra keys
+/// ending in `batch_size`, training ones before evaluation ones.
+fn batch_candidates(argv: &[OsString]) -> Vec<String> {
+    let mut names: Vec<String> = BATCH_FLAGS.iter().map(|s| s.to_string()).collect();
+    names.extend(training_first(hydra_keys(argv, &[HYDRA_BATCH_SUFFIX])));
+    names
+}
+
+/// Known accumulation names in the order they are preferred, as for the batch.
+fn accum_candidates(argv: &[OsString]) -> Vec<String> {
+    let mut names: Vec<String> = ACCUM_FLAGS.iter().map(|s| s.to_string()).collect();
+    names.extend(training_first(hydra_keys(argv, HYDRA_ACCUM_SUFFIXES)));
+    names
+}
+
+fn training_first(keys: Vec<String>) -> Vec<String> {
+    let (eval, train): (Vec<String>, Vec<String>) = keys.into_iter().partition(|k| is_eval_like(k));
+    train.into_iter().chain(eval).collect()
+}
+
+/// The candidates, other than the chosen knob, that occur in the command.
+fn others_present(
+    argv: &[OsString],
+    parts: &[Range<usize>],
+    candidates: &[String],
+    chosen: Option<&Knob>,
+) -> Vec<String> {
+    candidates
+        .iter()
+        .filter(|name| chosen.is_none_or(|k| &k.name != *name))
+        .filter(|name| {
+            parts
+                .iter()
+                .enumerate()
+                .any(|(i, range)| !matches!(find(argv, name, range.clone(), i + 1), Ok(None)))
+        })
+        .cloned()
+        .collect()
+}
+
+fn kept_by_job(argv: &[OsString], parts: &[Range<usize>], batch: &Knob) -> Option<Accum> {
+    let range = parts[batch.part - 1].clone();
     SPLITS_EFFECTIVE_BATCH
         .iter()
         .find(|(step, effective)| {
-            *step == batch_name && matches!(find(argv, effective), Ok(Some(_)))
+            *step == batch.name
+                && matches!(
+                    find(argv, effective, range.clone(), batch.part),
+                    Ok(Some(_))
+                )
         })
         .map(|(_, effective)| Accum::KeptByJob {
             effective_flag: effective.to_string(),
         })
 }
 
-/// The first known flag present with a positive integer value. A known flag with an unusable
+/// The first candidate present with a positive integer value. A known flag with an unusable
 /// value (guided-diffusion's `--microbatch -1` means "off") is skipped in favour of the next;
-/// if no flag is usable, the first one found reports its error.
+/// if no flag is usable, the first one found reports its error. A candidate found in two parts
+/// stops the search: guessing which program's flag is meant could move the wrong one.
 fn find_first_usable(
-    argv: &[String],
-    flags: &[&str],
-    hydra_suffix: &str,
+    argv: &[OsString],
+    parts: &[Range<usize>],
+    candidates: &[String],
+    flag: &str,
 ) -> Result<Option<Knob>, RewriteError> {
     let mut first_error = None;
-    let hydra = hydra_keys(argv, hydra_suffix);
-    let names = flags.iter().map(|s| s.to_string()).chain(hydra);
-    for name in names {
-        match find(argv, &name) {
+    for name in candidates {
+        match find_in_parts(argv, parts, name, flag) {
             Ok(Some(knob)) => return Ok(Some(knob)),
             Ok(None) => {}
+            Err(e @ RewriteError::Ambiguous { .. }) => return Err(e),
             Err(e) => {
                 first_error.get_or_insert(e);
             }
@@ -177,43 +465,57 @@ fn find_first_usable(
     }
 }
 
-/// Hydra override keys in argv whose last dotted component ends with `suffix`.
-fn hydra_keys(argv: &[String], suffix: &str) -> Vec<String> {
-    let mut keys: Vec<String> = argv
-        .iter()
-        .filter(|t| !t.starts_with('-'))
-        .filter_map(|t| t.split_once('=').map(|(k, _)| k))
-        .filter(|k| {
-            let key = k.trim_start_matches(['+', '~']);
-            let last = key.rsplit('.').next().unwrap_or(key);
-            !key.is_empty()
-                && last.ends_with(suffix)
-                && key
-                    .chars()
-                    .all(|c| c.is_alphanumeric() || "._-".contains(c))
-        })
-        .map(str::to_string)
-        .collect();
-    keys.dedup();
+/// Hydra override keys in argv whose last dotted component ends with one of `suffixes`, each
+/// once, in the order they first appear.
+fn hydra_keys(argv: &[OsString], suffixes: &[&str]) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for token in argv.iter().skip(1).filter_map(|t| t.to_str()) {
+        if token.starts_with('-') {
+            continue;
+        }
+        let Some((k, _)) = token.split_once('=') else {
+            continue;
+        };
+        let key = k.trim_start_matches(['+', '~']);
+        let last = key.rsplit('.').next().unwrap_or(key);
+        let usable = !key.is_empty()
+            && suffixes.iter().any(|s| last.ends_with(s))
+            && key
+                .chars()
+                .all(|c| c.is_alphanumeric() || "._-".contains(c));
+        if usable && !keys.iter().any(|seen| seen == k) {
+            keys.push(k.to_string());
+        }
+    }
     keys
 }
 
-/// Finds every occurrence of `name` in argv. `Ok(None)` when absent.
-fn find(argv: &[String], name: &str) -> Result<Option<Knob>, RewriteError> {
+/// Finds every occurrence of `name` among the tokens in `range` (part number `part`).
+/// `Ok(None)` when absent.
+fn find(
+    argv: &[OsString],
+    name: &str,
+    range: Range<usize>,
+    part: usize,
+) -> Result<Option<Knob>, RewriteError> {
     let is_hydra = !name.starts_with('-');
     let bare = name.trim_start_matches(['+', '~']);
     let mut sites = Vec::new();
-    let mut last_value: Option<&str> = None;
-    // Skip argv[0]: the program itself is never a flag.
-    let mut i = 1;
-    while i < argv.len() {
-        let token = &argv[i];
+    let mut last_value: Option<&OsStr> = None;
+    let mut i = range.start;
+    while i < range.end {
+        let Some(token) = text(argv, i) else {
+            i += 1;
+            continue;
+        };
         if !is_hydra && token == name {
-            let value = argv.get(i + 1).ok_or_else(|| RewriteError::NoValue {
-                name: name.to_string(),
-            })?;
+            if i + 1 >= range.end {
+                return Err(RewriteError::NoValue {
+                    name: name.to_string(),
+                });
+            }
             sites.push(Site::Separate(i + 1));
-            last_value = Some(value);
+            last_value = Some(&argv[i + 1]);
             i += 2;
             continue;
         }
@@ -225,7 +527,7 @@ fn find(argv: &[String], name: &str) -> Result<Option<Knob>, RewriteError> {
             };
             if matches {
                 sites.push(Site::Joined(i));
-                last_value = Some(value);
+                last_value = Some(OsStr::new(value));
             }
         }
         i += 1;
@@ -233,53 +535,68 @@ fn find(argv: &[String], name: &str) -> Result<Option<Knob>, RewriteError> {
     let Some(raw) = last_value else {
         return Ok(None);
     };
-    let value =
-        raw.parse::<u64>()
-            .ok()
-            .filter(|v| *v > 0)
-            .ok_or_else(|| RewriteError::NotAnInteger {
+    let raw_text = raw.to_string_lossy();
+    let value = match raw.to_str().map(str::parse::<u64>) {
+        Some(Ok(v)) if v > 0 => v,
+        Some(Err(e)) if *e.kind() == std::num::IntErrorKind::PosOverflow => {
+            return Err(RewriteError::TooLarge {
                 name: name.to_string(),
-                value: raw.to_string(),
-            })?;
+                value: raw_text.into_owned(),
+            })
+        }
+        _ => {
+            return Err(RewriteError::NotAnInteger {
+                name: name.to_string(),
+                value: raw_text.into_owned(),
+            })
+        }
+    };
     Ok(Some(Knob {
         name: name.to_string(),
         value,
+        part,
         sites,
     }))
 }
 
 /// The command for one attempt: the original argv with the batch and accumulation values set.
-/// `accum` is ignored where the command has no accumulation knob.
-pub fn apply(argv: &[String], knobs: &Knobs, batch: u64, accum: Option<u64>) -> Vec<String> {
+/// A knob whose value is its original one is left exactly as written, so the first attempt runs
+/// the command as given. `accum` is ignored where the command has no accumulation knob.
+pub fn apply(argv: &[OsString], knobs: &Knobs, batch: u64, accum: Option<u64>) -> Vec<OsString> {
     let mut out = argv.to_vec();
     if let Some(knob) = &knobs.batch {
         set(&mut out, knob, batch);
     }
     match (&knobs.accum, accum) {
         (Accum::Present(knob), Some(value)) => set(&mut out, knob, value),
-        (Accum::Appended { name }, Some(value)) if value != 1 => {
-            if name.starts_with('-') {
-                out.push(name.clone());
-                out.push(value.to_string());
+        (Accum::Appended { name, at }, Some(value)) if value != 1 => {
+            // Inserted last: every site above indexes the original argv.
+            let tokens: Vec<OsString> = if name.starts_with('-') {
+                vec![name.into(), value.to_string().into()]
             } else {
-                out.push(format!("{name}={value}"));
-            }
+                vec![format!("{name}={value}").into()]
+            };
+            out.splice(*at..*at, tokens);
         }
         _ => {}
     }
     out
 }
 
-fn set(argv: &mut [String], knob: &Knob, value: u64) {
+fn set(argv: &mut [OsString], knob: &Knob, value: u64) {
+    if value == knob.value {
+        return;
+    }
     for site in &knob.sites {
         match *site {
-            Site::Separate(i) => argv[i] = value.to_string(),
+            Site::Separate(i) => argv[i] = value.to_string().into(),
             Site::Joined(i) => {
                 let key = argv[i]
-                    .split_once('=')
+                    .to_str()
+                    .and_then(|t| t.split_once('='))
                     .map(|(k, _)| k.to_string())
-                    .expect("a joined site holds `key=value`");
-                argv[i] = format!("{key}={value}");
+                    .expect("a joined site is a UTF-8 `key=value` token (find matched it as text)");
+                argv[i] = format!("{key}={value}").into();
             }
         }
     }
@@ -303,7 +620,7 @@ impl fmt::Display for Changes<'_> {
         }
         let accum_name = match &self.knobs.accum {
             Accum::Present(k) => Some(k.name.as_str()),
-            Accum::Appended { name } => Some(name.as_str()),
+            Accum::Appended { name, .. } => Some(name.as_str()),
             Accum::KeptByJob { .. } | Accum::None => None,
         };
         if let (Some(name), Some(a), Some(b)) = (accum_name, self.from.1, self.to.1) {
@@ -323,8 +640,8 @@ impl fmt::Display for Changes<'_> {
 mod tests {
     use super::*;
 
-    fn argv(s: &str) -> Vec<String> {
-        s.split_whitespace().map(str::to_string).collect()
+    fn argv(s: &str) -> Vec<OsString> {
+        s.split_whitespace().map(OsString::from).collect()
     }
 
     #[test]
@@ -385,7 +702,8 @@ mod tests {
         assert_eq!(
             knobs.accum,
             Accum::Appended {
-                name: "--accum".into()
+                name: "--accum".into(),
+                at: 4
             }
         );
         assert_eq!(
@@ -509,5 +827,365 @@ mod tests {
         }
         .to_string();
         assert_eq!(line, "unchanged");
+    }
+}
+
+#[cfg(test)]
+// A table's row type is its header; naming each would only move it away from the rows.
+#[allow(clippy::type_complexity)]
+mod parts_and_choices {
+    //! The rules of issue 6: parts separated by `--`, `NAME@N`, training before evaluation
+    //! batches, one knob never in both roles, the command untouched at its original sizes, and
+    //! argv bytes that are not UTF-8.
+    use super::*;
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+    fn argv(s: &str) -> Vec<OsString> {
+        s.split_whitespace().map(OsString::from).collect()
+    }
+
+    fn words(argv: &[OsString]) -> String {
+        argv.iter()
+            .map(|t| t.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    #[allow(clippy::single_range_in_vec_init)] // one part is one range, not a Vec of indices
+    fn parts_are_split_at_standalone_double_dashes() {
+        let table: &[(&str, &[Range<usize>])] = &[
+            ("python t.py --bs 8", &[1..4]),
+            ("uv run -- python t.py --bs 8", &[1..2, 3..7]),
+            ("a -- b -- c d", &[1..1, 2..3, 4..6]),
+            ("a --", &[1..1, 2..2]),
+            ("a", &[1..1]),
+        ];
+        for &(cmd, want) in table {
+            assert_eq!(parts(&argv(cmd)), want, "{cmd}");
+        }
+    }
+
+    #[test]
+    fn names_with_a_part_number() {
+        let table: &[(&str, &str, Option<usize>)] = &[
+            ("--batch_size", "--batch_size", None),
+            ("--batch_size@2", "--batch_size", Some(2)),
+            ("data.batch_size@1", "data.batch_size", Some(1)),
+            ("db@backup.batch_size", "db@backup.batch_size", None),
+            ("--bs@", "--bs@", None),
+            ("@2", "@2", None),
+        ];
+        for &(text, name, part) in table {
+            assert_eq!(Spec::parse(text), Spec { name, part }, "{text}");
+        }
+    }
+
+    #[test]
+    fn knobs_are_found_per_part() {
+        // (command, --batch-arg, --accum-arg, batch name@part=value, accum name@part=value or "")
+        let table: &[(&str, Option<&str>, Option<&str>, &str, &str)] = &[
+            (
+                "uv run -- python t.py --batch_size 8",
+                None,
+                None,
+                "--batch_size@2=8",
+                "",
+            ),
+            (
+                "show.py --batch_size 64 -- worker.py --batch_size 8",
+                Some("--batch_size@1"),
+                None,
+                "--batch_size@1=64",
+                "",
+            ),
+            (
+                "show.py --batch_size 64 -- worker.py --batch_size 8",
+                Some("--batch_size@2"),
+                None,
+                "--batch_size@2=8",
+                "",
+            ),
+            (
+                "launch --grad_accum 2 -- t.py --bs 4",
+                None,
+                None,
+                "--bs@2=4",
+                "--grad_accum@1=2",
+            ),
+            (
+                "a --bs 4 --bs 6 -- b --grad_accum 3 --grad_accum=5",
+                None,
+                None,
+                "--bs@1=6",
+                "--grad_accum@2=5",
+            ),
+            (
+                "a --bs 4 -- b --bs 8 --bs=2",
+                Some("--bs@2"),
+                Some("--bs@1"),
+                "--bs@2=2",
+                "--bs@1=4",
+            ),
+        ];
+        for &(cmd, b, a, want_b, want_a) in table {
+            let knobs = locate(&argv(cmd), b, a).unwrap();
+            let batch = knobs.batch.as_ref().unwrap();
+            assert_eq!(
+                format!("{}@{}={}", batch.name, batch.part, batch.value),
+                want_b,
+                "{cmd}"
+            );
+            let accum = match &knobs.accum {
+                Accum::Present(k) => format!("{}@{}={}", k.name, k.part, k.value),
+                _ => String::new(),
+            };
+            assert_eq!(accum, want_a, "{cmd}");
+        }
+    }
+
+    #[test]
+    fn a_knob_in_two_programs_arguments_is_refused_not_guessed() {
+        // (command, --batch-arg, --accum-arg, words the error must contain)
+        let table: &[(&str, Option<&str>, Option<&str>, &[&str])] = &[
+            (
+                "python3 show.py --batch_size 64 -- worker.py --batch_size 8",
+                None,
+                None,
+                &[
+                    "--batch_size is in the arguments of more than one program",
+                    "64 in part 1 (python3 …)",
+                    "8 in part 2 (worker.py …)",
+                    "--batch-arg --batch_size@1 or --batch-arg --batch_size@2",
+                ],
+            ),
+            (
+                "python3 show.py --batch_size 64 -- worker.py --batch_size 8",
+                Some("--batch_size"),
+                None,
+                &["--batch-arg --batch_size@1 or --batch-arg --batch_size@2"],
+            ),
+            (
+                "a --bs 8 --grad_accum 1 -- b --grad_accum=2",
+                None,
+                None,
+                &["--accum-arg --grad_accum@1 or --accum-arg --grad_accum@2"],
+            ),
+            (
+                "a x.batch_size=4 -- b x.batch_size=8 -- c x.batch_size=2",
+                None,
+                None,
+                &["@1 or --batch-arg x.batch_size@2 or --batch-arg x.batch_size@3"],
+            ),
+            (
+                "a --bs 8 -- b --bs 4",
+                Some("--bs@3"),
+                None,
+                &["--bs@3: the command has 2 part(s)"],
+            ),
+            (
+                "a --bs 8",
+                Some("--bs@0"),
+                None,
+                &["--bs@0: the command has 1 part(s)"],
+            ),
+        ];
+        for &(cmd, b, a, want) in table {
+            let err = locate(&argv(cmd), b, a).unwrap_err().to_string();
+            for w in want {
+                assert!(err.contains(w), "{cmd}: {err}");
+            }
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    #[test]
+    fn training_batches_are_preferred_over_evaluation_ones() {
+        // (command, chosen batch, batch also found, chosen accum or "", accum also found)
+        let table: &[(&str, &str, &[&str], &str, &[&str])] = &[
+            (
+                "t.py data.val_batch_size=64 data.train_batch_size=32 trainer.accumulate_grad_batches=1",
+                "data.train_batch_size",
+                &["data.val_batch_size"],
+                "trainer.accumulate_grad_batches",
+                &[],
+            ),
+            ("t.py eval.batch_size=8 test_batch_size=4 model.batch_size=2", "model.batch_size", &["eval.batch_size", "test_batch_size"], "", &[]),
+            ("t.py validation.batch_size=8 data.batch_size=16", "data.batch_size", &["validation.batch_size"], "", &[]),
+            ("t.py predict_batch_size=8 inference.batch_size=16", "predict_batch_size", &["inference.batch_size"], "", &[]),
+            ("t.py --batch_size 8 data.batch_size=4", "--batch_size", &["data.batch_size"], "", &[]),
+            ("t.py --per_device_train_batch_size 8 --batch_size 16", "--per_device_train_batch_size", &["--batch_size"], "", &[]),
+            // `interval` holds `val` but is no word of it.
+            ("t.py interval_batch_size=3", "interval_batch_size", &[], "", &[]),
+            (
+                "t.py --bs 4 --grad_accum 2 x.gradient_accumulation_steps=3",
+                "--bs",
+                &[],
+                "--grad_accum",
+                &["x.gradient_accumulation_steps"],
+            ),
+            // The job's own effective batch is no rival knob.
+            ("t.py --batch_size 64 --microbatch 16", "--microbatch", &[], "", &[]),
+        ];
+        for &(cmd, batch, batch_also, accum, accum_also) in table {
+            let knobs = locate(&argv(cmd), None, None).unwrap();
+            assert_eq!(knobs.batch.as_ref().unwrap().name, batch, "{cmd}");
+            assert_eq!(knobs.batch_also, batch_also, "{cmd}");
+            let chosen = match &knobs.accum {
+                Accum::Present(k) => k.name.as_str(),
+                _ => "",
+            };
+            assert_eq!(chosen, accum, "{cmd}");
+            assert_eq!(knobs.accum_also, accum_also, "{cmd}");
+        }
+    }
+
+    #[test]
+    fn the_choice_is_told_when_it_was_not_obvious() {
+        let table: &[(&str, &[&str])] = &[
+            ("t.py --batch_size 8 --grad_accum 2", &[]),
+            (
+                "t.py data.val_batch_size=64 data.train_batch_size=32",
+                &["batch knob data.train_batch_size (also found: data.val_batch_size; pick another with --batch-arg)"],
+            ),
+            (
+                "t.py --bs 8 --grad_accum 2 --accumulation_steps 2",
+                &["accumulation knob --grad_accum (also found: --accumulation_steps; pick another with --accum-arg)"],
+            ),
+            (
+                "t.py data.val_batch_size=64",
+                &["batch knob data.val_batch_size looks like an evaluation setting, the only one found: name the training one with --batch-arg"],
+            ),
+        ];
+        for &(cmd, want) in table {
+            assert_eq!(
+                locate(&argv(cmd), None, None).unwrap().choice_notes(),
+                want,
+                "{cmd}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_knob_cannot_be_batch_and_accumulation() {
+        let table: &[(&str, Option<&str>, Option<&str>, &str)] = &[
+            ("t.py --batch_size 8", None, Some("--batch_size"), "--batch_size cannot be both the batch and the accumulation flag: name the other one with --accum-arg"),
+            ("t.py --bs 8 --grad_accum 4", Some("--grad_accum"), None, "--grad_accum cannot be both the batch and the accumulation flag: name the other one with --batch-arg"),
+            ("t.py --n 8", Some("--n"), Some("--n"), "--n cannot be both"),
+            ("t.py x.batch_size=8", Some("x.batch_size@1"), Some("x.batch_size"), "x.batch_size cannot be both"),
+        ];
+        for &(cmd, b, a, want) in table {
+            let err = locate(&argv(cmd), b, a).unwrap_err().to_string();
+            assert!(err.starts_with(want), "{cmd}: {err}");
+        }
+        // The same name in two programs' arguments is two knobs.
+        assert!(locate(&argv("a --n 8 -- b --n 1"), Some("--n@1"), Some("--n@2")).is_ok());
+    }
+
+    #[test]
+    fn at_the_original_sizes_the_command_is_untouched() {
+        for cmd in [
+            "t.py --batch_size 8 --batch_size 6 --grad_accum=1 --grad_accum 2",
+            "show.py --batch_size 64 -- worker.py --batch_size 8",
+            "t.py data.batch_size=032 trainer.accumulate_grad_batches=+1",
+            "t.py --bs 08",
+        ] {
+            let cmd = argv(cmd);
+            let knobs = locate(&cmd, Some(&format!("{}@1", first_knob(&cmd))), None).unwrap();
+            let b = knobs.batch.as_ref().unwrap().value;
+            assert_eq!(
+                apply(&cmd, &knobs, b, knobs.accum_value()),
+                cmd,
+                "{}",
+                words(&cmd)
+            );
+        }
+    }
+
+    fn first_knob(cmd: &[OsString]) -> String {
+        let token = cmd[1].to_str().unwrap();
+        token.split_once('=').map_or(token, |(k, _)| k).to_string()
+    }
+
+    #[test]
+    fn only_the_chosen_part_is_rewritten() {
+        // (command, --batch-arg, --accum-arg, batch, accum, rewritten command)
+        let table: &[(&str, Option<&str>, Option<&str>, u64, Option<u64>, &str)] = &[
+            (
+                "show.py --batch_size 64 -- worker.py --batch_size 8",
+                Some("--batch_size@1"),
+                None,
+                32,
+                None,
+                "show.py --batch_size 32 -- worker.py --batch_size 8",
+            ),
+            (
+                "show.py --batch_size 64 -- worker.py --batch_size 8",
+                Some("--batch_size@2"),
+                None,
+                4,
+                None,
+                "show.py --batch_size 64 -- worker.py --batch_size 4",
+            ),
+            (
+                "t.py --batch_size 8 --batch_size 6",
+                None,
+                None,
+                3,
+                None,
+                "t.py --batch_size 3 --batch_size 3",
+            ),
+            // An absent accumulation flag goes at the end of the batch knob's part.
+            (
+                "launch --nodes 2 -- t.py --bs 8 -- extra",
+                None,
+                Some("--accum"),
+                4,
+                Some(2),
+                "launch --nodes 2 -- t.py --bs 4 --accum 2 -- extra",
+            ),
+            (
+                "launch -- t.py --bs 8",
+                None,
+                Some("trainer.accum@1"),
+                4,
+                Some(2),
+                "launch trainer.accum=2 -- t.py --bs 4",
+            ),
+        ];
+        for &(cmd, b, a, batch, accum, want) in table {
+            let knobs = locate(&argv(cmd), b, a).unwrap();
+            assert_eq!(
+                words(&apply(&argv(cmd), &knobs, batch, accum)),
+                want,
+                "{cmd}"
+            );
+        }
+    }
+
+    #[test]
+    fn arguments_that_are_not_utf8_pass_through() {
+        let mut cmd = argv("t.py --batch_size 8");
+        cmd.insert(1, OsString::from_vec(b"caf\xff".to_vec()));
+        cmd.push(OsString::from_vec(b"--batch_size=\xff".to_vec()));
+        let knobs = locate(&cmd, None, None).unwrap();
+        assert_eq!(knobs.batch.as_ref().unwrap().value, 8);
+        let out = apply(&cmd, &knobs, 4, None);
+        assert_eq!(out[1].as_bytes(), b"caf\xff");
+        assert_eq!(out[3], "4");
+        assert_eq!(out[4].as_bytes(), b"--batch_size=\xff");
+        // A value that is not UTF-8 is no number.
+        let mut cmd = argv("t.py --batch_size");
+        cmd.push(OsString::from_vec(b"8\xff".to_vec()));
+        assert!(matches!(
+            locate(&cmd, None, None),
+            Err(RewriteError::NotAnInteger { .. })
+        ));
+    }
+
+    #[test]
+    fn values_above_u64_are_too_large_not_malformed() {
+        let err = locate(&argv("t.py --bs 99999999999999999999999"), None, None).unwrap_err();
+        assert!(matches!(err, RewriteError::TooLarge { .. }), "{err}");
     }
 }
