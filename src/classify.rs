@@ -258,7 +258,7 @@ fn collateral_error() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
         Regex::new(
-            r"(?i)connection (?:closed|reset|refused|aborted)|closed by (?:remote )?peer|broken ?pipe|\bEPIPE\b|\bNCCL\b|\bgloo\b|ProcessGroup|Dist(?:Backend|Network|Store)Error|\bc10d\b|TCPStore|Rendezvous|watchdog|\btime(?:d ?| ?)out\b|SIGTERM|SignalException|\bTerminated\b",
+            r"(?i)connection (?:closed|reset|refused|aborted)|closed by (?:remote )?peer|broken ?pipe|\bEPIPE\b|\bNCCL\b|\bgloo\b|ProcessGroup|Dist(?:Backend|Network|Store)Error|\bc10d\b|TCPStore|Rendezvous|watchdog|\btime(?:d ?| ?)out|SIGTERM|SignalException|\bTerminated\b",
         )
         .expect("collateral pattern compiles")
     })
@@ -298,6 +298,12 @@ fn later_fatal_error(lines: &[&str], at: usize, rank: Option<u32>) -> Option<Str
         let line = scan::strip_prefixes(raw).trim();
         if is_chain_marker(line) {
             chained = chain_to_oom;
+            continue;
+        }
+        // Python reports an exception it could not raise (a `__del__` failing at shutdown,
+        // after the job already died) as "Exception ignored in: <function ...>": not a cause.
+        if line.starts_with("Exception ignored in") {
+            chained = true;
             continue;
         }
         if !is_fatal_error(line) {
@@ -605,6 +611,10 @@ mod tests {
         // And not a peer's death seen from another connection.
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\nRuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:29500", "device_oom"),
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\ntorch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited", "device_oom"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\nTimeoutError: the peer did not answer in 1800 s", "device_oom"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\nException ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f>\nTraceback (most recent call last):\nAttributeError: '_MultiProcessingDataLoaderIter' object has no attribute '_shutdown'", "device_oom"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\nBrokenPipeError: [Errno 32] Broken pipe", "device_oom"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\ntorch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15", "device_oom"),
         // Ranks: rank 0's OOM is the root cause of rank 1's error, which is not rank 0's own.
         ("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\n[rank1]: ValueError: peer rank 0 is gone\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError:", "device_oom"),
         // A rank that survived its OOM and died of its own error: failed.
