@@ -7,6 +7,7 @@
 //! text is `scan`'s job; collecting the evidence and acting on the verdict (relaunching with a
 //! smaller batch) belong to the supervisor.
 
+use crate::cgroup_chain::ChainKill;
 use crate::outcome::Ending;
 use crate::scan::{self, Family, Finding};
 use regex::Regex;
@@ -84,6 +85,11 @@ pub struct KernelEvidence {
     pub victim_lines: Vec<String>,
     /// The job's own memory cgroup `oom_kill` counter delta, when it had one.
     pub cgroup_oom_kills: Option<u64>,
+    /// A cgroup the job lived in (oomguard's own or one above it: a systemd unit or slice, a
+    /// Slurm job, a container) whose OOM-kill counter moved during the attempt. Readable
+    /// without privileges, unlike the kernel log; it counts kills of any process in it, so it
+    /// names the job only together with a death by SIGKILL.
+    pub cgroup_chain_kill: Option<ChainKill>,
 }
 
 /// Everything known about how one attempt ended.
@@ -99,6 +105,10 @@ pub struct AttemptFacts<'a> {
     /// `Some(description)` when oomguard itself stopped the job for crossing a memory bound:
     /// the verdict is [`Cause::MemoryLimit`] with that description as evidence.
     pub memory_limit: Option<&'a str>,
+    /// A process of the job other than the main one that oomguard reaped after it died of
+    /// SIGKILL (before oomguard sent any SIGKILL itself): what makes a wrapper's exit status
+    /// 137 a SIGKILL.
+    pub sigkilled_descendant: Option<u32>,
 }
 
 /// A cause with one short line of human-readable evidence.
@@ -154,12 +164,25 @@ fn last_of<'f>(found: &'f [(usize, Finding)], families: &[Family]) -> Option<&'f
         .find(|(_, f)| families.contains(&f.family))
 }
 
-fn is_sigkill(ending: Ending) -> bool {
-    // A shell or init wrapper (bash -c, tini) reports its child's SIGKILL as status 137.
-    matches!(
-        ending,
-        Ending::Signaled { signal: 9, .. } | Ending::Exited(137)
-    )
+/// When the main process's ending is a death by SIGKILL, what shows it: `Some("")` for the
+/// signal itself; for exit status 137 (what a shell or init wrapper reports when its child died
+/// of SIGKILL) only a shell's own report of that in the output, or a process of the job that
+/// oomguard reaped after it died of SIGKILL. A process may well `exit(137)` by itself, and that
+/// is an ordinary failure.
+fn sigkill_evidence(
+    ending: Ending,
+    sigkilled_descendant: Option<u32>,
+    shell_kill: Option<&Finding>,
+) -> Option<String> {
+    match ending {
+        Ending::Signaled { signal: 9, .. } => Some(String::new()),
+        Ending::Exited(137) => match (sigkilled_descendant, shell_kill) {
+            (_, Some(f)) => Some(format!("; {}", output(f))),
+            (Some(pid), None) => Some(format!("; PID {pid} of the job died of SIGKILL")),
+            (None, None) => None,
+        },
+        _ => None,
+    }
 }
 
 /// What the kernel says, when it says the job was OOM-killed: cgroup counter, or the global
@@ -215,19 +238,198 @@ fn wrapper_exception() -> &'static Regex {
     })
 }
 
-/// When the output's last memory finding was followed by a different, unrelated exception, the
-/// OOM was caught (fairseq's "ran out of memory ... Skipping batch") and the job died of
-/// something else. Returns that later exception line.
-fn later_unrelated_error(tail: &str, finding_line: usize) -> Option<String> {
-    let lines = scan::split_lines(tail);
-    let (exc, wrap) = (exception_line(), wrapper_exception());
-    lines
+/// A program's own last words: `sys.exit("error: checkpoint dir /ckpt is not writable")`,
+/// `fatal: ...`. Anchored at the start of the (prefix-stripped) line, so launchers' lines that
+/// name themselves first (`srun: error: node1: task 0: Exited with exit code 1`,
+/// `slurmstepd: error: *** JOB 42 ON n1 CANCELLED ...`) are not the job's.
+fn exit_message() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"(?i)^(?:error|fatal)\s*:").expect("exit message pattern compiles")
+    })
+}
+
+/// Errors that are the collateral damage of a peer's death rather than a cause of their own:
+/// the other ranks of a distributed job see their connections drop, their collectives fail or
+/// time out, and the launcher SIGTERMs them ("Connection closed by peer", "Broken pipe",
+/// `DistBackendError`, "Watchdog caught collective operation timeout", elastic's
+/// `SignalException: Process 4242 got signal: 15`).
+fn collateral_error() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(
+            r"(?i)connection (?:closed|reset|refused|aborted)|closed by (?:remote )?peer|broken ?pipe|\bEPIPE\b|\bNCCL\b|\bgloo\b|ProcessGroup|Dist(?:Backend|Network|Store)Error|\bc10d\b|TCPStore|Rendezvous|watchdog|\btime(?:d ?| ?)out|SIGTERM|SignalException|\bTerminated\b",
+        )
+        .expect("collateral pattern compiles")
+    })
+}
+
+/// Python's banners between a chained exception and the one raised while handling it.
+fn is_chain_marker(line: &str) -> bool {
+    line.starts_with("During handling of the above exception")
+        || line.starts_with("The above exception was the direct cause")
+}
+
+/// Whether a (prefix-stripped) line says the job is dying of an error of its own that is not
+/// about memory: an exception line that does not merely wrap another, or an `error:` /
+/// `fatal:` exit message, and not the collateral damage of a peer's death.
+fn is_fatal_error(line: &str) -> bool {
+    let exception = exception_line().is_match(line) && !wrapper_exception().is_match(line);
+    (exception || exit_message().is_match(line))
+        && !collateral_error().is_match(line)
+        && scan::scan(line).is_empty()
+}
+
+/// The last fatal error (see [`is_fatal_error`]) printed after the out-of-memory error on line
+/// `at`: the OOM was caught (fairseq's "ran out of memory ... Skipping batch") and the job died
+/// of that instead. With a `rank`, only that rank's lines count: another rank's errors are the
+/// aftermath of this one's death. An exception raised while handling the OOM, or from it
+/// (Python's "During handling of the above exception" / "The above exception was the direct
+/// cause"), is part of the OOM's own story.
+fn later_fatal_error(lines: &[&str], at: usize, rank: Option<u32>) -> Option<String> {
+    // Whether a chain banner now would chain to the OOM (nothing unrelated came between).
+    let mut chain_to_oom = true;
+    let mut chained = false;
+    let mut last = None;
+    for raw in lines.iter().skip(at + 1) {
+        if rank.is_some() && scan::rank_of(raw) != rank {
+            continue;
+        }
+        let line = scan::strip_prefixes(raw).trim();
+        if is_chain_marker(line) {
+            chained = chain_to_oom;
+            continue;
+        }
+        // Python reports an exception it could not raise (a `__del__` failing at shutdown,
+        // after the job already died) as "Exception ignored in: <function ...>": not a cause.
+        if line.starts_with("Exception ignored in") {
+            chained = true;
+            continue;
+        }
+        if !is_fatal_error(line) {
+            continue;
+        }
+        if std::mem::take(&mut chained) {
+            continue;
+        }
+        chain_to_oom = false;
+        last = Some(line.to_string());
+    }
+    last
+}
+
+/// What the output alone says about how the job died. Built once by [`read_text`], the one
+/// reading of the text that both [`classify`] (a supervised attempt, which adds how it ended
+/// and kernel evidence) and [`classify_text`] (`oomguard classify`) stand on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Sign {
+    /// The kernel's or Slurm's OOM enforcement speaks in the output.
+    OomKillText(Finding),
+    /// A DataLoader worker was killed, or shared memory ran out.
+    Worker(Finding),
+    /// Out of accelerator or host memory ([`Cause::DeviceOom`] / [`Cause::HostOom`]), and
+    /// nothing says the job survived it.
+    Memory(Cause, Finding),
+    /// The job survived an out-of-memory error, then died of `later`.
+    CaughtOom { oom: Finding, later: String },
+    /// A shell's own report that its job died of SIGKILL (see [`scan::is_shell_job_kill`]).
+    ShellKill(Finding),
+    /// A launcher's or IDE's report of a SIGKILL (`exitcode: -9`, exit code 137).
+    LauncherKill(Finding),
+}
+
+/// The text's reading: the strongest sign, and two findings that other evidence may make
+/// the better story.
+struct Reading {
+    sign: Option<Sign>,
+    /// The last killed-worker finding: with kernel evidence, the worker is the useful part.
+    worker: Option<Finding>,
+    /// The last shell report of a SIGKILL: what turns an exit status 137 into a SIGKILL.
+    shell_kill: Option<Finding>,
+}
+
+/// Reads the output. Priority: kernel or Slurm OOM-kill text, then a killed DataLoader
+/// worker, then the out-of-memory error the job died of (or the one it survived before dying
+/// of something else), then a report of death by SIGKILL (a shell's before a launcher's).
+fn read_text(text: &str) -> Reading {
+    let found = scan::scan_positions(text);
+    let worker = last_of(&found, &[Family::WorkerKilled]).map(|(_, f)| f.clone());
+    let kills = || {
+        found
+            .iter()
+            .map(|(_, f)| f)
+            .filter(|f| f.family == Family::KilledBySigkill)
+    };
+    let shell_kill = kills().rfind(|f| scan::is_shell_job_kill(&f.line)).cloned();
+    let sign = if let Some((_, f)) = last_of(&found, &[Family::KernelOomKill, Family::SlurmOom]) {
+        Some(Sign::OomKillText(f.clone()))
+    } else if let Some(w) = &worker {
+        Some(Sign::Worker(w.clone()))
+    } else if let Some(sign) = memory_sign(text, &found) {
+        Some(sign)
+    } else if let Some(f) = &shell_kill {
+        Some(Sign::ShellKill(f.clone()))
+    } else {
+        kills().next_back().map(|f| Sign::LauncherKill(f.clone()))
+    };
+    Reading {
+        sign,
+        worker,
+        shell_kill,
+    }
+}
+
+/// The out-of-memory error the job died of, or else the one it survived and what it died of
+/// instead. Each rank's last memory finding (untagged lines count as one rank) is its root
+/// cause unless that rank printed a fatal error of its own later; across ranks, the first to
+/// die of one is the root cause (the others' errors are its aftermath). Within one rank the
+/// last finding wins: the job went on after the earlier ones.
+fn memory_sign(text: &str, found: &[(usize, Finding)]) -> Option<Sign> {
+    let lines = scan::split_lines(text);
+    let mut last_per_rank: Vec<(Option<u32>, usize, &Finding)> = Vec::new();
+    for (at, f) in found
         .iter()
-        .skip(finding_line + 1)
-        .rev()
-        .map(|l| scan::strip_prefixes(l).trim())
-        .find(|l| exc.is_match(l) && !wrap.is_match(l) && scan::scan(l).is_empty())
-        .map(str::to_string)
+        .filter(|(_, f)| matches!(f.family, Family::DeviceOom | Family::HostOom))
+    {
+        let rank = lines.get(*at).and_then(|l| scan::rank_of(l));
+        match last_per_rank.iter_mut().find(|(r, ..)| *r == rank) {
+            // Findings come in line order: a later one replaces its rank's earlier one.
+            Some(slot) => *slot = (rank, *at, f),
+            None => last_per_rank.push((rank, *at, f)),
+        }
+    }
+    let mut fatal: Option<(usize, &Finding)> = None;
+    let mut survived: Option<(usize, &Finding, String)> = None;
+    for &(rank, at, f) in &last_per_rank {
+        match later_fatal_error(&lines, at, rank) {
+            None if fatal.is_none_or(|(first, _)| at < first) => fatal = Some((at, f)),
+            Some(later) if survived.as_ref().is_none_or(|(last, ..)| at > *last) => {
+                survived = Some((at, f, later))
+            }
+            _ => {}
+        }
+    }
+    if let Some((_, f)) = fatal {
+        let cause = if f.family == Family::DeviceOom {
+            Cause::DeviceOom
+        } else {
+            Cause::HostOom
+        };
+        return Some(Sign::Memory(cause, f.clone()));
+    }
+    survived.map(|(_, oom, later)| Sign::CaughtOom {
+        oom: oom.clone(),
+        later,
+    })
+}
+
+/// The evidence of a caught OOM: the error the job died of, then the OOM it survived.
+fn caught_evidence(oom: &Finding, later: &str) -> String {
+    format!(
+        "output: {} (after a caught OOM: {})",
+        quote(later),
+        quote(&oom.line)
+    )
 }
 
 /// The last non-blank line of the output, for the evidence of an ordinary failure.
@@ -243,9 +445,14 @@ fn last_line(tail: &str) -> Option<&str> {
 /// In order: a user stop is [`Cause::Interrupted`]; oomguard's own memory bound is
 /// [`Cause::MemoryLimit`]; exit 0 is [`Cause::Ok`]; kernel evidence naming the job is
 /// [`Cause::OomKilled`] (or [`Cause::WorkerKilled`] when the output shows a DataLoader worker
-/// killed and the main process exited with an error itself); then the output's findings, the
-/// ones nearest the end winning; then SIGKILL is [`Cause::Killed`]; anything else is
-/// [`Cause::Failed`].
+/// killed and the main process exited with an error itself); a death by SIGKILL while the
+/// OOM-kill counter of a cgroup the job lives in moved is [`Cause::OomKilled`]; then what the
+/// output says, read as [`classify_text`] reads it (a survived OOM followed by a fatal error of
+/// the job's own is [`Cause::Failed`]); then a death by SIGKILL is [`Cause::Killed`] (exit
+/// status 137 only when a shell's report or a reaped process shows the SIGKILL); anything else
+/// is [`Cause::Failed`]. A shell's `Killed` line alone is [`Cause::Killed`] here, not
+/// [`Cause::OomKilled`] as from text alone: with the kernel's counters at hand, oomguard does
+/// not guess.
 pub fn classify(facts: &AttemptFacts) -> Verdict {
     let ending = facts.ending;
     if facts.user_stopped {
@@ -260,13 +467,11 @@ pub fn classify(facts: &AttemptFacts) -> Verdict {
         return Verdict::new(Cause::Ok, ending.to_string());
     }
 
-    let found = scan::scan_positions(facts.tail);
-    let worker = last_of(&found, &[Family::WorkerKilled]);
-
+    let reading = read_text(facts.tail);
     if let Some(kernel) = kernel_oom(facts.kernel) {
         // The kernel killed a worker and the main process noticed and raised: the worker is
         // the useful part of the story (fewer workers or less shm may be the fix).
-        if let (Some((_, w)), Ending::Exited(_)) = (worker, ending) {
+        if let (Some(w), Ending::Exited(_)) = (&reading.worker, ending) {
             return Verdict::new(
                 Cause::WorkerKilled,
                 format!("{ending}; {}; {kernel}", output(w)),
@@ -274,94 +479,84 @@ pub fn classify(facts: &AttemptFacts) -> Verdict {
         }
         return Verdict::new(Cause::OomKilled, format!("{ending}; {kernel}"));
     }
-
-    // Kernel or Slurm lines in the job's own output (e.g. the job is an srun/sbatch wrapper).
-    if let Some((_, f)) = last_of(&found, &[Family::KernelOomKill, Family::SlurmOom]) {
-        return Verdict::new(Cause::OomKilled, format!("{ending}; {}", output(f)));
+    let sigkill = sigkill_evidence(
+        ending,
+        facts.sigkilled_descendant,
+        reading.shell_kill.as_ref(),
+    );
+    if let (Some(how), Some(chain)) = (&sigkill, &facts.kernel.cgroup_chain_kill) {
+        // Without root the kernel log is closed, but the cgroups the job lives in count their
+        // OOM kills in files anyone can read.
+        return Verdict::new(Cause::OomKilled, format!("{ending}{how}; {chain}"));
     }
-    if let Some((_, w)) = worker {
-        return Verdict::new(Cause::WorkerKilled, format!("{ending}; {}", output(w)));
-    }
-    if let Some((at, f)) = last_of(&found, &[Family::DeviceOom, Family::HostOom]) {
-        if let Some(later) = later_unrelated_error(facts.tail, *at) {
+    match &reading.sign {
+        // Kernel or Slurm lines in the job's own output (e.g. the job is an srun/sbatch wrapper).
+        Some(Sign::OomKillText(f)) => {
+            return Verdict::new(Cause::OomKilled, format!("{ending}; {}", output(f)))
+        }
+        Some(Sign::Worker(w)) => {
+            return Verdict::new(Cause::WorkerKilled, format!("{ending}; {}", output(w)))
+        }
+        Some(Sign::Memory(cause, f)) => {
+            return Verdict::new(*cause, format!("{ending}; {}", output(f)))
+        }
+        Some(Sign::CaughtOom { oom, later }) => {
             return Verdict::new(
                 Cause::Failed,
-                format!(
-                    "{ending}; output: {} (after a caught OOM: {})",
-                    quote(&later),
-                    quote(&f.line)
-                ),
-            );
+                format!("{ending}; {}", caught_evidence(oom, later)),
+            )
         }
-        let cause = if f.family == Family::DeviceOom {
-            Cause::DeviceOom
-        } else {
-            Cause::HostOom
-        };
-        return Verdict::new(cause, format!("{ending}; {}", output(f)));
+        _ => {}
     }
-    if is_sigkill(ending) {
+    if let Some(how) = sigkill {
         return Verdict::new(
             Cause::Killed,
-            format!("{ending}; {}", kernel_note(facts.kernel)),
+            format!("{ending}{how}; {}", kernel_note(facts.kernel)),
         );
     }
     // A launcher (torchrun, DeepSpeed) exits 1 after one of its children died of SIGKILL.
-    if let Some((_, f)) = last_of(&found, &[Family::KilledBySigkill]) {
+    if let Some(Sign::ShellKill(f) | Sign::LauncherKill(f)) = &reading.sign {
         return Verdict::new(
             Cause::Killed,
             format!("{ending}; {}; {}", output(f), kernel_note(facts.kernel)),
         );
     }
+    let ending_note = match ending {
+        Ending::Exited(137) => {
+            "exit 137 (the job's own status: no process of it was seen to die of SIGKILL)"
+                .to_string()
+        }
+        _ => ending.to_string(),
+    };
     let evidence = match last_line(facts.tail) {
-        Some(line) => format!("{ending}; last output: {}", quote(line)),
-        None => ending.to_string(),
+        Some(line) => format!("{ending_note}; last output: {}", quote(line)),
+        None => ending_note,
     };
     Verdict::new(Cause::Failed, evidence)
 }
 
 /// Text alone (the `oomguard classify FILE` command): None means no OOM sign ("none").
 ///
-/// Priority: kernel or Slurm OOM-kill text, then a killed DataLoader worker, then whichever of
-/// accelerator or host OOM appears last, then a report of death by SIGKILL. A shell's own
+/// The output is read as [`classify`] reads it (see [`read_text`]). An out-of-memory error the
+/// job survived before dying of an error of its own is [`Cause::Failed`]. A shell's own
 /// `Killed` job-status line counts as [`Cause::OomKilled`] (see [`scan::is_shell_job_kill`]);
 /// a launcher's `exitcode: -9` or `exit code 137` as [`Cause::Killed`].
 pub fn classify_text(text: &str) -> Option<Verdict> {
-    let found = scan::scan_positions(text);
-    let verdict = |cause, f: &Finding| Some(Verdict::new(cause, output(f)));
-    if let Some((_, f)) = last_of(&found, &[Family::KernelOomKill, Family::SlurmOom]) {
-        return verdict(Cause::OomKilled, f);
-    }
-    if let Some((_, f)) = last_of(&found, &[Family::WorkerKilled]) {
-        return verdict(Cause::WorkerKilled, f);
-    }
-    if let Some((_, f)) = last_of(&found, &[Family::DeviceOom, Family::HostOom]) {
-        let cause = if f.family == Family::DeviceOom {
-            Cause::DeviceOom
-        } else {
-            Cause::HostOom
-        };
-        return verdict(cause, f);
-    }
-    let kills: Vec<&Finding> = found
-        .iter()
-        .map(|(_, f)| f)
-        .filter(|f| f.family == Family::KilledBySigkill)
-        .collect();
-    if let Some(f) = kills
-        .iter()
-        .rev()
-        .find(|f| scan::is_shell_job_kill(&f.line))
-    {
-        return Some(Verdict::new(
+    let (cause, evidence) = match read_text(text).sign? {
+        Sign::OomKillText(f) => (Cause::OomKilled, output(&f)),
+        Sign::Worker(f) => (Cause::WorkerKilled, output(&f)),
+        Sign::Memory(cause, f) => (cause, output(&f)),
+        Sign::CaughtOom { oom, later } => (Cause::Failed, caught_evidence(&oom, &later)),
+        Sign::ShellKill(f) => (
             Cause::OomKilled,
             format!(
                 "{} (a shell's job killed by SIGKILL it did not send: on Linux, the OOM killer)",
-                output(f)
+                output(&f)
             ),
-        ));
-    }
-    kills.last().and_then(|f| verdict(Cause::Killed, f))
+        ),
+        Sign::LauncherKill(f) => (Cause::Killed, output(&f)),
+    };
+    Some(Verdict::new(cause, evidence))
 }
 
 #[cfg(test)]
@@ -400,7 +595,44 @@ mod tests {
         ("W bfc_allocator.cc:275] Allocator (GPU_0_bfc) ran out of memory trying to allocate 1.02GiB with freed_by_count=0. The caller indicates that this is not a failure", "none"),
         ("zsh: terminated  ./run_rl_swarm.sh", "none"),
         ("", "none"),
+        // bash -c naming itself: a shell's job-status line.
+        ("bash: 14837 Killed                  python3 train.py", "oom_killed"),
+        // A caught OOM, then the job's own fatal error: the last fatal error decides.
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB -- skipping batch\nepoch 2 loss 0.1\nerror: checkpoint dir /ckpt is not writable", "failed"),
+        ("WARNING: ran out of memory with exception: CUDA out of memory. Tried to allocate 20.00 MiB; Skipping batch\nTraceback (most recent call last):\n  File \"t.py\", line 1\n    f()\nValueError: Expected input batch_size (4) to match target batch_size (1).", "failed"),
+        ("MemoryError\nfatal: cannot write /ckpt/last.pt", "failed"),
+        // Launcher and Slurm lines after the OOM are its aftermath, not the job's own error.
+        ("RuntimeError: CUDA out of memory. Tried to allocate 1 GiB\nsrun: error: node1: task 0: Exited with exit code 1\nslurmstepd: error: *** STEP 42.0 ON node1 CANCELLED AT 2024-01-01T00:00:00 ***", "device_oom"),
+        // So is an exception raised while handling the OOM, or from it.
+        ("torch.AcceleratorError: CUDA error: out of memory\n\nDuring handling of the above exception, another exception occurred:\n\nTraceback (most recent call last):\n  File \"w.py\", line 9, in h\n    torch.cuda.synchronize()\nRuntimeError: CUDA error: an illegal memory access was encountered", "device_oom"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\n\nThe above exception was the direct cause of the following exception:\n\nTraceback (most recent call last):\nTrainingFailed: step 12", "device_oom"),
+        // ...but not an unrelated error that came first, nor what was chained to that.
+        ("CUDA out of memory. Tried to allocate 1 GiB; skipping batch\nKeyError: 'label'\n\nDuring handling of the above exception, another exception occurred:\n\nValueError: bad row", "failed"),
+        // And not a peer's death seen from another connection.
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\nRuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:29500", "device_oom"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\ntorch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited", "device_oom"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\nTimeoutError: the peer did not answer in 1800 s", "device_oom"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\nException ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f>\nTraceback (most recent call last):\nAttributeError: '_MultiProcessingDataLoaderIter' object has no attribute '_shutdown'", "device_oom"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\nBrokenPipeError: [Errno 32] Broken pipe", "device_oom"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\ntorch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15", "device_oom"),
+        // Ranks: rank 0's OOM is the root cause of rank 1's error, which is not rank 0's own.
+        ("[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\n[rank1]: ValueError: peer rank 0 is gone\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError:", "device_oom"),
+        // A rank that survived its OOM and died of its own error: failed.
+        ("[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB -- skipping batch\n[rank0]: epoch 3\n[rank1]: error: checkpoint dir /ckpt is not writable", "failed"),
+        // Two ranks: one survived its OOM, the other died of its own.
+        ("[default1]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB -- skipping\n[default0]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n[default1]:error: checkpoint dir /ckpt is not writable", "device_oom"),
     ];
+
+    /// Rank-tagged output: the first rank to die of an OOM is the one named.
+    #[test]
+    fn the_first_rank_to_die_of_an_oom_is_the_root_cause() {
+        let text = "[rank1]: torch.OutOfMemoryError: HIP out of memory. Tried to allocate 4 GiB\n\
+                    [rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n\
+                    [rank0]: RuntimeError: Connection reset by peer";
+        let v = classify_text(text).expect("an OOM");
+        assert_eq!(v.cause, Cause::DeviceOom);
+        assert!(v.evidence.contains("HIP out of memory"), "{}", v.evidence);
+    }
 
     #[test]
     fn text_table() {
@@ -487,6 +719,8 @@ mod tests {
         cgroup: Option<u64>,
         user_stopped: bool,
         memory_limit: Option<&'static str>,
+        chain: bool,
+        descendant: Option<u32>,
         want: Cause,
         evidence_has: &'static str,
     }
@@ -500,6 +734,8 @@ mod tests {
         cgroup: None,
         user_stopped: false,
         memory_limit: None,
+        chain: false,
+        descendant: None,
         want: Cause::Failed,
         evidence_has: "",
     };
@@ -525,6 +761,20 @@ mod tests {
         Row { what: "Slurm text in the output", tail: "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=191.batch cgroup.", want: Cause::OomKilled, ..BASE },
         Row { what: "plain failure", tail: "FileNotFoundError: [Errno 2] No such file or directory: 'x'", want: Cause::Failed, evidence_has: "last output: \"FileNotFoundError", ..BASE },
         Row { what: "victim line but counter did not move", ending: SIGKILL, victim: true, want: Cause::Killed, ..BASE },
+        // Exit status 137 is a SIGKILL only when something shows one.
+        Row { what: "exit 137 alone", ending: Ending::Exited(137), want: Cause::Failed, evidence_has: "exit 137 (the job's own status", ..BASE },
+        Row { what: "exit 137 with a shell's report", ending: Ending::Exited(137), tail: "bash: 4242 Killed                  python3 x.py", want: Cause::Killed, evidence_has: "exit 137; output: \"bash: 4242 Killed", ..BASE },
+        Row { what: "exit 137 with a reaped SIGKILLed process", ending: Ending::Exited(137), descendant: Some(4243), want: Cause::Killed, evidence_has: "exit 137; PID 4243 of the job died of SIGKILL; kernel oom_kill +0", ..BASE },
+        Row { what: "exit 137 with kernel evidence", ending: Ending::Exited(137), cgroup: Some(1), want: Cause::OomKilled, evidence_has: "cgroup oom_kill +1", ..BASE },
+        Row { what: "exit 137 with a launcher's report", ending: Ending::Exited(137), tail: "failed (exitcode: -9) local_rank: 0 (pid: 1)", want: Cause::Killed, evidence_has: "exitcode: -9", ..BASE },
+        // A counter of a cgroup the job lives in.
+        Row { what: "SIGKILL and a moved cgroup chain counter", ending: SIGKILL, vmstat: Some(1), chain: true, want: Cause::OomKilled, evidence_has: "SIGKILL; cgroup /user.slice/train.service oom_kill +1 (MemoryMax of train.service 64.0 MiB)", ..BASE },
+        Row { what: "exit 137 with a shell's report and a moved chain counter", ending: Ending::Exited(137), tail: "Killed", chain: true, want: Cause::OomKilled, evidence_has: "output: \"Killed\"; cgroup /user.slice", ..BASE },
+        Row { what: "exit 137 alone and a moved chain counter", ending: Ending::Exited(137), chain: true, want: Cause::Failed, ..BASE },
+        Row { what: "exit 1 and a moved chain counter", chain: true, tail: "ValueError: x", want: Cause::Failed, ..BASE },
+        // Item 6's two reproductions.
+        Row { what: "caught OOM, then sys.exit(\"error: ...\")", tail: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB -- skipping batch\nerror: checkpoint dir /ckpt is not writable", want: Cause::Failed, evidence_has: "exit 1; output: \"error: checkpoint dir /ckpt is not writable\" (after a caught OOM: \"torch.OutOfMemoryError", ..BASE },
+        Row { what: "rank 0 OOM, rank 1 connection closed, launcher", tail: "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\n[rank1]: RuntimeError: Connection closed by peer [127.0.0.1]:29500\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError:", want: Cause::DeviceOom, ..BASE },
     ];
 
     #[test]
@@ -539,6 +789,11 @@ mod tests {
                     vec![]
                 },
                 cgroup_oom_kills: row.cgroup,
+                cgroup_chain_kill: row.chain.then(|| ChainKill {
+                    path: "/user.slice/train.service".to_string(),
+                    oom_kills: 1,
+                    limit: Some(("/user.slice/train.service".to_string(), 64 << 20)),
+                }),
             };
             let facts = AttemptFacts {
                 ending: row.ending,
@@ -546,6 +801,7 @@ mod tests {
                 kernel: &kernel,
                 user_stopped: row.user_stopped,
                 memory_limit: row.memory_limit,
+                sigkilled_descendant: row.descendant,
             };
             let v = classify(&facts);
             if v.cause != row.want || !v.evidence.contains(row.evidence_has) {

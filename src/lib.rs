@@ -21,6 +21,7 @@
 //! 5. [`policy`] decides: relaunch (smaller, after a backoff) or stop with an outcome.
 
 pub mod cgroup;
+pub mod cgroup_chain;
 pub mod child;
 pub mod classify;
 pub mod cli;
@@ -316,6 +317,7 @@ async fn attempt_loop(
                 .user_stop
                 .is_some_and(|stop| !(stop.after_exit && end.ending.is_success())),
             memory_limit: memory_limit.as_deref(),
+            sigkilled_descendant: end.sigkilled_descendant,
         });
         summary.push(AttemptRecord {
             attempt,

@@ -337,8 +337,9 @@ const SIGNATURES: &[Signature] = &[
         r"(?i)^(?:\[\d+\][+-]?\s+)?(?:zsh:\s+)?killed(?::\s*9)?(?:\s{2,}\S.*)?$",
     ),
     // bash running a script: "/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed
-    //       python3 main.py ...".
-    sig(KilledBySigkill, r"\bline \d+:\s+\d+\s+Killed\s"),
+    //       python3 main.py ...", and `bash -c '...'` naming itself: "bash: 14837 Killed
+    //       python3 -c ...".
+    sig(KilledBySigkill, SHELL_PID_KILLED),
     // Launchers and IDEs: torch.distributed.elastic "failed (exitcode: -9) local_rank: 5",
     // ChildFailedError "exitcode  : -9", PyCharm "Process finished with exit code 137",
     // docker compose "exited with code 137".
@@ -355,9 +356,13 @@ const SIGNATURES: &[Signature] = &[
     ),
 ];
 
+/// A shell's report that a job it ran, named by PID, died of SIGKILL: bash's
+/// "slurm_script: line 28:  8156 Killed    python3 main.py" or "bash: 14837 Killed    python3 x.py".
+const SHELL_PID_KILLED: &str = r"(?:\bline \d+|^[\w./-]+):\s+\d+\s+Killed\s";
+
 /// Log prefixes that hide where a message starts. Removed (repeatedly) before whole-line
 /// signatures are tried and before a line is kept as evidence. Samples, one per alternative:
-/// `[rank3]: `, `[1] `, `(raylet) `, `2025-11-12T11:25:13.4961658Z `,
+/// `[rank3]: `, `[default3]:` (torchrun `--tee`), `[1] `, `(raylet) `, `2025-11-12T11:25:13.4961658Z `,
 /// `2024-04-29T14:55:41,678628+02:00 `, `2021-03-15 15:35:08.060367: `,
 /// `[2023-10-13 17:40:02,544] `, `May 15 23:09:27 host kernel: `, `[  514.682838] `,
 /// `[Thu Dec  7 00:05:14 2017] `, `E0325 20:57:27.620000 2606 api.py:869] `,
@@ -366,7 +371,7 @@ const SIGNATURES: &[Signature] = &[
 /// `ERROR:torch.distributed.elastic.multiprocessing.api:`, a rich `ERROR    ` level column, and
 /// a tqdm bar the message was glued to: `100%|██████| 1135/1136 [25:31<00:01,  1.11s/it]`.
 const PREFIX: &str = r"(?x)^(?:
-    \[rank\s*\d+\]:\s*
+    \[(?:rank|default)\s*\d+\]:\s*
   | \[\d+\]\s+
   | \([a-z_]+(?:=\d+)?(?:,\s*ip=[\d.]+)?\)\s+
   | \d{4}-\d\d-\d\d[T\x20]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?:?\s+
@@ -411,9 +416,9 @@ fn compiled() -> &'static Compiled {
                 .map(|s| s.veto.map(|v| Regex::new(v).expect("veto compiles")))
                 .collect(),
             prefix: Regex::new(PREFIX).expect("prefix pattern compiles"),
-            shell_kill: Regex::new(
-                r"(?i)^(?:\[\d+\][+-]?\s+)?(?:zsh:\s+)?killed(?::\s*9)?(?:\s{2,}\S.*)?$|\bline \d+:\s+\d+\s+Killed\s",
-            )
+            shell_kill: Regex::new(&format!(
+                r"(?i)^(?:\[\d+\][+-]?\s+)?(?:zsh:\s+)?killed(?::\s*9)?(?:\s{{2,}}\S.*)?$|{SHELL_PID_KILLED}"
+            ))
             .expect("shell kill pattern compiles"),
         }
     })
@@ -634,6 +639,18 @@ pub fn scan(text: &str) -> Vec<Finding> {
     scan_positions(text).into_iter().map(|(_, f)| f).collect()
 }
 
+/// The distributed rank a line of output came from, when a launcher tagged it: torchrun's
+/// `[rank1]: RuntimeError: ...` and `--tee`'s `[default1]:Traceback ...`, possibly behind a
+/// timestamp. `None` for untagged lines.
+pub(crate) fn rank_of(line: &str) -> Option<u32> {
+    static RANK: OnceLock<Regex> = OnceLock::new();
+    let re = RANK.get_or_init(|| {
+        Regex::new(r"^[\d\s\-:.,TZ+/]{0,40}\[(?:rank|default)\s*(\d+)\]:")
+            .expect("rank pattern compiles")
+    });
+    re.captures(line)?.get(1)?.as_str().parse().ok()
+}
+
 /// PIDs named as OOM-kill victims by a kernel log line, e.g. "Memory cgroup out of memory:
 /// Killed process 4242 (python3) total-vm:..." or
 /// "oom-kill:constraint=CONSTRAINT_MEMCG,...,task=python3,pid=4242,uid=0" or pre-4.19
@@ -723,6 +740,9 @@ mod tests {
         ("slurmstepd: error: *** JOB 494583 ON n1 CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME LIMIT ***", &[]),
         // --- SIGKILL
         ("training...\nKilled", &[KilledBySigkill]),
+        ("bash: 14837 Killed                  python3 -c \"import os\"", &[KilledBySigkill]),
+        ("/tmp/x.sh: line 1: 14997 Killed                  python3 x.py", &[KilledBySigkill]),
+        ("epoch 3: 14997 samples Killed by the filter", &[]),
         ("100%|██████████| 3000001/3000001 [03:33<00:00, 14061.26it/s]\rKilled\n", &[KilledBySigkill]),
         ("E0325 20:57:27.620000 2606 site-packages/torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -9) local_rank: 5 (pid: 2630) of binary: /root/miniconda3/bin/python", &[KilledBySigkill]),
         ("E1223 05:18:02.971000 3304089 api.py:882] failed (exitcode: -11) local_rank: 0 (pid: 3304209)", &[]),
@@ -848,6 +868,28 @@ mod tests {
     }
 
     #[test]
+    fn ranks() {
+        let table: &[(&str, Option<u32>)] = &[
+            (
+                "[rank0]: torch.OutOfMemoryError: CUDA out of memory.",
+                Some(0),
+            ),
+            ("[rank12]:   File \"train.py\", line 3", Some(12)),
+            ("[default1]:Traceback (most recent call last):", Some(1)),
+            ("2024-05-01 10:00:00 [rank3]: RuntimeError: x", Some(3)),
+            ("RuntimeError: x [rank3]: y", None),
+            ("[0]:", None),
+            (
+                "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+                None,
+            ),
+        ];
+        for (line, want) in table {
+            assert_eq!(rank_of(line), *want, "{line:?}");
+        }
+    }
+
+    #[test]
     fn victim_pids() {
         let table: &[(&str, Option<u32>)] = &[
             ("Memory cgroup out of memory: Killed process 4242 (python3) total-vm:11892kB, anon-rss:4292kB", Some(4242)),
@@ -869,6 +911,9 @@ mod tests {
         assert!(is_shell_job_kill("Killed"));
         assert!(is_shell_job_kill("/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed                  python3 main.py"));
         assert!(is_shell_job_kill("zsh: killed     python train.py"));
+        assert!(is_shell_job_kill(
+            "bash: 14837 Killed                  python3 -c \"x\""
+        ));
         assert!(!is_shell_job_kill("failed (exitcode: -9) local_rank: 0"));
         assert!(!is_shell_job_kill("Killed process 1 (x)"));
     }

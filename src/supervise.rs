@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant as TokioInstant};
 
 use crate::cgroup::{self, JobCgroup, Parent};
+use crate::cgroup_chain;
 use crate::child::{self, ChildEvent, Guard, Launch, SpawnError};
 use crate::classify::KernelEvidence;
 use crate::kernel::{self, Kmsg};
@@ -120,6 +121,9 @@ pub struct AttemptEnd {
     pub peaks: Peaks,
     /// Every PID seen in the job's tree.
     pub pids: HashSet<u32>,
+    /// A process of the job other than the main one that died of SIGKILL and was reaped
+    /// before oomguard stopped the job's leftovers (so oomguard did not send that SIGKILL).
+    pub sigkilled_descendant: Option<u32>,
 }
 
 /// The user asked the job to stop (SIGINT or SIGTERM to oomguard).
@@ -280,6 +284,21 @@ fn growth_notice(
     })
 }
 
+/// Whether reaping `pid` with `ending` shows a process of the job (not its main process,
+/// `pgid`) killed by a SIGKILL that oomguard did not send: oomguard sends SIGKILL only to
+/// leftovers after the main process ended (and on the user's or a memory bound's stop, whose
+/// verdicts do not look at this).
+fn is_unexplained_sigkill(pid: u32, pgid: u32, ending: Ending, phase: &Phase) -> bool {
+    let leftovers_stopped = matches!(
+        phase,
+        Phase::Ended {
+            leftovers_stopped: true,
+            ..
+        }
+    );
+    pid != pgid && matches!(ending, Ending::Signaled { signal: 9, .. }) && !leftovers_stopped
+}
+
 /// Where an attempt stands.
 enum Phase {
     Running,
@@ -368,6 +387,14 @@ impl Supervisor {
             None => None,
         };
         let vmstat_before = kernel::read_vmstat_oom_kill(&self.setup.kernel_paths.vmstat);
+        // The cgroups the job lives in when it gets no attempt cgroup: oomguard's own and
+        // those above it, whose OOM-kill counters any user can read. An attempt cgroup's own
+        // counter already sees every kill of the job's processes, whichever limit caused it.
+        let chain = cgroup
+            .is_none()
+            .then(cgroup_chain::Chain::detect_current)
+            .flatten();
+        let chain_before = chain.as_ref().map(cgroup_chain::Chain::read);
         let mut kmsg = Kmsg::open_at_end(&self.setup.kernel_paths.kmsg);
         let started_at = SystemTime::now();
         let started = Instant::now();
@@ -398,6 +425,7 @@ impl Supervisor {
 
         self.sampler.reset();
         let mut known: HashSet<u32> = HashSet::from([pgid]);
+        let mut sigkilled_descendant: Option<u32> = None;
         let mut phase = Phase::Running;
         let mut user_stop: Option<UserStop> = None;
         let mut memory_stop: Option<Crossing> = None;
@@ -474,6 +502,9 @@ impl Supervisor {
                 };
                 known.insert(reaped.pid);
                 watch.peaks.fold_process_peak(reaped.max_rss_bytes);
+                if is_unexplained_sigkill(reaped.pid, pgid, reaped.ending, &phase) {
+                    sigkilled_descendant.get_or_insert(reaped.pid);
+                }
                 if reaped.pid == pgid {
                     main_ended = true;
                     phase = Phase::Ended {
@@ -567,6 +598,9 @@ impl Supervisor {
                 })
                 .collect(),
             cgroup_oom_kills: None,
+            cgroup_chain_kill: chain
+                .zip(chain_before)
+                .and_then(|(chain, before)| cgroup_chain::attribute(&before, &chain.read())),
         };
         if let Some(cg) = cgroup {
             // A fresh cgroup per attempt: its counter is this attempt's alone.
@@ -586,6 +620,7 @@ impl Supervisor {
             duration,
             peaks: watch.peaks,
             pids: known,
+            sigkilled_descendant,
         })
     }
 
