@@ -37,6 +37,7 @@ pub mod sampler;
 pub mod scan;
 pub mod stream;
 pub mod supervise;
+pub mod terminal;
 pub mod units;
 pub mod watch;
 
@@ -142,6 +143,7 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         cgroup,
         bounds: settings.bounds,
         trend_window: settings.trend_window,
+        pty: settings.pty && terminal::wanted(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -155,6 +157,12 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         samples,
         warned_no_cgroup: false,
     };
+    // From here on the job's output and our own lines go through the writer threads, so a slow
+    // reader of our output never costs the log, the classifier or the attempt's end a byte.
+    stream::install().map_err(|source| Error::Internal {
+        action: "cannot start forwarding the job's output",
+        source,
+    })?;
     let result = runtime.block_on(async {
         let sampler = Sampler::new(gpu, settings.interval);
         let supervisor = Supervisor::new(setup, sampler).map_err(|source| Error::Internal {
@@ -171,6 +179,8 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         )
         .await
     });
+    // Like `tee`, oomguard ends only once every byte of the job's output is written out.
+    stream::finish();
     if result.is_err() && summary.attempts.is_empty() {
         // Nothing ran: leave nothing behind, as for any other input we refuse.
         run_dir.discard();
