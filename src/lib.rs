@@ -179,7 +179,12 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         )
         .await
     });
-    // Like `tee`, oomguard ends only once every byte of the job's output is written out.
+    // Like `tee`, oomguard ends only once every byte of the job's output is written out; a stop
+    // signal (Ctrl-C at a terminal paused with Ctrl-S) ends that wait, as it would end `tee`'s.
+    for stop in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        // SAFETY: restoring the default action installs no handler code.
+        let _ = unsafe { nix::sys::signal::signal(stop, nix::sys::signal::SigHandler::SigDfl) };
+    }
     stream::finish();
     if result.is_err() && summary.attempts.is_empty() {
         // Nothing ran: leave nothing behind, as for any other input we refuse.

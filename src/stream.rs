@@ -327,6 +327,10 @@ struct Queue {
     closed: bool,
     /// Whether the last byte queued here ended a line (or nothing was queued yet).
     at_line_start: bool,
+    /// The writer waits on `filled`; readers waiting on `drained`. Counted so that the hot path
+    /// makes no futex call when nobody waits.
+    writer_waits: bool,
+    readers_waiting: usize,
 }
 
 /// oomguard's own stdout and stderr, each written by its own thread from a queue (one thread when
@@ -335,8 +339,8 @@ pub struct Forwarder {
     dests: Vec<Arc<Destination>>,
     /// Which destination each of fd 1 and fd 2 goes to.
     route: [usize; 2],
-    /// Unbuffered handles on fd 1 and fd 2.
-    outs: Arc<[File; 2]>,
+    /// Unbuffered handles on fd 1 and fd 2 (`None` where that fd is closed).
+    outs: Arc<[Option<File>; 2]>,
     /// Set by a writer when a write to that fd failed (EPIPE: our reader went away).
     broken: Arc<[AtomicBool; 2]>,
     writers: Mutex<Vec<JoinHandle<()>>>,
@@ -350,16 +354,31 @@ pub fn install() -> io::Result<()> {
     if FORWARDER.get().is_some() {
         return Ok(());
     }
+    // A closed fd 1 or fd 2 (`>&-`) is a reader that went away: nothing is forwarded there.
     let outs = Arc::new([
-        File::from(io::stdout().as_fd().try_clone_to_owned()?),
-        File::from(io::stderr().as_fd().try_clone_to_owned()?),
+        io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .ok()
+            .map(File::from),
+        io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .ok()
+            .map(File::from),
     ]);
-    let same_file = match (outs[0].metadata(), outs[1].metadata()) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+    let same_file = match (&outs[0], &outs[1]) {
+        (Some(out), Some(err)) => match (out.metadata(), err.metadata()) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        },
         _ => false,
     };
     let route = if same_file { [0, 0] } else { [0, 1] };
-    let broken = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
+    let broken = Arc::new([
+        AtomicBool::new(outs[0].is_none()),
+        AtomicBool::new(outs[1].is_none()),
+    ]);
     let mut dests = Vec::new();
     let mut writers = Vec::new();
     for name in if same_file {
@@ -373,6 +392,8 @@ pub fn install() -> io::Result<()> {
                 bytes: 0,
                 closed: false,
                 at_line_start: true,
+                writer_waits: false,
+                readers_waiting: 0,
             }),
             filled: Condvar::new(),
             drained: Condvar::new(),
@@ -450,11 +471,11 @@ impl Write for OwnStderr {
 }
 
 /// The writer thread of one destination.
-fn write_loop(dest: &Destination, outs: &[File; 2], broken: &[AtomicBool; 2]) {
+fn write_loop(dest: &Destination, outs: &[Option<File>; 2], broken: &[AtomicBool; 2]) {
     loop {
         let (target, chunk) = {
             let mut queue = dest.lock();
-            loop {
+            let next = loop {
                 if let Some(next) = queue.chunks.pop_front() {
                     queue.bytes -= next.1.len();
                     break next;
@@ -462,17 +483,24 @@ fn write_loop(dest: &Destination, outs: &[File; 2], broken: &[AtomicBool; 2]) {
                 if queue.closed {
                     return;
                 }
+                queue.writer_waits = true;
                 queue = dest
                     .filled
                     .wait(queue)
                     .expect("no thread panics while holding a queue");
+                queue.writer_waits = false;
+            };
+            if queue.readers_waiting > 0 {
+                dest.drained.notify_all();
             }
+            next
         };
-        dest.drained.notify_all();
+        let Some(mut out) = outs[target.index()].as_ref() else {
+            continue;
+        };
         if broken[target.index()].load(Ordering::Relaxed) {
             continue;
         }
-        let mut out = &outs[target.index()];
         if out.write_all(&chunk).is_err() {
             // Our reader went away (`oomguard run ... | head`): stop forwarding; the readers keep
             // draining the job's pipes into the log so the job is not killed by SIGPIPE on our
@@ -502,10 +530,12 @@ impl Forwarder {
             && !unbounded.load(Ordering::Acquire)
             && !broken.load(Ordering::Relaxed)
         {
+            queue.readers_waiting += 1;
             queue = dest
                 .drained
                 .wait(queue)
                 .expect("no thread panics while holding a queue");
+            queue.readers_waiting -= 1;
         }
         if queue.closed || broken.load(Ordering::Relaxed) || chunk.is_empty() {
             return;
@@ -513,8 +543,9 @@ impl Forwarder {
         queue.at_line_start = chunk.last() == Some(&b'\n');
         queue.bytes += chunk.len();
         queue.chunks.push_back((target, chunk.to_vec()));
-        drop(queue);
-        dest.filled.notify_one();
+        if queue.writer_waits {
+            dest.filled.notify_one();
+        }
     }
 
     /// Lifts the queue cap for readers given `unbounded`: the job's processes are gone, and what
@@ -544,13 +575,16 @@ impl Forwarder {
         queue.at_line_start = line.last() == Some(&b'\n');
         if queue.closed {
             // Write while holding the lock, so lines from two threads do not interleave.
-            let _ = (&self.outs[target.index()]).write_all(&line);
+            if let Some(mut out) = self.outs[target.index()].as_ref() {
+                let _ = out.write_all(&line);
+            }
             return;
         }
         queue.bytes += line.len();
         queue.chunks.push_back((target, line));
-        drop(queue);
-        dest.filled.notify_one();
+        if queue.writer_waits {
+            dest.filled.notify_one();
+        }
     }
 }
 
