@@ -272,15 +272,17 @@ pub fn spawn_copier(
             let mut direct = direct;
             let copied = pump(pipe, target, &sinks, |chunk| {
                 if let Some(forwarder) = FORWARDER.get() {
-                    forwarder.forward(target, chunk, &unbounded);
-                } else if let Some(out) = direct.as_mut() {
-                    if out.write_all(chunk).is_err() {
+                    return forwarder.forward(target, chunk, &unbounded);
+                }
+                if let Some(out) = direct.as_mut() {
+                    if out.write_all(&chunk).is_err() {
                         // Our reader went away (`oomguard run ... | head`): keep draining the
                         // job's pipe into the log so the job is not killed by SIGPIPE on our
                         // account.
                         direct = None;
                     }
                 }
+                refill(chunk)
             });
             done();
             copied
@@ -288,8 +290,15 @@ pub fn spawn_copier(
 }
 
 /// Reads `pipe` to EOF (or a read error: a pseudo-terminal's master reads EIO once the job's
-/// side is closed), recording each chunk before forwarding it.
-fn pump(mut pipe: impl Read, stream: Target, sinks: &Sinks, mut forward: impl FnMut(&[u8])) -> u64 {
+/// side is closed), recording each chunk before forwarding it. `forward` takes the chunk's
+/// buffer and hands back one to read into next ([`CHUNK_BYTES`] long), so buffers circulate
+/// between reader and writer without a copy.
+fn pump(
+    mut pipe: impl Read,
+    stream: Target,
+    sinks: &Sinks,
+    mut forward: impl FnMut(Vec<u8>) -> Vec<u8>,
+) -> u64 {
     let mut buf = vec![0u8; CHUNK_BYTES];
     let mut total = 0u64;
     loop {
@@ -299,16 +308,26 @@ fn pump(mut pipe: impl Read, stream: Target, sinks: &Sinks, mut forward: impl Fn
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         };
-        let chunk = &buf[..n];
         // The record first: a reader that never reads oomguard's output must not cost the log
         // or the classifier a byte.
-        sinks.record(stream, chunk);
-        forward(chunk);
+        sinks.record(stream, &buf[..n]);
+        buf.truncate(n);
+        buf = forward(buf);
         total += n as u64;
     }
     sinks.end_stream(stream);
     total
 }
+
+/// A buffer back to its full [`CHUNK_BYTES`] length, ready for the next read.
+fn refill(mut buf: Vec<u8>) -> Vec<u8> {
+    buf.resize(CHUNK_BYTES, 0);
+    buf
+}
+
+/// Read buffers kept for reuse per destination: enough for the reader(s) to never wait on an
+/// allocation in steady state, few enough to be nothing next to the queue's cap.
+const SPARE_BUFFERS: usize = 4;
 
 /// One of oomguard's output files (its fd 1 and fd 2 are one destination when they are the same
 /// file, e.g. a terminal or `>log 2>&1`): a queue of chunks, each tagged with the fd to write.
@@ -331,6 +350,8 @@ struct Queue {
     /// makes no futex call when nobody waits.
     writer_waits: bool,
     readers_waiting: usize,
+    /// Written-out chunk buffers, returned to the readers.
+    spare: Vec<Vec<u8>>,
 }
 
 /// oomguard's own stdout and stderr, each written by its own thread from a queue (one thread when
@@ -394,6 +415,7 @@ pub fn install() -> io::Result<()> {
                 at_line_start: true,
                 writer_waits: false,
                 readers_waiting: 0,
+                spare: Vec::new(),
             }),
             filled: Condvar::new(),
             drained: Condvar::new(),
@@ -472,9 +494,15 @@ impl Write for OwnStderr {
 
 /// The writer thread of one destination.
 fn write_loop(dest: &Destination, outs: &[Option<File>; 2], broken: &[AtomicBool; 2]) {
+    let mut written: Option<Vec<u8>> = None;
     loop {
         let (target, chunk) = {
             let mut queue = dest.lock();
+            if let Some(buf) = written.take() {
+                if buf.capacity() >= CHUNK_BYTES && queue.spare.len() < SPARE_BUFFERS {
+                    queue.spare.push(buf);
+                }
+            }
             let next = loop {
                 if let Some(next) = queue.chunks.pop_front() {
                     queue.bytes -= next.1.len();
@@ -495,18 +523,15 @@ fn write_loop(dest: &Destination, outs: &[Option<File>; 2], broken: &[AtomicBool
             }
             next
         };
-        let Some(mut out) = outs[target.index()].as_ref() else {
-            continue;
-        };
-        if broken[target.index()].load(Ordering::Relaxed) {
-            continue;
+        if let Some(mut out) = outs[target.index()].as_ref() {
+            if !broken[target.index()].load(Ordering::Relaxed) && out.write_all(&chunk).is_err() {
+                // Our reader went away (`oomguard run ... | head`): stop forwarding; the readers
+                // keep draining the job's pipes into the log so the job is not killed by SIGPIPE
+                // on our account.
+                broken[target.index()].store(true, Ordering::Relaxed);
+            }
         }
-        if out.write_all(&chunk).is_err() {
-            // Our reader went away (`oomguard run ... | head`): stop forwarding; the readers keep
-            // draining the job's pipes into the log so the job is not killed by SIGPIPE on our
-            // account.
-            broken[target.index()].store(true, Ordering::Relaxed);
-        }
+        written = Some(chunk);
     }
 }
 
@@ -520,8 +545,8 @@ impl Destination {
 
 impl Forwarder {
     /// Queues a chunk of the job's output for our `target`, waiting while the queue holds more
-    /// than the cap, unless `unbounded` is set.
-    fn forward(&self, target: Target, chunk: &[u8], unbounded: &AtomicBool) {
+    /// than the cap, unless `unbounded` is set. Returns a buffer for the next read.
+    fn forward(&self, target: Target, chunk: Vec<u8>, unbounded: &AtomicBool) -> Vec<u8> {
         let broken = &self.broken[target.index()];
         let dest = &self.dests[self.route[target.index()]];
         let mut queue = dest.lock();
@@ -538,14 +563,17 @@ impl Forwarder {
             queue.readers_waiting -= 1;
         }
         if queue.closed || broken.load(Ordering::Relaxed) || chunk.is_empty() {
-            return;
+            return refill(chunk);
         }
         queue.at_line_start = chunk.last() == Some(&b'\n');
         queue.bytes += chunk.len();
-        queue.chunks.push_back((target, chunk.to_vec()));
+        queue.chunks.push_back((target, chunk));
         if queue.writer_waits {
             dest.filled.notify_one();
         }
+        let spare = queue.spare.pop();
+        drop(queue);
+        spare.map_or_else(|| vec![0u8; CHUNK_BYTES], refill)
     }
 
     /// Lifts the queue cap for readers given `unbounded`: the job's processes are gone, and what
@@ -673,7 +701,8 @@ mod tests {
         let data: Vec<u8> = b"epoch 1\r 50%|##   |\x1b[31mred\x1b[0m\xff\xfe no newline".to_vec();
         let mut forwarded = Vec::new();
         let copied = pump(&data[..], Target::Stdout, &sinks, |chunk| {
-            forwarded.extend_from_slice(chunk)
+            forwarded.extend_from_slice(&chunk);
+            refill(chunk)
         });
         assert_eq!(copied, data.len() as u64);
         assert_eq!(forwarded, data);
