@@ -6,6 +6,7 @@
 //! It does not decide when to signal or what an ending means; `supervise` and `classify` do.
 
 use std::ffi::{OsStr, OsString};
+use std::fs::File;
 use std::io::{self, BufRead, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -21,6 +22,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{getppid, Pid};
 
 use crate::outcome::Ending;
+use crate::terminal::Pty;
 
 /// Why a command could not be started. Exit codes follow the shell: 127 not found, 126 not
 /// executable.
@@ -92,11 +94,21 @@ pub struct Launch {
     pub env: Vec<(String, String)>,
 }
 
-/// A started job: its PID (also its process group id) and its output pipes.
+/// A started job: its PID (also its process group id) and its output.
 pub struct Spawned {
     pub pid: u32,
-    pub stdout: ChildStdout,
-    pub stderr: ChildStderr,
+    pub output: JobOutput,
+}
+
+/// Where the job's stdout and stderr can be read.
+pub enum JobOutput {
+    /// Two pipes.
+    Pipes {
+        stdout: ChildStdout,
+        stderr: ChildStderr,
+    },
+    /// Both on a pseudo-terminal, read from its master (see [`crate::terminal`]).
+    Terminal { master: File },
 }
 
 /// Starts the launch in a new process group with piped stdout/stderr and inherited stdin. The
@@ -107,7 +119,14 @@ pub struct Spawned {
 /// With `cgroup_procs` (an fd on a cgroup's `cgroup.procs`, see [`crate::cgroup::JobCgroup`]), the
 /// child moves itself into that cgroup between fork and exec, so the job's first instruction
 /// already runs under the cgroup's limit and accounting.
-pub fn spawn(launch: &Launch, cgroup_procs: Option<OwnedFd>) -> Result<Spawned, SpawnError> {
+///
+/// With `pty`, the job's stdout and stderr are that pseudo-terminal's slave (our copy is closed
+/// on return) and its master is handed back to read; without, they are pipes.
+pub fn spawn(
+    launch: &Launch,
+    cgroup_procs: Option<OwnedFd>,
+    pty: Option<Pty>,
+) -> Result<Spawned, SpawnError> {
     let program = &launch.argv[0];
     let mut cmd = Command::new(program);
     for key in own_namespace(std::env::vars_os()) {
@@ -116,9 +135,21 @@ pub fn spawn(launch: &Launch, cgroup_procs: Option<OwnedFd>) -> Result<Spawned, 
     cmd.args(&launch.argv[1..])
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::inherit())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .process_group(0);
+    let master = match pty {
+        Some(Pty { master, slave }) => {
+            let for_stderr = slave.try_clone().map_err(|e| {
+                SpawnError::Setup(format!("cannot duplicate the pseudo-terminal: {e}"))
+            })?;
+            cmd.stdout(Stdio::from(slave))
+                .stderr(Stdio::from(for_stderr));
+            Some(master)
+        }
+        None => {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+            None
+        }
+    };
     let parent = Pid::this();
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe calls
     // (prctl, getppid, write); it allocates nothing.
@@ -150,10 +181,19 @@ pub fn spawn(launch: &Launch, cgroup_procs: Option<OwnedFd>) -> Result<Spawned, 
     })?;
     // The Child handle is dropped without waiting: reaping is done by `reap_ready`, which sees
     // every descendant as we are a subreaper.
+    // Dropping the command closes our copies of the slave: the master then reads EIO (EOF)
+    // once the job's last process has closed it.
+    drop(cmd);
+    let output = match master {
+        Some(master) => JobOutput::Terminal { master },
+        None => JobOutput::Pipes {
+            stdout: child.stdout.take().expect("stdout was piped"),
+            stderr: child.stderr.take().expect("stderr was piped"),
+        },
+    };
     Ok(Spawned {
         pid: child.id(),
-        stdout: child.stdout.take().expect("stdout was piped"),
-        stderr: child.stderr.take().expect("stderr was piped"),
+        output,
     })
 }
 

@@ -103,6 +103,10 @@ pub struct RunArgs {
     /// After an attempt, wait at most this long for the GPU to release its processes.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub gpu_free_timeout: Duration,
+    /// Give the job pipes for its stdout and stderr even when oomguard's are a terminal (by
+    /// default the job then gets a pseudo-terminal, so progress bars draw as without oomguard).
+    #[arg(long)]
+    pub no_pty: bool,
     /// The window over which steady memory growth is judged.
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration, hide = true)]
     pub trend_window: Duration,
@@ -287,6 +291,7 @@ impl RunArgs {
             },
             gpu_free_timeout: self.gpu_free_timeout,
             trend_window: self.trend_window,
+            pty: !self.no_pty,
             command: self.command,
             knobs,
             run_dir: self.run_dir,
@@ -338,7 +343,9 @@ mod tests {
             (None, None, None, None, None)
         );
         assert!(!run.no_cgroup);
+        assert!(!run.no_pty);
         let settings = run.validate().unwrap();
+        assert!(settings.pty);
         assert_eq!(settings.cgroup, CgroupPlan::IfAvailable);
         assert_eq!(settings.bounds, Bounds::default());
     }
@@ -364,6 +371,12 @@ mod tests {
             })
         );
         assert_eq!(settings.bounds.max_rss_bytes, Some(10 << 30));
+        assert!(
+            !run_args("run --no-pty -- python t.py")
+                .validate()
+                .unwrap()
+                .pty
+        );
         let run = run_args("run --min-available 2G --no-cgroup -- python t.py");
         assert_eq!(run.min_available, Some(Available::Bytes(2 << 30)));
         assert_eq!(run.validate().unwrap().cgroup, CgroupPlan::Off);

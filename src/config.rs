@@ -30,6 +30,9 @@ pub struct RunSettings {
     pub gpu_free_timeout: Duration,
     /// The window of the steady-growth warning.
     pub trend_window: Duration,
+    /// Give the job a pseudo-terminal when oomguard's stdout and stderr are terminals (not
+    /// `--no-pty`).
+    pub pty: bool,
 }
 
 /// Whether attempts run in their own memory cgroup.

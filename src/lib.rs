@@ -39,6 +39,7 @@ pub mod scan;
 pub mod signals;
 pub mod stream;
 pub mod supervise;
+pub mod terminal;
 pub mod units;
 pub mod watch;
 
@@ -168,6 +169,7 @@ fn run_in(
         cgroup,
         bounds: settings.bounds,
         trend_window: settings.trend_window,
+        pty: settings.pty && terminal::wanted(),
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -181,7 +183,13 @@ fn run_in(
         samples,
         warned_no_cgroup: false,
     };
-    runtime.block_on(async {
+    // From here on the job's output and our own lines go through the writer threads, so a slow
+    // reader of our output never costs the log, the classifier or the attempt's end a byte.
+    stream::install().map_err(|source| Error::Internal {
+        action: "cannot start forwarding the job's output",
+        source,
+    })?;
+    let result = runtime.block_on(async {
         let sampler = Sampler::new(gpu, settings.interval);
         let supervisor = Supervisor::new(setup, sampler).map_err(|source| Error::Internal {
             action: "cannot listen for signals",
@@ -196,7 +204,20 @@ fn run_in(
             &mut observer,
         )
         .await
-    })
+    });
+    // Like `tee`, oomguard ends only once every byte of the job's output is written out; a stop
+    // signal (Ctrl-C at a terminal paused with Ctrl-S) ends that wait, as it would end `tee`'s.
+    for stop in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        // SAFETY: restoring the default action installs no handler code.
+        let _ = unsafe { nix::sys::signal::signal(stop, nix::sys::signal::SigHandler::SigDfl) };
+    }
+    stream::finish();
+    result
 }
 
 /// Finds where attempt cgroups can be made. `--memory-max` without a writable memory cgroup is

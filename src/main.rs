@@ -12,7 +12,8 @@ fn main() -> ExitCode {
     let code = match oomguard::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("oomguard: error: {e}");
+            // Through `report`: on a line of its own after the job's last output.
+            oomguard::report::Reporter { quiet: false }.error(&e.to_string());
             e.exit_code()
         }
     };

@@ -49,10 +49,9 @@ impl Reporter {
 }
 
 fn print_line(line: &str) {
-    // One write per line, so our line never interleaves mid-way with the job's stderr chunks.
-    let _ = io::stderr()
-        .lock()
-        .write_all(format!("oomguard: {line}\n").as_bytes());
+    // Through the stream's stderr writer: ordered after the job's output already queued, and
+    // on a line of its own even after an unfinished progress bar.
+    crate::stream::own_line(format!("oomguard: {line}\n").as_bytes());
 }
 
 /// Sets up `tracing` for `-v` (or `RUST_LOG`); by default only warnings and errors, printed
@@ -68,7 +67,7 @@ pub fn init_tracing(verbose: u8, quiet: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(io::stderr)
+        .with_writer(|| crate::stream::OwnStderr)
         .event_format(OomguardFormat)
         .try_init();
 }

@@ -12,6 +12,8 @@
 use std::collections::HashSet;
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::Signal;
@@ -20,7 +22,7 @@ use tokio::time::{sleep_until, Instant as TokioInstant};
 
 use crate::cgroup::{self, JobCgroup, Parent};
 use crate::cgroup_chain;
-use crate::child::{self, ChildEvent, Guard, Launch, SpawnError};
+use crate::child::{self, ChildEvent, Guard, JobOutput, Launch, SpawnError};
 use crate::classify::KernelEvidence;
 use crate::kernel::{self, Kmsg};
 use crate::mem::tree::ProcTree;
@@ -29,10 +31,12 @@ use crate::sampler::{Peaks, Sample, Sampler};
 use crate::scan;
 use crate::signals::Deliveries;
 use crate::stream::{self, Sinks, Target};
+use crate::terminal::{self, Pty};
 use crate::watch::{self, BoundWatch, Bounds, Crossing, Trend};
 
-/// How long to wait for the job's pipes to close after every process of the tree is gone (a
-/// process outside our tree may hold a copy of them).
+/// Once every process of the tree is gone, how long the job's pipes may stay open with nothing
+/// coming through them before oomguard stops waiting (a process outside our tree may hold a copy
+/// of them). Any byte read starts the wait again.
 const PIPE_DRAIN: Duration = Duration::from_secs(2);
 
 /// How often the GPU is asked whether the last attempt's processes are gone.
@@ -63,6 +67,9 @@ pub struct Setup {
     pub cgroup: Option<(Parent, cgroup::Limits)>,
     pub bounds: Bounds,
     pub trend_window: Duration,
+    /// Give the job a pseudo-terminal for its stdout and stderr (oomguard's own are terminals
+    /// and `--no-pty` was not given); pipes otherwise.
+    pub pty: bool,
 }
 
 /// Something the user should hear about while an attempt runs.
@@ -368,6 +375,19 @@ impl Supervisor {
         }
     }
 
+    /// A pseudo-terminal for the attempt when the job should get one; on failure the attempt
+    /// runs with pipes.
+    fn open_pty(&self) -> Option<Pty> {
+        if !self.setup.pty {
+            return None;
+        }
+        terminal::Pty::open()
+            .map_err(|e| {
+                tracing::warn!("cannot open a pseudo-terminal for the job, it gets pipes: {e}")
+            })
+            .ok()
+    }
+
     /// Runs attempt number `attempt` to its end. `log` receives a copy of the output.
     pub async fn run_attempt(
         &mut self,
@@ -398,7 +418,8 @@ impl Supervisor {
         let mut kmsg = Kmsg::open_at_end(&self.setup.kernel_paths.kmsg);
         let started_at = SystemTime::now();
         let started = Instant::now();
-        let spawned = child::spawn(launch, procs_fd)?;
+        let pty = self.open_pty();
+        let spawned = child::spawn(launch, procs_fd, pty)?;
         let pgid = spawned.pid;
         if let Some(guard) = self.guard.as_mut() {
             guard.watch(Some(pgid), cgroup.as_ref().map(JobCgroup::dir));
@@ -406,17 +427,17 @@ impl Supervisor {
         let sinks = Sinks::new(log);
         let (closed_tx, mut closed_rx) = mpsc::unbounded_channel::<()>();
         let mut open_pipes = 0;
-        let pipes: [(Box<dyn std::io::Read + Send>, Target); 2] = [
-            (Box::new(spawned.stdout), Target::Stdout),
-            (Box::new(spawned.stderr), Target::Stderr),
-        ];
+        // Set once the job's processes are all gone: its readers then drain the pipes to EOF
+        // however slowly our own stdout is read.
+        let unbounded = Arc::new(AtomicBool::new(false));
+        let (pipes, pty_master) = job_streams(spawned.output);
         for (pipe, target) in pipes {
             let tx = closed_tx.clone();
             let done = move || {
                 // The supervisor may have stopped listening; nothing to tell then.
                 let _ = tx.send(());
             };
-            match stream::spawn_copier(pipe, target, sinks.clone(), done) {
+            match stream::spawn_copier(pipe, target, sinks.clone(), unbounded.clone(), done) {
                 Ok(_) => open_pipes += 1,
                 Err(e) => tracing::error!("cannot forward the job's {target:?}: {e}"),
             }
@@ -431,6 +452,7 @@ impl Supervisor {
         let mut memory_stop: Option<Crossing> = None;
         let mut kill_at: Option<TokioInstant> = None;
         let mut drain_until: Option<TokioInstant> = None;
+        let mut drained_bytes = 0;
         let mut watch = SampleWatch::new(&self.setup);
         let mut ticker = tokio::time::interval(self.setup.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -468,6 +490,13 @@ impl Supervisor {
                         stopped_by_us = false;
                         child::signal_group(pgid, Signal::SIGCONT);
                     }
+                    // Our terminal was resized: the job's pseudo-terminal follows first.
+                    Signal::SIGWINCH => match &pty_master {
+                        Some(master) => resize_job(master, pgid),
+                        None => {
+                            child::signal_group(pgid, Signal::SIGWINCH);
+                        }
+                    },
                     other => {
                         child::signal_group(pgid, other);
                     }
@@ -483,8 +512,14 @@ impl Supervisor {
                     kill_at = None;
                 }
                 _ = sleep_until(drain_until.unwrap_or(far)), if drain_until.is_some() => {
-                    tracing::warn!("the job's output pipes are still open after all its processes ended; not waiting for them");
-                    break;
+                    if sinks.bytes_read() == drained_bytes {
+                        tracing::warn!("the job's output pipes are held open by a process outside its tree and carried nothing for {PIPE_DRAIN:?}; not waiting for them");
+                        // A stray writer is back-pressured again, not buffered without end.
+                        unbounded.store(false, Ordering::Release);
+                        break;
+                    }
+                    drained_bytes = sinks.bytes_read();
+                    drain_until = Some(TokioInstant::now() + PIPE_DRAIN);
                 }
             }
             let mut main_ended = false;
@@ -570,7 +605,11 @@ impl Supervisor {
                 if open_pipes == 0 {
                     break;
                 }
-                drain_until.get_or_insert(TokioInstant::now() + PIPE_DRAIN);
+                if drain_until.is_none() {
+                    stream::Forwarder::release(&unbounded);
+                    drained_bytes = sinks.bytes_read();
+                    drain_until = Some(TokioInstant::now() + PIPE_DRAIN);
+                }
             }
         }
         if let Some(guard) = self.guard.as_mut() {
@@ -670,4 +709,38 @@ impl Supervisor {
             guard.release();
         }
     }
+}
+
+/// A reader of the job's output paired with our stream it goes to.
+type JobStream = (Box<dyn std::io::Read + Send>, Target);
+
+/// The job's output as streams to read, and a handle on its pseudo-terminal (to resize), if any.
+fn job_streams(output: JobOutput) -> (Vec<JobStream>, Option<File>) {
+    match output {
+        JobOutput::Pipes { stdout, stderr } => (
+            vec![
+                (Box::new(stdout), Target::Stdout),
+                (Box::new(stderr), Target::Stderr),
+            ],
+            None,
+        ),
+        JobOutput::Terminal { master } => {
+            // A second handle for resizing; a failure only costs resizing.
+            let resize = master
+                .try_clone()
+                .map_err(|e| tracing::warn!("the job's terminal will not follow resizes: {e}"))
+                .ok();
+            (vec![(Box::new(master), Target::Stdout)], resize)
+        }
+    }
+}
+
+/// Our terminal was resized: the job's pseudo-terminal follows, and the job is told (it is not
+/// in the pseudo-terminal's session, so the kernel does not signal it).
+fn resize_job(master: &File, pgid: u32) {
+    if let Err(e) = terminal::copy_size(master) {
+        tracing::debug!("cannot resize the job's terminal: {e}");
+        return;
+    }
+    child::signal_group(pgid, Signal::SIGWINCH);
 }
