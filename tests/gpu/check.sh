@@ -165,13 +165,14 @@ sys.exit(1 if problems else 0)
 PY
 verdict=$?
 
-# Waiting for the GPU to be freed between attempts: oomguard's own lines start with "oomguard: ";
-# the job's output also mentions free GPU memory (torch's OOM message), so it is excluded.
-if grep -E '^oomguard: ' "$tmp/oomguard.stderr" | grep 'GPU' | grep -qi 'free'; then
-    say "GPU-free wait line: appeared:"
-    grep -E '^oomguard: ' "$tmp/oomguard.stderr" | grep 'GPU' | grep -i 'free' | sed 's/^/    /' >&2
+# Waiting for the GPU to be freed between attempts: only oomguard's own wait lines count (its
+# death lines quote torch's message, which also speaks of free GPU memory).
+wait_lines=$(grep -E '^oomguard: (waiting up to .* for the GPU|GPU free after|warning: the GPU still lists)' "$tmp/oomguard.stderr")
+if [ -n "$wait_lines" ]; then
+    say "GPU-free wait lines:"
+    printf '%s\n' "$wait_lines" | sed 's/^/    /' >&2
 else
-    say "warning: no oomguard line about waiting for the GPU to be free appeared"
+    say "no GPU-free wait was needed: NVML no longer listed an attempt's processes when it ended"
 fi
 
 if [ "$verdict" = 0 ]; then
