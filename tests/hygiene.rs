@@ -601,14 +601,20 @@ fn pending(pid: u32, signal: Signal) -> bool {
         .is_some_and(|mask| mask & (1 << (signal as i32 - 1)) != 0)
 }
 
-/// Two SIGINTs in quick succession are two, even when the second arrives before oomguard's
-/// loop has acted on the first: the second kills at once instead of waiting out --grace.
+/// Two SIGINTs delivered before oomguard's loop looks are two: the second kills at once instead
+/// of waiting out --grace.
 ///
-/// The second is sent as soon as the kernel has handed the first to oomguard's handler. Sent
-/// while the first is still pending, the kernel itself merges them into one (a standard signal
-/// is not queued twice), and no program can tell.
+/// To make "before the loop looks" certain, oomguard's main thread (the one running the loop) is
+/// held in a ptrace stop while both are delivered: the kernel then hands them to one of its other
+/// threads, whose handler records each. Each is sent only once the kernel has taken the one
+/// before: two sent while the first is still pending are merged by the kernel itself (a standard
+/// signal is not queued twice), and no program can tell them apart.
 #[test]
-fn two_sigints_in_quick_succession_are_two() {
+fn two_sigints_delivered_before_the_loop_looks_are_two() {
+    use nix::sys::ptrace;
+    use nix::sys::wait::{waitpid, WaitPidFlag};
+    use nix::unistd::Pid;
+
     let sb = Sandbox::new();
     let record = sb.path("record");
     let job = signals_job(&record, &["--int", "record", "--term", "ignore"]);
@@ -616,15 +622,21 @@ fn two_sigints_in_quick_succession_are_two() {
     run.expect_line("ready", PROMPT);
     run.track_job();
 
-    run.signal(Signal::SIGINT);
-    assert!(
-        util::wait_until(PROMPT, || !pending(run.pid(), Signal::SIGINT)),
-        "the first SIGINT was never taken"
-    );
-    run.signal(Signal::SIGINT);
+    let main_thread = Pid::from_raw(run.pid() as i32);
+    ptrace::seize(main_thread, ptrace::Options::empty()).expect("PTRACE_SEIZE oomguard");
+    ptrace::interrupt(main_thread).expect("PTRACE_INTERRUPT");
+    waitpid(main_thread, Some(WaitPidFlag::__WALL)).expect("the main thread stops");
+    for _ in 0..2 {
+        run.signal(Signal::SIGINT);
+        assert!(
+            util::wait_until(PROMPT, || !pending(run.pid(), Signal::SIGINT)),
+            "no thread of oomguard took the SIGINT"
+        );
+    }
+    ptrace::detach(main_thread, None).expect("PTRACE_DETACH");
+
     let status = run.wait(PROMPT);
     let stderr = run.stderr();
-
     assert_eq!(code(status, &stderr), 128 + 2, "stderr: {stderr}");
     let summary = sb.summary();
     let attempt = single_attempt(&summary);
