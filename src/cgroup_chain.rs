@@ -271,22 +271,26 @@ impl Chain {
     }
 }
 
-/// The deepest cgroup whose OOM-kill counter moved between `before` and `after` (two
-/// [`Chain::read`]s, own cgroup first), with the smallest limit from there up. `None` when no
-/// counter moved.
+/// The job's own cgroup (the first level of two [`Chain::read`]s, own cgroup first) when its
+/// OOM-kill counter moved between `before` and `after`, with the smallest limit from there up
+/// (the limit in force). `None` when it did not move: a kill counted only above it was of a
+/// process elsewhere (on v1 a kill counts only in the victim's own cgroup; on v2 in the victim's
+/// and every one above), so it says nothing about the job.
 pub fn attribute(before: &[Level], after: &[Level]) -> Option<ChainKill> {
-    let moved = after.iter().enumerate().find_map(|(i, level)| {
-        let was = before.iter().find(|b| b.path == level.path)?.oom_kills?;
-        let delta = level.oom_kills?.checked_sub(was).filter(|&d| d > 0)?;
-        Some((i, delta))
-    });
-    let (at, oom_kills) = moved?;
-    let limit = after[at..]
+    let (own_before, own_after) = (before.first()?, after.first()?);
+    if own_before.path != own_after.path {
+        return None;
+    }
+    let oom_kills = own_after
+        .oom_kills?
+        .checked_sub(own_before.oom_kills?)
+        .filter(|&d| d > 0)?;
+    let limit = after
         .iter()
         .filter_map(|level| Some((level.path.clone(), level.limit_bytes?)))
         .min_by_key(|(_, bytes)| *bytes);
     Some(ChainKill {
-        path: after[at].path.clone(),
+        path: own_after.path.clone(),
         oom_kills,
         limit,
     })
@@ -541,10 +545,16 @@ mod tests {
             // A counter that went down (a cgroup removed and made again) is no kill.
             (&[level("/a", Some(3))], &[level("/a", Some(1))], None),
             (&[level("/b", Some(0))], &[level("/a", Some(1))], None),
+            // Counted above the job's cgroup only: a process elsewhere (a sibling) was killed.
             (
                 &[level("/a/b", Some(0)), level("/a", Some(4))],
                 &[level("/a/b", Some(0)), level("/a", Some(6))],
-                Some(("/a", 2)),
+                None,
+            ),
+            (
+                &[level("/a/b", Some(0)), level("/a", Some(4))],
+                &[level("/a/b", Some(1)), level("/a", Some(5))],
+                Some(("/a/b", 1)),
             ),
         ];
         for (before, after, want) in table {

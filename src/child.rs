@@ -91,7 +91,7 @@ pub struct Launch {
     /// Bytes, passed to execve as they are: not necessarily UTF-8.
     pub argv: Vec<OsString>,
     /// Variables set on top of oomguard's own environment.
-    pub env: Vec<(String, String)>,
+    pub env: Vec<(String, OsString)>,
 }
 
 /// A started job: its PID (also its process group id) and its output.
@@ -111,7 +111,8 @@ pub enum JobOutput {
     Terminal { master: File },
 }
 
-/// Starts the launch in a new process group with piped stdout/stderr and inherited stdin. The
+/// Starts the launch in a new process group, its stdout and stderr on pipes or a pseudo-terminal
+/// (below), stdin inherited. The
 /// child gets SIGKILL if oomguard dies (PR_SET_PDEATHSIG), so it never outlives us. The caller
 /// must run on the thread that stays alive for the whole run: the parent-death signal fires when
 /// the *thread* that forked exits.

@@ -291,6 +291,8 @@ fn later_fatal_error(lines: &[&str], at: usize, rank: Option<u32>) -> Option<Str
     let mut chain_to_oom = true;
     let mut chained = false;
     let mut last = None;
+    // The innermost frame of the traceback being read: teardown code's errors are not causes.
+    let mut in_teardown = false;
     for raw in lines.iter().skip(at + 1) {
         if rank.is_some() && scan::rank_of(raw) != rank {
             continue;
@@ -301,21 +303,46 @@ fn later_fatal_error(lines: &[&str], at: usize, rank: Option<u32>) -> Option<Str
             continue;
         }
         // Python reports an exception it could not raise (a `__del__` failing at shutdown,
-        // after the job already died) as "Exception ignored in: <function ...>": not a cause.
-        if line.starts_with("Exception ignored in") {
+        // after the job already died) as "Exception ignored in: <function ...>", and one that
+        // ended a thread other than the main one (the DataLoader's pin-memory thread, torn down
+        // under it) as "Exception in thread ...": neither ends the process, so neither is a cause.
+        if line.starts_with("Exception ignored in") || line.starts_with("Exception in thread") {
             chained = true;
+            continue;
+        }
+        if line.starts_with("Traceback (most recent call last)") {
+            in_teardown = false;
+            continue;
+        }
+        if let Some(frame) = line.strip_prefix("File \"") {
+            in_teardown = is_teardown_frame(frame);
             continue;
         }
         if !is_fatal_error(line) {
             continue;
         }
-        if std::mem::take(&mut chained) {
+        if std::mem::take(&mut chained) || std::mem::take(&mut in_teardown) {
             continue;
         }
         chain_to_oom = false;
         last = Some(line.to_string());
     }
     last
+}
+
+/// Whether a traceback frame (`/usr/lib/python3.10/multiprocessing/util.py", line 300, in
+/// _run_finalizers`) is in the standard library's process and thread machinery, whose errors at
+/// shutdown (finalizers, worker threads, pools) follow a death rather than cause it.
+fn is_teardown_frame(frame: &str) -> bool {
+    let path = frame.split('"').next().unwrap_or(frame);
+    [
+        "/multiprocessing/",
+        "/threading.py",
+        "/concurrent/futures/",
+        "/weakref.py",
+    ]
+    .iter()
+    .any(|part| path.contains(part))
 }
 
 /// What the output alone says about how the job died. Built once by [`read_text`], the one
@@ -612,6 +639,12 @@ mod tests {
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\nRuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:29500", "device_oom"),
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\ntorch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote process exited", "device_oom"),
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\nTimeoutError: the peer did not answer in 1800 s", "device_oom"),
+        // Shutdown noise after the OOM: a DataLoader thread torn down under the dying process, and
+        // multiprocessing's finalizers.
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\nException in thread Thread-3 (_pin_memory_loop):\nTraceback (most recent call last):\nFileNotFoundError: [Errno 2] No such file or directory", "device_oom"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\nTraceback (most recent call last):\n  File \"/usr/lib/python3.10/multiprocessing/util.py\", line 300, in _run_finalizers\n    finalizer()\nOSError: [Errno 9] Bad file descriptor", "device_oom"),
+        // ...but the job's own code failing after a survived OOM is the cause.
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. -- skipping batch\nTraceback (most recent call last):\n  File \"/work/train.py\", line 90, in save\n    torch.save(state, path)\nPermissionError: [Errno 13] Permission denied: '/ckpt/last.pt'", "failed"),
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\nException ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f>\nTraceback (most recent call last):\nAttributeError: '_MultiProcessingDataLoaderIter' object has no attribute '_shutdown'", "device_oom"),
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\nBrokenPipeError: [Errno 32] Broken pipe", "device_oom"),
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\ntorch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15", "device_oom"),

@@ -207,11 +207,15 @@ fn run_in(
     });
     // Like `tee`, oomguard ends only once every byte of the job's output is written out; a stop
     // signal (Ctrl-C at a terminal paused with Ctrl-S) ends that wait, as it would end `tee`'s.
+    // Job control too: Ctrl-Z must stop a waiting oomguard, as it would stop `tee`.
     for stop in [
         Signal::SIGINT,
         Signal::SIGTERM,
         Signal::SIGHUP,
         Signal::SIGQUIT,
+        Signal::SIGTSTP,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
     ] {
         // SAFETY: restoring the default action installs no handler code.
         let _ = unsafe { nix::sys::signal::signal(stop, nix::sys::signal::SigHandler::SigDfl) };
@@ -515,11 +519,12 @@ fn launch_for(
         Some(batch) => rewrite::apply(&settings.command, &settings.knobs, batch, sizes.accum),
         None => settings.command.clone(),
     };
-    let mut env = vec![
-        ("OOMGUARD_ATTEMPT".to_string(), attempt.to_string()),
+    let mut env: Vec<(String, OsString)> = vec![
+        ("OOMGUARD_ATTEMPT".to_string(), attempt.to_string().into()),
+        // The path as bytes: a run directory need not be UTF-8.
         (
             "OOMGUARD_RUN_DIR".to_string(),
-            run_dir.display().to_string(),
+            run_dir.as_os_str().to_owned(),
         ),
     ];
     let optional = [
@@ -530,7 +535,7 @@ fn launch_for(
     env.extend(
         optional
             .into_iter()
-            .filter_map(|(k, v)| Some((k.to_string(), v?))),
+            .filter_map(|(k, v)| Some((k.to_string(), v?.into()))),
     );
     // Python block-buffers a pipe; the user expects live output.
     if std::env::var_os("PYTHONUNBUFFERED").is_none() {

@@ -465,16 +465,16 @@ impl RunDir {
     /// long the run.
     pub fn save(&self, summary: &Summary, durable: bool) -> Result<(), RunDirError> {
         let path = self.path.join("summary.json");
-        let tmp = self
-            .path
-            .join(format!(".summary.json.{}.tmp", std::process::id()));
         let write = || -> io::Result<()> {
-            let mut file = File::create(&tmp)?;
-            file.write_all(&summary.render())?;
-            if durable {
-                file.sync_all()?;
+            let (tmp, mut file) = self.create_temp()?;
+            let written = file
+                .write_all(&summary.render())
+                .and_then(|()| if durable { file.sync_all() } else { Ok(()) })
+                .and_then(|()| std::fs::rename(&tmp, &path));
+            if written.is_err() {
+                let _ = std::fs::remove_file(&tmp);
             }
-            std::fs::rename(&tmp, &path)
+            written
         };
         let first = !self.made_files.borrow().contains(&path);
         if first {
@@ -492,10 +492,27 @@ impl RunDir {
                     },
                 })?;
         }
-        write().map_err(|source| {
-            let _ = std::fs::remove_file(&tmp);
-            RunDirError::Write { path, source }
-        })
+        write().map_err(|source| RunDirError::Write { path, source })
+    }
+
+    /// A new temporary file for summary.json, made with O_EXCL: never a file (or a symlink)
+    /// that was already there, whoever put it there.
+    fn create_temp(&self) -> io::Result<(PathBuf, File)> {
+        let pid = std::process::id();
+        let mut last = None;
+        for n in 0..100u32 {
+            let tmp = self.path.join(format!(".summary.json.{pid}.{n}.tmp"));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+            {
+                Ok(file) => return Ok((tmp, file)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.expect("the loop ran at least once"))
     }
 }
 
@@ -742,10 +759,24 @@ mod tests {
                 accum: None,
             },
         );
+        // A symlink planted where the temporary file would go is never followed.
+        let precious = dir.path().join("precious.txt");
+        std::fs::write(&precious, "precious").unwrap();
+        let planted = run
+            .path()
+            .join(format!(".summary.json.{}.0.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&precious, &planted).unwrap();
         run.save(&summary, false).unwrap();
         run.save(&summary, true).unwrap();
-        let tmp = format!(".summary.json.{}.tmp", std::process::id());
-        assert!(!run.path().join(tmp).exists());
+        assert_eq!(std::fs::read_to_string(&precious).unwrap(), "precious");
+        std::fs::remove_file(&planted).unwrap();
+        let left: Vec<_> = std::fs::read_dir(run.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
         let err = RunDir::create(Some(&dir.path().join("r")), "python").unwrap_err();
         assert!(matches!(err, RunDirError::InUse { .. }), "{err}");
     }

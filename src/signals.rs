@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::IntoRawFd;
 use std::os::unix::net::UnixStream;
 
 use nix::sys::signal::Signal;
@@ -35,9 +35,6 @@ pub const WATCHED: &[Signal] = &[
 /// The reading end of the handlers' socket, with deliveries read but not yet handed out.
 pub struct Deliveries {
     reader: tokio::net::UnixStream,
-    /// The writing end: the handlers write to its raw fd, so it must live as long as they do
-    /// (they are never unregistered: oomguard listens for its whole life).
-    _writer: OwnedFd,
     queued: VecDeque<Signal>,
 }
 
@@ -48,13 +45,13 @@ impl Deliveries {
         reader.set_nonblocking(true)?;
         // A full socket must drop a byte in the handler, never block it.
         writer.set_nonblocking(true)?;
-        let writer = OwnedFd::from(writer);
-        let fd = writer.as_raw_fd();
+        // Deliberately never closed: the handlers stay installed for the life of the process,
+        // and a handler writing to a closed fd number could hit whatever file reused it.
+        let fd = writer.into_raw_fd();
         for &signal in WATCHED {
             let byte = signal as i32 as u8;
             // SAFETY: the action only calls write(2), which is async-signal-safe; the registry
-            // saves and restores errno around it. `fd` stays open: `_writer` lives in the
-            // returned value, which the supervisor keeps for the whole run.
+            // saves and restores errno around it. `fd` is never closed (above).
             unsafe {
                 signal_hook_registry::register(signal as i32, move || {
                     let _ = nix::libc::write(fd, (&byte as *const u8).cast(), 1);
@@ -63,7 +60,6 @@ impl Deliveries {
         }
         Ok(Deliveries {
             reader: tokio::net::UnixStream::from_std(reader)?,
-            _writer: writer,
             queued: VecDeque::new(),
         })
     }

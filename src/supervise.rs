@@ -1,8 +1,10 @@
 //! Runs one attempt from spawn to the last reaped descendant: puts it in its own memory cgroup
-//! where it can, forwards signals to the job's process group, samples its memory every
-//! interval, stops it on the user's SIGINT/SIGTERM (grace, then SIGKILL; a second SIGINT kills at
-//! once) or when a soft memory bound holds for several samples, reaps everything below us,
-//! cleans up processes the job left behind, and hands back a plain record of what happened.
+//! where it can, gives it a pseudo-terminal under a terminal, forwards signals to the job's
+//! process group (SIGWINCH after resizing that terminal; job control stops the job, then
+//! oomguard), samples its memory every interval, stops it on the user's SIGINT, SIGTERM, SIGHUP
+//! or SIGQUIT (grace, then SIGKILL; a second SIGINT kills at once) or when a soft memory bound
+//! holds for several samples, reaps everything below us, cleans up processes the job left
+//! behind, and hands back a plain record of what happened.
 //! The async side of oomguard (signal streams, timers) lives here; `lib` only builds the
 //! runtime and awaits these methods.
 //!
@@ -133,7 +135,7 @@ pub struct AttemptEnd {
     pub sigkilled_descendant: Option<u32>,
 }
 
-/// The user asked the job to stop (SIGINT or SIGTERM to oomguard).
+/// The user asked the job to stop (SIGINT, SIGTERM, SIGHUP or SIGQUIT to oomguard).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UserStop {
     pub signal: Signal,
@@ -155,6 +157,18 @@ pub fn is_user_stop(signal: Signal) -> bool {
 /// stopped first, then oomguard, as a shell's job control would stop the whole pipeline.
 fn is_job_control_stop(signal: Signal) -> bool {
     matches!(signal, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU)
+}
+
+/// Asks the job's group to stop with `signal`, and continues it: a stopped job (Ctrl-Z, a read
+/// of the terminal) cannot act on the signal until continued, and would only wait out --grace.
+fn stop_group(pgid: u32, signal: Signal) {
+    child::signal_group(pgid, signal);
+    child::signal_group(pgid, Signal::SIGCONT);
+}
+
+/// oomguard's own request that the job end (a soft memory bound): SIGTERM, so it can checkpoint.
+fn terminate_group(pgid: u32) {
+    stop_group(pgid, Signal::SIGTERM);
 }
 
 /// Stops oomguard itself (after the job), as the default action of the job-control signal
@@ -454,7 +468,11 @@ impl Supervisor {
         let mut drain_until: Option<TokioInstant> = None;
         let mut drained_bytes = 0;
         let mut watch = SampleWatch::new(&self.setup);
-        let mut ticker = tokio::time::interval(self.setup.interval);
+        // The first sample one interval after spawn, not at once: at spawn the job is still
+        // oomguard's fork or an interpreter starting up, and its numbers would stand as the
+        // peaks of a short attempt. The end of the main process is sampled in any case.
+        let mut ticker =
+            tokio::time::interval_at(deadline_after(self.setup.interval), self.setup.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Whether oomguard stopped the job's group for job control (Ctrl-Z) and has not yet
         // continued it: a job stopped by SIGTTIN on its own is the one to tell the user about.
@@ -471,9 +489,7 @@ impl Supervisor {
                         self.signal_all(pgid, Signal::SIGKILL);
                     }
                     sig if is_user_stop(sig) => {
-                        child::signal_group(pgid, sig);
-                        // A stopped job cannot act on SIGTERM: wake it so --grace means something.
-                        child::signal_group(pgid, Signal::SIGCONT);
+                        stop_group(pgid, sig);
                         if user_stop.is_none() {
                             let after_exit = matches!(phase, Phase::Ended { .. });
                             user_stop = Some(UserStop { signal: sig, after_exit });
@@ -579,7 +595,7 @@ impl Supervisor {
                     stopping,
                     observer,
                 ) {
-                    child::signal_group(pgid, Signal::SIGTERM);
+                    terminate_group(pgid);
                     kill_at.get_or_insert(deadline_after(self.setup.grace));
                     memory_stop = Some(crossing);
                 }
@@ -599,6 +615,8 @@ impl Supervisor {
                     leftovers.len()
                 );
                 self.signal_all(pgid, Signal::SIGTERM);
+                // A stopped leftover cannot act on SIGTERM until continued.
+                self.signal_all(pgid, Signal::SIGCONT);
                 kill_at.get_or_insert(deadline_after(self.setup.grace));
             }
             if leftovers.is_empty() {

@@ -559,3 +559,37 @@ fn an_attempt_shorter_than_one_interval_still_has_its_peak() {
         }
     }
 }
+
+/// A job that is stopped (Ctrl-Z'd on its own, or stopped for reading the terminal) when a soft
+/// bound ends it is continued along with the SIGTERM, so it ends within --grace instead of
+/// waiting it out and being SIGKILLed without a chance to checkpoint.
+#[test]
+fn a_stopped_job_over_a_soft_bound_gets_its_sigterm() {
+    let sb = Sandbox::new();
+    let hog = "import os, signal; b = bytearray(80 << 20); b[::4096] = b'x' * len(b[::4096]); \
+               print('holding', flush=True); os.kill(os.getpid(), signal.SIGSTOP)";
+    let out = sb
+        .run(
+            &[
+                "--interval",
+                "50ms",
+                "--max-rss",
+                "40M",
+                // Long enough to tell "continued and ended by SIGTERM" from "SIGKILLed when the
+                // grace ran out", short enough to fail quickly.
+                "--grace",
+                "30s",
+                "--max-attempts",
+                "1",
+            ],
+            &["python3", "-c", hog],
+        )
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    let first = &sb.summary()["attempts"][0];
+    assert_eq!(first["cause"], "memory_limit", "{first}");
+    // Ended by the SIGTERM itself: it was continued, not left for the SIGKILL after --grace.
+    assert_eq!(first["signal"], 15, "{first}");
+}

@@ -58,8 +58,8 @@ fn run_with_slow_reader(sb: &Sandbox, extra: &[&str], job: &[&str]) -> (i32, Str
     );
     assert!(
         wait_until(PATIENCE, || child.try_wait().unwrap().is_some()
-            || main_thread_sleeps(child.id())),
-        "oomguard neither exited nor waited"
+            || main_thread_waits_on_a_lock(child.id())),
+        "oomguard neither exited nor waited for its writers"
     );
     let mut out = String::new();
     child
@@ -72,13 +72,11 @@ fn run_with_slow_reader(sb: &Sandbox, extra: &[&str], job: &[&str]) -> (i32, Str
     (code, out, std::fs::read_to_string(&err_path).unwrap())
 }
 
-/// Whether the main thread of `pid` is asleep (state `S` in /proc/PID/stat).
-fn main_thread_sleeps(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            == Some("S")
-    })
+/// Whether the main thread of `pid` sleeps on a futex (its kernel wait channel): once the run is
+/// over, that is oomguard waiting for its writer threads, which wait for the reader. While it
+/// supervises, its main thread waits in epoll instead.
+fn main_thread_waits_on_a_lock(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/wchan")).is_ok_and(|wchan| wchan.contains("futex"))
 }
 
 #[test]
