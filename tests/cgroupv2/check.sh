@@ -57,7 +57,10 @@ job=$(cat "$cg"/oomguard-*-attempt-1/cgroup.procs 2>/dev/null | head -n 1)
 kill -9 "$pid"; wait "$pid" 2>/dev/null
 for _ in $(seq 200); do ls -d "$cg"/oomguard-*-attempt-* >/dev/null 2>&1 || break; sleep 0.05; done
 ls -d "$cg"/oomguard-*-attempt-* 2>/dev/null && problem "2: the guard left the attempt cgroup"
-[ -n "$job" ] && kill -0 "$job" 2>/dev/null && problem "2: the job $job outlived oomguard"
+# Alive, not a zombie waiting for init to reap it.
+alive() { [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f1)" != Z ]; }
+for _ in $(seq 200); do [ -n "$job" ] && alive "$job" || break; sleep 0.05; done
+[ -n "$job" ] && alive "$job" && problem "2: the job $job outlived oomguard"
 say "2: after SIGKILL: attempt cgroup gone, job gone"
 
 # 3. Not root, inside a limited cgroup made by root.
