@@ -429,6 +429,8 @@ fn memory_sign(text: &str, found: &[(usize, Finding)]) -> Option<Sign> {
     let mut survived: Option<(usize, &Finding, String)> = None;
     for &(rank, at, f) in &last_per_rank {
         match later_fatal_error(&lines, at, rank) {
+            // The job said it skipped the batch and nothing after shows it dying: it went on.
+            None if skipped_and_went_on(&lines, at, rank) => {}
             None if fatal.is_none_or(|(first, _)| at < first) => fatal = Some((at, f)),
             Some(later) if survived.as_ref().is_none_or(|(last, ..)| at > *last) => {
                 survived = Some((at, f, later))
@@ -448,6 +450,33 @@ fn memory_sign(text: &str, found: &[(usize, Finding)]) -> Option<Sign> {
         oom: oom.clone(),
         later,
     })
+}
+
+/// A job's own report that it caught an out-of-memory error and skipped the work
+/// (fairseq's "| WARNING: ran out of memory with exception: ...;" then " Skipping batch",
+/// "| WARNING: OOM in all workers, skipping update", ParlAI's "ran out of memory, skipping batch").
+fn skip_marker() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"(?i)\bskip(?:ping|ped)?\s+(?:this\s+|the\s+)?(?:batch|update|step|iteration)\b")
+            .expect("skip pattern compiles")
+    })
+}
+
+/// Whether the out-of-memory error on line `at` was one the job announced it skipped (on that
+/// line or the next of its rank) and went on from: no traceback follows it. A traceback after
+/// it (even one cut off before its last line) means the job died after all.
+fn skipped_and_went_on(lines: &[&str], at: usize, rank: Option<u32>) -> bool {
+    let mut own = lines
+        .iter()
+        .skip(at)
+        .filter(|raw| rank.is_none() || scan::rank_of(raw) == rank)
+        .map(|raw| scan::strip_prefixes(raw).trim());
+    let skipped = own
+        .by_ref()
+        .take(2)
+        .any(|line| skip_marker().is_match(line));
+    skipped && !own.any(|line| line.starts_with("Traceback (most recent call last)"))
 }
 
 /// The evidence of a caught OOM: the error the job died of, then the OOM it survived.

@@ -104,3 +104,102 @@ fn json_and_stdin() {
         .unwrap()
         .contains("/no/such.log"));
 }
+
+/// The locales the seeds' users (and many others) run: bash's job-status line for a child
+/// killed by SIGKILL names the signal in the locale's words (glibc translates it).
+const LOCALES: &[&str] = &[
+    "zh_CN.UTF-8",
+    "de_DE.UTF-8",
+    "fr_FR.UTF-8",
+    "es_ES.UTF-8",
+    "ja_JP.UTF-8",
+    "ru_RU.UTF-8",
+    "pt_BR.UTF-8",
+    "ko_KR.UTF-8",
+];
+
+/// What bash prints, under `locale`, when the command it ran dies of SIGKILL, e.g.
+/// `bash: 第 1 行：4242 已杀死               sh -c "kill -9 $$"`. `None` when the locale is not
+/// installed here (bash then falls back to English).
+fn bash_kill_line(locale: &str) -> Option<String> {
+    let installed = std::process::Command::new("locale")
+        .arg("-a")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).to_lowercase())
+        .unwrap_or_default();
+    let short = locale.to_lowercase().replace("utf-8", "utf8");
+    if !installed.lines().any(|l| l == short) {
+        return None;
+    }
+    let out = std::process::Command::new("bash")
+        .args(["-c", r#"sh -c "kill -9 \$\$"; true"#])
+        .env_remove("LANGUAGE")
+        .env("LC_ALL", locale)
+        .output()
+        .expect("bash runs");
+    Some(String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The job-status line bash prints for a child killed by SIGKILL, generated under each locale,
+/// is a kill, whatever the language: from text alone, and while supervising a shell wrapper.
+#[test]
+fn a_shells_kill_report_is_a_kill_in_every_language() {
+    let sb = util::Sandbox::new();
+    let mut missing = Vec::new();
+    for locale in LOCALES {
+        let Some(line) = bash_kill_line(locale) else {
+            missing.push(*locale);
+            continue;
+        };
+        assert!(!line.contains("Killed"), "{locale} printed English: {line}");
+        let file = sb.path(&format!("{locale}.log"));
+        std::fs::write(&file, &line).unwrap();
+        let out = sb
+            .oomguard(&["classify", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let class = String::from_utf8_lossy(&out.stdout)
+            .split('\t')
+            .next()
+            .unwrap_or("")
+            .to_string();
+        assert!(
+            class == "oom_killed" || class == "killed",
+            "{locale}: {line:?} classified {class}"
+        );
+    }
+    if !missing.is_empty() {
+        eprintln!("SKIPPED for {missing:?}: locale not installed (.ci/run generates them)");
+    }
+    assert!(
+        missing.len() < LOCALES.len(),
+        "no locale installed to test with: run .ci/run's locale step"
+    );
+
+    // Supervised: a shell wrapper exits 137 after its child's SIGKILL, and says so in Chinese.
+    if let Some(locale) = LOCALES.iter().find(|l| !missing.contains(l)) {
+        let run_dir = sb.path("run");
+        let out = sb
+            .oomguard(&[
+                "run",
+                "--run-dir",
+                run_dir.to_str().unwrap(),
+                "--max-attempts",
+                "1",
+                "--",
+                "bash",
+                "-c",
+                r#"sh -c "kill -9 \$\$"; exit $?"#,
+            ])
+            .env("LC_ALL", locale)
+            .output()
+            .unwrap();
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(run_dir.join("summary.json")).unwrap())
+                .unwrap();
+        let attempt = &summary["attempts"][0];
+        assert_eq!(attempt["exit_code"], 137, "{}", util::stderr_of(&out));
+        assert_eq!(attempt["cause"], "killed", "{locale}: {attempt}");
+    }
+}
