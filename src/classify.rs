@@ -1,6 +1,7 @@
 //! Decides why one attempt of a job ended: out of accelerator memory, out of host memory,
 //! a DataLoader worker killed, the kernel's OOM killer, an unexplained SIGKILL, an ordinary
-//! failure, or a stop the user or oomguard itself asked for.
+//! failure, or a stop the user or oomguard itself asked for; and, for `oomguard classify
+//! --explain`, which lines and signature families decided and what came next.
 //!
 //! This module only weighs evidence that is handed to it: the [`Ending`], a tail of the
 //! output, and kernel counters the caller read around the attempt. Recognising signatures in
@@ -286,14 +287,14 @@ fn is_fatal_error(line: &str) -> bool {
 /// aftermath of this one's death. An exception raised while handling the OOM, or from it
 /// (Python's "During handling of the above exception" / "The above exception was the direct
 /// cause"), is part of the OOM's own story.
-fn later_fatal_error(lines: &[&str], at: usize, rank: Option<u32>) -> Option<String> {
+fn later_fatal_error(lines: &[&str], at: usize, rank: Option<u32>) -> Option<(usize, String)> {
     // Whether a chain banner now would chain to the OOM (nothing unrelated came between).
     let mut chain_to_oom = true;
     let mut chained = false;
     let mut last = None;
     // The innermost frame of the traceback being read: teardown code's errors are not causes.
     let mut in_teardown = false;
-    for raw in lines.iter().skip(at + 1) {
+    for (index, raw) in lines.iter().enumerate().skip(at + 1) {
         if rank.is_some() && scan::rank_of(raw) != rank {
             continue;
         }
@@ -325,7 +326,7 @@ fn later_fatal_error(lines: &[&str], at: usize, rank: Option<u32>) -> Option<Str
             continue;
         }
         chain_to_oom = false;
-        last = Some(line.to_string());
+        last = Some((index, line.to_string()));
     }
     last
 }
@@ -357,8 +358,13 @@ enum Sign {
     /// Out of accelerator or host memory ([`Cause::DeviceOom`] / [`Cause::HostOom`]), and
     /// nothing says the job survived it.
     Memory(Cause, Finding),
-    /// The job survived an out-of-memory error, then died of `later`.
-    CaughtOom { oom: Finding, later: String },
+    /// The job survived an out-of-memory error, then died of `later` (printed on line index
+    /// `later_at` of the text).
+    CaughtOom {
+        oom: Finding,
+        later: String,
+        later_at: usize,
+    },
     /// A shell's own report that its job died of SIGKILL (see [`scan::is_shell_job_kill`]).
     ShellKill(Finding),
     /// A launcher's or IDE's report of a SIGKILL (`exitcode: -9`, exit code 137).
@@ -379,8 +385,13 @@ struct Reading {
 /// worker, then the out-of-memory error the job died of (or the one it survived before dying
 /// of something else), then a report of death by SIGKILL (a shell's before a launcher's).
 fn read_text(text: &str) -> Reading {
-    let found = scan::scan_positions(text);
-    let worker = last_of(&found, &[Family::WorkerKilled]).map(|(_, f)| f.clone());
+    read_findings(text, &scan::scan_positions(text))
+}
+
+/// [`read_text`] over findings already made (by [`scan::scan_positions`], or without one
+/// family for the runner-up of [`explain_text`]).
+fn read_findings(text: &str, found: &[(usize, Finding)]) -> Reading {
+    let worker = last_of(found, &[Family::WorkerKilled]).map(|(_, f)| f.clone());
     let kills = || {
         found
             .iter()
@@ -388,11 +399,11 @@ fn read_text(text: &str) -> Reading {
             .filter(|f| f.family == Family::KilledBySigkill)
     };
     let shell_kill = kills().rfind(|f| scan::is_shell_job_kill(&f.line)).cloned();
-    let sign = if let Some((_, f)) = last_of(&found, &[Family::KernelOomKill, Family::SlurmOom]) {
+    let sign = if let Some((_, f)) = last_of(found, &[Family::KernelOomKill, Family::SlurmOom]) {
         Some(Sign::OomKillText(f.clone()))
     } else if let Some(w) = &worker {
         Some(Sign::Worker(w.clone()))
-    } else if let Some(sign) = memory_sign(text, &found) {
+    } else if let Some(sign) = memory_sign(text, found) {
         Some(sign)
     } else if let Some(f) = &shell_kill {
         Some(Sign::ShellKill(f.clone()))
@@ -426,7 +437,7 @@ fn memory_sign(text: &str, found: &[(usize, Finding)]) -> Option<Sign> {
         }
     }
     let mut fatal: Option<(usize, &Finding)> = None;
-    let mut survived: Option<(usize, &Finding, String)> = None;
+    let mut survived: Option<(usize, &Finding, (usize, String))> = None;
     for &(rank, at, f) in &last_per_rank {
         match later_fatal_error(&lines, at, rank) {
             // The job said it skipped the batch and nothing after shows it dying: it went on.
@@ -446,9 +457,10 @@ fn memory_sign(text: &str, found: &[(usize, Finding)]) -> Option<Sign> {
         };
         return Some(Sign::Memory(cause, f.clone()));
     }
-    survived.map(|(_, oom, later)| Sign::CaughtOom {
+    survived.map(|(_, oom, (later_at, later))| Sign::CaughtOom {
         oom: oom.clone(),
         later,
+        later_at,
     })
 }
 
@@ -556,7 +568,7 @@ pub fn classify(facts: &AttemptFacts) -> Verdict {
         Some(Sign::Memory(cause, f)) => {
             return Verdict::new(*cause, format!("{ending}; {}", output(f)))
         }
-        Some(Sign::CaughtOom { oom, later }) => {
+        Some(Sign::CaughtOom { oom, later, .. }) => {
             return Verdict::new(
                 Cause::Failed,
                 format!("{ending}; {}", caught_evidence(oom, later)),
@@ -602,7 +614,7 @@ pub fn classify_text(text: &str) -> Option<Verdict> {
         Sign::OomKillText(f) => (Cause::OomKilled, output(&f)),
         Sign::Worker(f) => (Cause::WorkerKilled, output(&f)),
         Sign::Memory(cause, f) => (cause, output(&f)),
-        Sign::CaughtOom { oom, later } => (Cause::Failed, caught_evidence(&oom, &later)),
+        Sign::CaughtOom { oom, later, .. } => (Cause::Failed, caught_evidence(&oom, &later)),
         Sign::ShellKill(f) => (
             Cause::OomKilled,
             format!(
@@ -613,6 +625,199 @@ pub fn classify_text(text: &str) -> Option<Verdict> {
         Sign::LauncherKill(f) => (Cause::Killed, output(&f)),
     };
     Some(Verdict::new(cause, evidence))
+}
+
+/// One line of a file that took part in a verdict, as `oomguard classify --explain` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ExplainedLine {
+    /// Line number in the file, from 1.
+    pub line: usize,
+    /// The signature family that matched the line; `None` for a fatal error of the job's own.
+    pub family: Option<&'static str>,
+    /// The line without log prefixes, cut to about 200 characters around what matched.
+    pub text: String,
+}
+
+/// What would have decided had the winning family not been in the table.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RunnerUp {
+    /// The class it gives (`"none"` never: no runner-up is `None`).
+    pub class: &'static str,
+    /// The line that would have decided.
+    #[serde(flatten)]
+    pub at: ExplainedLine,
+}
+
+/// An out-of-memory error the job survived, overridden by a later fatal error of its own.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Overridden {
+    /// The class the OOM alone would have given (`device_oom` or `host_oom`).
+    pub class: &'static str,
+    /// The OOM's line.
+    #[serde(flatten)]
+    pub at: ExplainedLine,
+    /// Why it does not decide, in one sentence.
+    pub reason: String,
+}
+
+/// Why `oomguard classify` gives a file its class: what `oomguard classify --explain` prints,
+/// so a misclassified log can be reported in one paste.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Explanation {
+    /// The class, as [`classify_text`] gives it (`"none"` for no OOM sign).
+    pub class: &'static str,
+    /// The evidence line [`classify_text`] gives.
+    pub evidence: Option<String>,
+    /// The family whose finding decided; `None` when nothing matched or when a fatal error of
+    /// the job's own decided (see `overridden`).
+    pub family: Option<&'static str>,
+    /// The lines that decided, in file order.
+    pub lines: Vec<ExplainedLine>,
+    /// What would have decided without `family` (or without the overridden OOM's family).
+    pub runner_up: Option<RunnerUp>,
+    /// The out-of-memory error a later fatal error overrode, when that happened.
+    pub overridden: Option<Overridden>,
+}
+
+/// The most characters of a line an explanation shows.
+const EXPLAIN_MAX: usize = 200;
+
+fn explained(
+    numbers: &[usize],
+    at: usize,
+    family: Option<&'static str>,
+    text: &str,
+) -> ExplainedLine {
+    let text = text.trim();
+    let text = match text.char_indices().nth(EXPLAIN_MAX) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    };
+    ExplainedLine {
+        // Glued findings sit on the first of their two lines; `at` is always in range.
+        line: numbers.get(at).copied().unwrap_or(at + 1),
+        family,
+        text,
+    }
+}
+
+/// Where a finding of `found` sits: findings are unique by class and text (the scan keeps a
+/// repeat once, at its last place).
+fn index_of(found: &[(usize, Finding)], f: &Finding) -> usize {
+    found
+        .iter()
+        .rfind(|(_, g)| g == f)
+        .map(|(i, _)| *i)
+        .expect("a sign's finding comes from the findings it was read from")
+}
+
+/// A sign's class, the family that decided (the overridden OOM's family for a caught OOM),
+/// and its deciding lines.
+fn sign_parts(
+    sign: &Sign,
+    found: &[(usize, Finding)],
+    numbers: &[usize],
+) -> (Cause, &'static str, Vec<ExplainedLine>) {
+    let one = |cause: Cause, f: &Finding| {
+        let line = explained(numbers, index_of(found, f), Some(f.name), &f.line);
+        (cause, f.name, vec![line])
+    };
+    match sign {
+        Sign::OomKillText(f) | Sign::ShellKill(f) => one(Cause::OomKilled, f),
+        Sign::Worker(f) => one(Cause::WorkerKilled, f),
+        Sign::Memory(cause, f) => one(*cause, f),
+        Sign::LauncherKill(f) => one(Cause::Killed, f),
+        Sign::CaughtOom {
+            oom,
+            later,
+            later_at,
+        } => (
+            Cause::Failed,
+            oom.name,
+            vec![explained(numbers, *later_at, None, later)],
+        ),
+    }
+}
+
+/// Explains [`classify_text`]'s verdict on `text`: the lines that decided and their family,
+/// the runner-up (the verdict the text gives with the winning family taken out of the
+/// signature table), and the out-of-memory error a later fatal error overrode, if one did.
+pub fn explain_text(text: &str) -> Explanation {
+    let numbers = scan::line_numbers(text);
+    let found = scan::scan_positions(text);
+    let verdict = classify_text(text);
+    let Some(sign) = read_findings(text, &found).sign else {
+        return Explanation {
+            class: "none",
+            evidence: None,
+            family: None,
+            lines: Vec::new(),
+            runner_up: None,
+            overridden: None,
+        };
+    };
+    let (cause, family, lines) = sign_parts(&sign, &found, &numbers);
+    debug_assert_eq!(verdict.as_ref().map(|v| v.cause), Some(cause));
+    let overridden = match &sign {
+        Sign::CaughtOom { oom, later_at, .. } => Some(Overridden {
+            class: if oom.family == Family::DeviceOom {
+                Cause::DeviceOom.as_str()
+            } else {
+                Cause::HostOom.as_str()
+            },
+            at: explained(&numbers, index_of(&found, oom), Some(oom.name), &oom.line),
+            reason: format!(
+                "the job went on after this out-of-memory error and died of its own error on line {}; the last fatal error decides",
+                numbers.get(*later_at).copied().unwrap_or(later_at + 1)
+            ),
+        }),
+        _ => None,
+    };
+    let without = scan::scan_positions_without(text, Some(family));
+    let runner_up = read_findings(text, &without).sign.map(|next| {
+        let (cause, _, mut lines) = sign_parts(&next, &without, &numbers);
+        RunnerUp {
+            class: cause.as_str(),
+            at: lines.remove(0),
+        }
+    });
+    Explanation {
+        class: cause.as_str(),
+        evidence: verdict.map(|v| v.evidence),
+        family: (overridden.is_none()).then_some(family),
+        lines,
+        runner_up,
+        overridden,
+    }
+}
+
+impl Explanation {
+    /// The explanation for people: `FILE: CLASS` then indented lines, ending with a newline.
+    pub fn render(&self, file: &str) -> String {
+        let mut out = format!("{file}: {}\n", self.class);
+        let at = |l: &ExplainedLine| match l.family {
+            Some(family) => format!("line {} ({family}): \"{}\"", l.line, l.text),
+            None => format!(
+                "line {} (a fatal error of the job's own): \"{}\"",
+                l.line, l.text
+            ),
+        };
+        if self.lines.is_empty() {
+            out.push_str("  decided by: no signature matched\n");
+        }
+        for l in &self.lines {
+            out.push_str(&format!("  decided by {}\n", at(l)));
+        }
+        if let Some(o) = &self.overridden {
+            out.push_str(&format!("  overrode {} at {}\n", o.class, at(&o.at)));
+            out.push_str(&format!("    because {}\n", o.reason));
+        }
+        match &self.runner_up {
+            Some(r) => out.push_str(&format!("  runner-up: {} at {}\n", r.class, at(&r.at))),
+            None => out.push_str("  runner-up: none\n"),
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -694,6 +899,46 @@ mod tests {
         let v = classify_text(text).expect("an OOM");
         assert_eq!(v.cause, Cause::DeviceOom);
         assert!(v.evidence.contains("HIP out of memory"), "{}", v.evidence);
+    }
+
+    /// (text, class, deciding family, deciding line, runner-up as (class, family, line)).
+    type ExplainRow = (
+        &'static str,
+        &'static str,
+        Option<&'static str>,
+        Option<usize>,
+        Option<(&'static str, Option<&'static str>, usize)>,
+    );
+    const EXPLAIN_TABLE: &[ExplainRow] = &[
+        ("epoch 1\nloss 0.3", "none", None, None, None),
+        // The catch-all of the same class is the runner-up on the same line.
+        ("epoch 1\r  3%|#  |\nRuntimeError: CUDA out of memory. Tried to allocate 1 GiB", "device_oom", Some("pytorch_allocator_oom"), Some(2), Some(("device_oom", Some("device_out_of_memory_text"), 2))),
+        // Without the kernel's lines, the shell's Killed would have decided.
+        ("Killed\nMemory cgroup out of memory: Killed process 4242 (python3)", "oom_killed", Some("kernel_oom_killer"), Some(2), Some(("oom_killed", Some("shell_job_killed"), 1))),
+        ("failed (exitcode: -9) local_rank: 0 (pid: 1)", "killed", Some("launcher_exit_minus_9"), Some(1), None),
+        // A survived OOM: the fatal error decides, no family does.
+        ("CUDA out of memory. Tried to allocate 1 GiB; skipping batch\n\nerror: checkpoint dir /ckpt is not writable", "failed", None, Some(3), Some(("failed", None, 3))),
+    ];
+
+    #[test]
+    fn explain_table() {
+        for (text, class, family, line, runner_up) in EXPLAIN_TABLE {
+            let e = explain_text(text);
+            assert_eq!(e.class, *class, "{text:?}: {e:?}");
+            assert_eq!(e.class, name(&classify_text(text)), "{text:?}");
+            assert_eq!(e.family, *family, "{text:?}: {e:?}");
+            assert_eq!(e.lines.first().map(|l| l.line), *line, "{text:?}: {e:?}");
+            let got = e
+                .runner_up
+                .as_ref()
+                .map(|r| (r.class, r.at.family, r.at.line));
+            assert_eq!(got, *runner_up, "{text:?}: {e:?}");
+            assert_eq!(
+                e.overridden.is_some(),
+                *class == "failed",
+                "{text:?}: {e:?}"
+            );
+        }
     }
 
     #[test]

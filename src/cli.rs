@@ -129,6 +129,10 @@ pub struct ClassifyArgs {
     /// Print one JSON object per file instead of CLASS<TAB>FILE.
     #[arg(long)]
     pub json: bool,
+    /// Say why: the lines that decided each file's class (with line numbers), the signature
+    /// family that matched, and the runner-up. Paste it when reporting a misclassified log.
+    #[arg(long)]
+    pub explain: bool,
     /// Log files to read; `-` reads standard input.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
@@ -401,7 +405,7 @@ mod tests {
         let cli = parse("-q classify --json a.log -").unwrap();
         assert!(cli.quiet);
         assert!(
-            matches!(cli.command, Command::Classify(ClassifyArgs { json: true, ref files }) if files.len() == 2)
+            matches!(cli.command, Command::Classify(ClassifyArgs { json: true, ref files, .. }) if files.len() == 2)
         );
     }
 

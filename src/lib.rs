@@ -544,7 +544,8 @@ fn launch_for(
     Launch { argv, env }
 }
 
-/// `oomguard classify`: one line per file; exit 1 if a file could not be read.
+/// `oomguard classify`: one line per file (with `--explain`, a few lines saying why); exit 1 if
+/// a file could not be read.
 fn classify_files(args: &ClassifyArgs) -> i32 {
     let mut status = 0;
     for file in &args.files {
@@ -556,6 +557,18 @@ fn classify_files(args: &ClassifyArgs) -> i32 {
                 continue;
             }
         };
+        if args.explain {
+            let explanation = classify::explain_text(&text);
+            if args.json {
+                let mut line =
+                    serde_json::to_value(&explanation).expect("an explanation serializes");
+                line["file"] = serde_json::json!(file);
+                println!("{line}");
+            } else {
+                print!("{}", explanation.render(&file.display().to_string()));
+            }
+            continue;
+        }
         let verdict = classify::classify_text(&text);
         let class = verdict.as_ref().map_or("none", |v| v.cause.as_str());
         if args.json {

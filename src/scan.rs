@@ -1,12 +1,14 @@
 //! Turns the text a training job printed (or a kernel / scheduler log) into *findings*: lines that
-//! carry a known out-of-memory or kill signature, each tagged with the family of failure it
-//! belongs to.
+//! carry a known out-of-memory or kill signature, each tagged with the class of failure it
+//! speaks for and the name of the signature family that matched. The families are data: one
+//! table ([`SIGNATURES`]) of name, class, patterns and veto.
 //!
 //! This module only recognises text. It never decides why an attempt ended: weighing findings
 //! against the exit status and the kernel's counters is `classify`'s job, and reading logs,
 //! `/proc/vmstat` or `/dev/kmsg` belongs to the caller. Everything here is pure and runs in time
-//! linear in the input: every signature is compiled once into one [`RegexSet`], each line is
-//! tested once on its own and once glued to its neighbour (to see through terminal hard-wraps).
+//! linear in the input: every family's patterns are compiled once into one [`RegexSet`], each
+//! line is tested once on its own and once glued to its neighbour (to see through terminal
+//! hard-wraps).
 
 use regex::{Regex, RegexSet};
 use std::collections::HashMap;
@@ -36,59 +38,79 @@ pub enum Family {
 /// One line of text that matched a signature.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
-    /// The family the signature belongs to.
+    /// The class of failure the signature speaks for.
     pub family: Family,
+    /// The name of the signature family that matched (an entry of [`SIGNATURES`], e.g.
+    /// `"pytorch_allocator_oom"`): what `oomguard classify --explain` shows, so a report of a
+    /// miss names the entry to fix.
+    pub name: &'static str,
     /// The matching line, with log prefixes removed and cut to about 200 characters around the
     /// match; it is shown to people as evidence.
     pub line: String,
 }
 
-/// What a signature stands for when it matches.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+/// What a signature family's match stands for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Role {
     /// A finding on its own.
-    Sig(Family),
+    Finding,
     /// Slurm's "Exceeded job memory limit": printed even for jobs that go on to succeed, so it
     /// only counts next to another sign that Slurm stopped the job.
     SlurmLimitHit,
-    /// Slurm stopped the job or a task (a `CANCELLED` banner, srun's `task N: Killed`).
+    /// Slurm stopped the job or a task (a `CANCELLED` banner, srun's `task N: Killed`): never a
+    /// finding itself, only what makes a [`Role::SlurmLimitHit`] one.
     SlurmStopped,
 }
 
-/// One signature: a pattern, an optional veto that cancels it when found in the same line (or
-/// the start of the next one), and whether it must see a whole line (anchored patterns are not
-/// tried on glued neighbours).
-struct Signature {
-    kind: Kind,
-    pattern: &'static str,
+/// One named family of signatures: the messages one program (or one of its code paths) prints
+/// for one kind of failure. Adding a family is one entry in [`SIGNATURES`] plus a corpus file
+/// in tests/fixtures/oom-corpus that only it matches (a test checks this).
+pub(crate) struct Signature {
+    /// snake_case name, unique in the table, shown as evidence (`cuda_runtime_oom`).
+    pub name: &'static str,
+    /// The class of failure a match speaks for.
+    pub class: Family,
+    role: Role,
+    /// Any of these matching a line is a match of the family.
+    patterns: &'static [&'static str],
+    /// Cancels a match when found in the same line or the start of the next one (a hard-wrap
+    /// may push the veto phrase there).
     veto: Option<&'static str>,
+    /// Anchored patterns that must see a whole line: not tried on glued neighbours.
     whole_line: bool,
 }
 
-const fn sig(family: Family, pattern: &'static str) -> Signature {
+const fn sig(name: &'static str, class: Family, patterns: &'static [&'static str]) -> Signature {
     Signature {
-        kind: Kind::Sig(family),
-        pattern,
+        name,
+        class,
+        role: Role::Finding,
+        patterns,
         veto: None,
         whole_line: false,
     }
 }
 
-const fn sig_unless(family: Family, pattern: &'static str, veto: &'static str) -> Signature {
+const fn sig_unless(
+    name: &'static str,
+    class: Family,
+    patterns: &'static [&'static str],
+    veto: &'static str,
+) -> Signature {
     Signature {
-        kind: Kind::Sig(family),
-        pattern,
         veto: Some(veto),
-        whole_line: false,
+        ..sig(name, class, patterns)
     }
 }
 
-const fn line_sig(family: Family, pattern: &'static str) -> Signature {
+const fn line_sig(
+    name: &'static str,
+    class: Family,
+    patterns: &'static [&'static str],
+) -> Signature {
     Signature {
-        kind: Kind::Sig(family),
-        pattern,
-        veto: None,
         whole_line: true,
+        ..sig(name, class, patterns)
     }
 }
 
@@ -100,91 +122,125 @@ const HINT_VETO: &str = r"(?i)\b(?:avoid|prevent|if you|when you|reduce the chan
 /// TensorFlow names the allocator and device; CPU ones mean host RAM, not the accelerator.
 const TF_CPU: &str = r"(?i)device:CPU|allocator[ (]+cpu\b";
 
-/// The signature table. Order does not matter; every entry is tested on every line.
-const SIGNATURES: &[Signature] = &[
+/// The signature table: every family is tested on every line. Order matters only between
+/// families of one class matching the same line: the first names the finding, so specific
+/// families come before the catch-alls of their class.
+pub(crate) const SIGNATURES: &[Signature] = &[
     // ---------------------------------------------------------------- accelerator memory
     // PyTorch caching allocators (c10/cuda/CUDACachingAllocator.cpp and its HIP/XPU/MPS
     // siblings): "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
     // "HIP out of memory", "XPU out of memory", "MPS backend out of memory (MPS allocated: ...)".
     sig(
+        "pytorch_allocator_oom",
         DeviceOom,
-        r"(?i)\b(?:cuda|hip|xpu|npu|musa|mps backend)\s+out of memory\b",
+        &[r"(?i)\b(?:cuda|hip|xpu|npu|musa|mps backend)\s+out of memory\b"],
     ),
     // CUDA runtime error strings as PyTorch's C10_CUDA_CHECK, old THC and NCCL print them:
     // "CUDA error: out of memory", "cuda runtime error (2) : out of memory",
     // "NCCL WARN Cuda failure 'out of memory'", "Cuda failure 2 'out of memory'".
     sig(
+        "cuda_runtime_oom",
         DeviceOom,
-        r"(?i)\bcuda(?:\s+runtime)?\s+(?:error|failure)\b[^'\n]{0,30}?'?out of memory\b",
+        &[r"(?i)\bcuda(?:\s+runtime)?\s+(?:error|failure)\b[^'\n]{0,30}?'?out of memory\b"],
     ),
     // Enum names of allocation failures in CUDA, cuBLAS/cuDNN/cuFFT/cuSOLVER/cuSPARSE (e.g.
     // "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", Lua Torch's
     // "Error in CuDNN: CUDNN_STATUS_ALLOC_FAILED"), ROCm/HIP, SYCL (XPU), and Caffe's
     // "Check failed: error == cudaSuccess (2 vs. 0)".
     sig(
+        "cuda_lib_alloc_failed",
         DeviceOom,
-        r"\b(?:cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|HSA_STATUS_ERROR_OUT_OF_RESOURCES|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|(?:CU|HIP|MIOPEN|ROC)\w*_ALLOC_FAILED)\b|cudaSuccess \(2 vs\. 0\)",
+        &[
+            r"\b(?:cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY|hipErrorOutOfMemory|HSA_STATUS_ERROR_OUT_OF_RESOURCES|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|(?:CU|HIP|MIOPEN|ROC)\w*_ALLOC_FAILED)\b|cudaSuccess \(2 vs\. 0\)",
+        ],
     ),
     // cuDNN's "CUDNN_STATUS_NOT_SUPPORTED" is what a cuDNN workspace allocation failure surfaces
     // as; HF accelerate's find_executable_batch_size treats it as OOM. It is also cuDNN's answer
     // to batches beyond its size limits, where a smaller batch is the fix as well.
-    sig(DeviceOom, r"\bCUDNN_STATUS_NOT_SUPPORTED\b"),
+    sig(
+        "cudnn_status_not_supported",
+        DeviceOom,
+        &[r"\bCUDNN_STATUS_NOT_SUPPORTED\b"],
+    ),
     // PyTorch with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync:
     // "Allocation on device 0 would exceed allowed memory. (out of memory)".
     sig(
+        "cuda_malloc_async_exceeded",
         DeviceOom,
-        r"(?i)\bAllocation on device \d+ would exceed allowed memory",
+        &[r"(?i)\bAllocation on device \d+ would exceed allowed memory"],
     ),
     // HF accelerate find_executable_batch_size (accelerate/utils/memory.py) after halving the
     // batch on every OOM: "RuntimeError: No executable batch size found, reached zero."
     sig(
+        "accelerate_no_batch_size",
         DeviceOom,
-        r"(?i)\bNo executable batch size found, reached zero",
+        &[r"(?i)\bNo executable batch size found, reached zero"],
     ),
     // NCCL (include/alloc.h): "NCCL WARN Failed to CUDA calloc 6291456 bytes".
-    sig(DeviceOom, r"(?i)\bFailed to CUDA (?:calloc|malloc)\b"),
-    // XLA (JAX, PyTorch/XLA, TF): "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while
-    // trying to allocate 6291456 bytes.", "RESOURCE_EXHAUSTED: Failed to allocate request for
-    // 2.99GiB", and TensorFlow's "ResourceExhaustedError: failed to allocate memory [Op:AddV2]",
-    // "(0) Resource exhausted: OOM when allocating tensor ...". gRPC's RESOURCE_EXHAUSTED about
-    // message sizes or quotas names no memory and does not match.
-    sig_unless(
+    sig(
+        "nccl_cuda_alloc_failed",
         DeviceOom,
-        r"(?i)\bresource[ _]?exhausted(?:error)?\b:?[^\n]{0,200}?(?:out of memory|\ballocat|\boom\b|memory|\bhbm\b|\bvmem\b)",
-        TF_CPU,
+        &[r"(?i)\bFailed to CUDA (?:calloc|malloc)\b"],
     ),
     // XLA's allocator (also seen hard-wrapped as "Out \nof memory while trying to allocate").
-    sig(DeviceOom, r"(?i)\bOut of memory while trying to allocate\b"),
+    sig(
+        "xla_allocation_oom",
+        DeviceOom,
+        &[r"(?i)\bOut of memory while trying to allocate\b"],
+    ),
     // XLA TPU compiler: "Ran out of memory in memory space hbm. Used 21.90G of 7.48G hbm."
     sig(
+        "xla_tpu_memory_space",
         DeviceOom,
-        r"(?i)\bRan out of memory in memory space\b|\bExceeded (?:hbm|vmem) capacity\b",
+        &[r"(?i)\bRan out of memory in memory space\b|\bExceeded (?:hbm|vmem) capacity\b"],
     ),
     // TensorFlow: "ResourceExhaustedError: OOM when allocating tensor with shape[...] ... on
     // /job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc".
-    sig_unless(DeviceOom, r"\bOOM when allocating tensor\b", TF_CPU),
+    sig_unless(
+        "tf_oom_allocating_tensor",
+        DeviceOom,
+        &[r"\bOOM when allocating tensor\b"],
+        TF_CPU,
+    ),
     // TensorFlow BFC allocator: "Allocator (GPU_0_bfc) ran out of memory trying to allocate
     // 18.00MiB". The same sentence followed by "The caller indicates that this is not a
     // failure" is a routine warning on healthy runs.
     sig_unless(
+        "tf_bfc_ran_out",
         DeviceOom,
-        r"(?i)\bran out of memory trying to allocate\b",
+        &[r"(?i)\bran out of memory trying to allocate\b"],
         r"(?i)not a failure|allocator[ (]+cpu\b",
+    ),
+    // XLA (JAX, PyTorch/XLA, TF): "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while
+    // trying to allocate 6291456 bytes.", "RESOURCE_EXHAUSTED: Failed to allocate request for
+    // 2.99GiB", and TensorFlow's "ResourceExhaustedError: failed to allocate memory [Op:AddV2]",
+    // "(0) Resource exhausted: OOM when allocating tensor ...". gRPC's RESOURCE_EXHAUSTED about
+    // message sizes or quotas names no memory and does not match. After the XLA and TensorFlow
+    // families above, which name the message inside the status when there is one.
+    sig_unless(
+        "resource_exhausted",
+        DeviceOom,
+        &[
+            r"(?i)\bresource[ _]?exhausted(?:error)?\b:?[^\n]{0,200}?(?:out of memory|\ballocat|\boom\b|memory|\bhbm\b|\bvmem\b)",
+        ],
+        TF_CPU,
     ),
     // Exception classes: torch.OutOfMemoryError / torch.cuda.OutOfMemoryError (Jupyter prints
     // the bare class name), cupy.cuda.memory.OutOfMemoryError. Java's and Ray's classes of the
     // same name are about host memory and live in the host section.
     sig_unless(
+        "oom_exception_class",
         DeviceOom,
-        r"\bOutOfMemoryError\b",
+        &[r"\bOutOfMemoryError\b"],
         r"java\.lang\.OutOfMemoryError|ray\.exceptions\.OutOfMemoryError",
     ),
     // Anything else that names a GPU/CUDA source or device next to "out of memory": Caffe2's
     // "event_gpu.cc:17: out of memory", "THCudaCheck FAIL ... error=2 : out of memory",
     // "cudaMalloc failed: out of memory".
     sig_unless(
+        "device_out_of_memory_text",
         DeviceOom,
-        r"(?i)(?:cuda|gpu|\bhip\b|\bdevice\b|thc)\w*[^\n]{0,80}?\bout of memory\b",
+        &[r"(?i)(?:cuda|gpu|\bhip\b|\bdevice\b|thc)\w*[^\n]{0,80}?\bout of memory\b"],
         HINT_VETO,
     ),
     // ---------------------------------------------------------------- host memory
@@ -193,166 +249,218 @@ const SIGNATURES: &[Signature] = &[
     // Windows "not enough memory", and PyTorch 1.1's "posix_memalign(&data, gAlignment,
     // nbytes) == 0. 12 vs 0" (12 = ENOMEM; the line never says "memory").
     sig(
+        "pytorch_cpu_allocator_oom",
         HostOom,
-        r"(?i)CPUAllocator[^\n]{0,200}?(?:can't allocate|not enough memory|\b12 vs 0\b)",
+        &[
+            r"(?i)CPUAllocator[^\n]{0,200}?(?:can't allocate|not enough memory|\b12 vs 0\b)",
+            r"\bposix_memalign\b[^\n]{0,80}?\b12 vs 0\b",
+        ],
     ),
-    sig(HostOom, r"\bposix_memalign\b[^\n]{0,80}?\b12 vs 0\b"),
     // PyTorch 0.x TH allocator: "RuntimeError: $ Torch: not enough memory: you tried to
     // allocate 72GB. Buy new RAM!"
     sig(
+        "th_buy_new_ram",
         HostOom,
-        r"(?i)\bnot enough memory: you tried to allocate\b|\bBuy new RAM\b",
+        &[r"(?i)\bnot enough memory: you tried to allocate\b|\bBuy new RAM\b"],
     ),
     // ENOMEM from the C library: "OSError: [Errno 12] Cannot allocate memory" (os.fork in
     // DataLoader), "fork: Cannot allocate memory". The dynamic loader's "cannot allocate memory
     // in static TLS block" is a library-loading bug, not a shortage.
     sig_unless(
+        "errno_enomem",
         HostOom,
-        r"(?i)\[Errno 12\]|\bcannot allocate memory\b|\bENOMEM\b",
+        &[r"(?i)\[Errno 12\]|\bcannot allocate memory\b|\bENOMEM\b"],
         r"(?i)static TLS",
     ),
     // numpy (core/_exceptions.py): "numpy.core._exceptions.MemoryError: Unable to allocate 926.
     // GiB for an array with shape (...)", numpy 1.17 "Unable to allocate array with shape".
     sig(
+        "numpy_array_memory_error",
         HostOom,
-        r"(?i)\bUnable to allocate\b[^\n]{0,80}?\barray with shape\b|_ArrayMemoryError\b",
+        &[r"(?i)\bUnable to allocate\b[^\n]{0,80}?\barray with shape\b|_ArrayMemoryError\b"],
     ),
     // Python's MemoryError as the exception line of a traceback, bare or with a message, with
     // or without a module path, or as Jupyter's "MemoryError    Traceback (most recent ...)".
     line_sig(
+        "python_memory_error",
         HostOom,
-        r"^(?:[A-Za-z_][\w.]*\.)?_?(?:Array)?MemoryError\b(?:\s*$|\s*:|\s+Traceback)",
+        &[r"^(?:[A-Za-z_][\w.]*\.)?_?(?:Array)?MemoryError\b(?:\s*$|\s*:|\s+Traceback)"],
     ),
     // C++ allocation failure: "terminate called after throwing an instance of 'std::bad_alloc'".
     // (Thrust's device-side bad_alloc names cudaErrorMemoryAllocation and is caught above.)
-    sig(HostOom, r"\bstd::bad_alloc\b"),
+    sig("cpp_bad_alloc", HostOom, &[r"\bstd::bad_alloc\b"]),
     // TensorFlow on the CPU allocator: "OOM when allocating tensor ... device:CPU:0 by allocator
     // cpu [Op:Add]", "Allocator (cpu) ran out of memory".
     sig_unless(
+        "tf_cpu_allocator_oom",
         HostOom,
-        r"(?i)(?:\bOOM when allocating tensor\b|\bresource[ _]?exhausted)[^\n]*(?:device:CPU|allocator[ (]+cpu\b)|allocator[ (]+cpu\)? ran out of memory",
+        &[
+            r"(?i)(?:\bOOM when allocating tensor\b|\bresource[ _]?exhausted)[^\n]*(?:device:CPU|allocator[ (]+cpu\b)|allocator[ (]+cpu\)? ran out of memory",
+        ],
         r"(?i)not a failure",
     ),
     // Ray's memory monitor (raylet node_manager.cc): "2 Workers (tasks / actors) killed due to
     // memory pressure (OOM)", "ray.exceptions.OutOfMemoryError: Task was killed due to the node
     // running low on memory".
     sig(
+        "ray_memory_monitor",
         HostOom,
-        r"(?i)\bkilled due to (?:memory pressure|the node running low on memory)|ray\.exceptions\.OutOfMemoryError",
+        &[
+            r"(?i)\bkilled due to (?:memory pressure|the node running low on memory)|ray\.exceptions\.OutOfMemoryError",
+        ],
     ),
     // JVM-based data tooling (Spark, Hadoop readers): "java.lang.OutOfMemoryError: Java heap space".
-    sig(HostOom, r"java\.lang\.OutOfMemoryError"),
+    sig("java_heap_oom", HostOom, &[r"java\.lang\.OutOfMemoryError"]),
     // NCCL's shared-memory transport: "failed to extend /dev/shm/nccl-abc to 9637892 bytes",
     // "... /dev/shm/nccl-xyz ... No space left on device". /dev/shm is RAM.
     sig(
+        "nccl_shm_full",
         HostOom,
-        r"(?i)failed to extend /dev/shm/|/dev/shm/\S*[^\n]{0,120}?No space left on device",
+        &[r"(?i)failed to extend /dev/shm/|/dev/shm/\S*[^\n]{0,120}?No space left on device"],
     ),
     // ---------------------------------------------------------------- DataLoader workers
     // torch/csrc/DataLoader.cpp: "DataLoader worker (pid 1817) is killed by signal: Killed."
     // (SIGKILL, usually the OOM killer) or "...: Bus error. It is possible that dataloader's
     // workers are out of shared memory". Segmentation fault / Terminated / Aborted are not memory.
     sig(
+        "dataloader_worker_killed",
         WorkerKilled,
-        r"(?i)\bDataLoader worker \(pid[^)]*\) is killed by signal: (?:Killed|Bus error)",
-    ),
-    // The worker's own SIGBUS handler: "ERROR: Unexpected bus error encountered in worker. This
-    // might be caused by insufficient shared memory (shm)."
-    sig(
-        WorkerKilled,
-        r"(?i)\bUnexpected bus error encountered in worker\b",
+        &[
+            r"(?i)\bDataLoader worker \(pid[^)]*\) is killed by signal: (?:Killed|Bus error)",
+            // The worker's own SIGBUS handler: "ERROR: Unexpected bus error encountered in
+            // worker. This might be caused by insufficient shared memory (shm)."
+            r"(?i)\bUnexpected bus error encountered in worker\b",
+        ],
     ),
     // Shared-memory tensors passed between workers live in /dev/shm files named torch_*:
     // "RuntimeError: unable to write to file </torch_722_783672312_1>: No space left on device (28)".
     sig(
+        "torch_shm_file_full",
         WorkerKilled,
-        r"(?i)\bunable to write to file\s*<?/torch_|/torch_\w*>?:?\s*No space left on device",
+        &[r"(?i)\bunable to write to file\s*<?/torch_|/torch_\w*>?:?\s*No space left on device"],
     ),
     // ---------------------------------------------------------------- kernel OOM killer
-    // mm/oom_kill.c: "Out of memory: Killed process 1440763 (perl) total-vm:...",
+    // The kernel's OOM report (mm/oom_kill.c), whose lines come together: "Out of memory: Killed process 1440763 (perl) total-vm:...",
     // "Memory cgroup out of memory: Killed process 15617 (python3) ...", pre-4.19
     // "Memory cgroup out of memory: Kill process 24572 (java) score 0 or sacrifice child".
-    sig(KernelOomKill, r"\bKill(?:ed)? process \d+ \("),
-    // Kernel >= 4.19 summary line: "oom-kill:constraint=CONSTRAINT_MEMCG,...,task=pt_main_thread,pid=461754,uid=0".
-    sig(KernelOomKill, r"\boom-kill:constraint="),
-    // Start of every kernel OOM report: "python3 invoked oom-killer: gfp_mask=0x...".
-    sig(KernelOomKill, r"\binvoked oom-killer\b"),
-    // Memcg OOM header, and the pre-5.0 "Task in /x killed as a result of limit of /y".
     sig(
+        "kernel_oom_killer",
         KernelOomKill,
-        r"(?i)\bMemory cgroup out of memory\b|\bkilled as a result of limit of\b",
+        &[
+            r"\bKill(?:ed)? process \d+ \(",
+            // Kernel >= 4.19 summary line:
+            // "oom-kill:constraint=CONSTRAINT_MEMCG,...,task=pt_main_thread,pid=461754,uid=0".
+            r"\boom-kill:constraint=",
+            // Start of every kernel OOM report: "python3 invoked oom-killer: gfp_mask=0x...".
+            r"\binvoked oom-killer\b",
+            // Memcg OOM header, and the pre-5.0 "Task in /x killed as a result of limit of /y".
+            r"(?i)\bMemory cgroup out of memory\b|\bkilled as a result of limit of\b",
+            // "oom_reaper: reaped process 15617 (python3), now anon-rss:0kB".
+            r"\boom_reaper: reaped process\b",
+        ],
     ),
-    // "oom_reaper: reaped process 15617 (python3), now anon-rss:0kB".
-    sig(KernelOomKill, r"\boom_reaper: reaped process\b"),
     // Kubernetes: node-problem-detector's "reason": "OOMKilling" event, a container's
     // "Reason: OOMKilled"; docker inspect's `"OOMKilled": false` says the opposite.
     sig_unless(
+        "k8s_oom_killed",
         KernelOomKill,
-        r"\bOOMKill(?:ing|ed)\b",
+        &[r"\bOOMKill(?:ing|ed)\b"],
         r#"(?i)OOMKilled"?\s*[:=]\s*false"#,
     ),
     // systemd-oomd: "systemd-oomd[672]: Killed /user.slice/... due to memory pressure".
-    sig(KernelOomKill, r"\bsystemd-oomd\[\d+\]: Killed\b"),
+    sig(
+        "systemd_oomd_kill",
+        KernelOomKill,
+        &[r"\bsystemd-oomd\[\d+\]: Killed\b"],
+    ),
     // ---------------------------------------------------------------- Slurm
     // task/cgroup plugin: "Detected 2 oom-kill event(s) in step 3756240.batch cgroup." and the
     // >= 22.05 "Detected 1 oom_kill event in StepId=...".
-    sig(SlurmOom, r"(?i)\bDetected \d+ oom[-_]kill event"),
-    // Both cgroup-plugin follow-up sentences.
     sig(
+        "slurm_cgroup_oom_kill",
         SlurmOom,
-        r"(?i)\bkilled by the cgroup out-of-memory handler\b|\bstep tasks have been OOM Killed\b",
+        &[
+            r"(?i)\bDetected \d+ oom[-_]kill event",
+            // Both cgroup-plugin follow-up sentences.
+            r"(?i)\bkilled by the cgroup out-of-memory handler\b|\bstep tasks have been OOM Killed\b",
+        ],
     ),
     // srun reporting the step: "srun: error: udc-ba26-19: task 0: Out Of Memory".
-    sig(SlurmOom, r"\btasks? [\d,\-\[\]]+: Out Of Memory\b"),
+    sig(
+        "srun_task_out_of_memory",
+        SlurmOom,
+        &[r"\btasks? [\d,\-\[\]]+: Out Of Memory\b"],
+    ),
     // jobacct_gather enforcement: "error: Job 848444 exceeded memory limit (33715636 >
     // 32757760), being killed".
     sig(
+        "slurm_jobacct_exceeded_limit",
         SlurmOom,
-        r"(?i)\bexceeded memory limit \(\d+ > \d+\), being killed",
+        &[r"(?i)\bexceeded memory limit \(\d+ > \d+\), being killed"],
     ),
     // Job state name in sacct / sstat / email output.
-    sig(SlurmOom, r"\bOUT_OF_MEMORY\b"),
+    sig(
+        "slurm_out_of_memory_state",
+        SlurmOom,
+        &[r"\bOUT_OF_MEMORY\b"],
+    ),
     // "slurmstepd: error: Exceeded job memory limit at some point." -- also printed for jobs
     // that succeed, so it only counts next to a sign that Slurm stopped the job.
     Signature {
-        kind: Kind::SlurmLimitHit,
-        pattern: r"(?i)\bExceeded (?:job|step) memory limit\b",
-        veto: None,
-        whole_line: false,
+        role: Role::SlurmLimitHit,
+        ..sig(
+            "slurm_memory_limit_hit",
+            SlurmOom,
+            &[r"(?i)\bExceeded (?:job|step) memory limit\b"],
+        )
     },
     // "slurmstepd: error: *** JOB 848444 ON host CANCELLED AT 2018-05-04T17:06:42 ***" (a
     // "DUE TO TIME LIMIT" cancel is something else) and "srun: error: host: task 0: Killed".
     Signature {
-        kind: Kind::SlurmStopped,
-        pattern: r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT\b|srun: error: [^:]+: tasks? [\d,\-\[\]]+: Killed",
-        veto: Some(r"\bDUE TO\b"),
-        whole_line: false,
+        role: Role::SlurmStopped,
+        ..sig_unless(
+            "slurm_stopped",
+            SlurmOom,
+            &[
+                r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT\b|srun: error: [^:]+: tasks? [\d,\-\[\]]+: Killed",
+            ],
+            r"\bDUE TO\b",
+        )
     },
     // ---------------------------------------------------------------- SIGKILL, sender unknown
     // A shell's job-status line for a foreground job killed by SIGKILL: bash's bare "Killed",
     // job control "[1]+  Killed   python train.py", zsh "zsh: killed  python train.py",
     // macOS "Killed: 9".
     line_sig(
+        "shell_job_killed",
         KilledBySigkill,
-        r"(?i)^(?:\[\d+\][+-]?\s+)?(?:zsh:\s+)?killed(?::\s*9)?(?:\s{2,}\S.*)?$",
+        &[r"(?i)^(?:\[\d+\][+-]?\s+)?(?:zsh:\s+)?killed(?::\s*9)?(?:\s{2,}\S.*)?$"],
     ),
     // bash running a script: "/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed
     //       python3 main.py ...", and `bash -c '...'` naming itself: "bash: 14837 Killed
     //       python3 -c ...".
-    sig(KilledBySigkill, SHELL_PID_KILLED),
+    sig(
+        "shell_script_job_killed",
+        KilledBySigkill,
+        &[SHELL_PID_KILLED],
+    ),
     // Launchers and IDEs: torch.distributed.elastic "failed (exitcode: -9) local_rank: 5",
     // ChildFailedError "exitcode  : -9", PyCharm "Process finished with exit code 137",
     // docker compose "exited with code 137".
     sig(
+        "launcher_exit_minus_9",
         KilledBySigkill,
-        r"(?i)\bexit(?:ed)?\s*(?:with\s+)?(?:code|status)\s*[:=]?\s*(?:137|-9)\b",
+        &[r"(?i)\bexit(?:ed)?\s*(?:with\s+)?(?:code|status)\s*[:=]?\s*(?:137|-9)\b"],
     ),
     // DeepSpeed launcher "exits with return code = -9"; subprocess "returned non-zero exit
     // status -9" / "died with <Signals.SIGKILL: 9>"; "interrupted by signal 9: SIGKILL";
     // elastic's "Signal 9 (SIGKILL) received by PID 1234".
     sig(
+        "launcher_signal_sigkill",
         KilledBySigkill,
-        r"(?i)\breturn\s*code\s*[:=]?\s*(?:137|-9)\b|\bnon-zero exit status (?:137|-9)\b|<Signals\.SIGKILL: 9>|\bsignal\s*9\W{0,3}SIGKILL\b",
+        &[
+            r"(?i)\breturn\s*code\s*[:=]?\s*(?:137|-9)\b|\bnon-zero exit status (?:137|-9)\b|<Signals\.SIGKILL: 9>|\bsignal\s*9\W{0,3}SIGKILL\b",
+        ],
     ),
 ];
 
@@ -397,8 +505,13 @@ const EVIDENCE_MAX: usize = 200;
 const MAX_FINDINGS: usize = 200;
 
 struct Compiled {
+    /// Every pattern of every family, in table order: one pass over a line tests them all.
     set: RegexSet,
+    /// The family (index into [`SIGNATURES`]) of each pattern in `set`.
+    owner: Vec<usize>,
+    /// Each pattern on its own, to find where it matched.
     each: Vec<Regex>,
+    /// Each family's veto.
     vetoes: Vec<Option<Regex>>,
     prefix: Regex,
     shell_kill: Regex,
@@ -407,9 +520,14 @@ struct Compiled {
 fn compiled() -> &'static Compiled {
     static COMPILED: OnceLock<Compiled> = OnceLock::new();
     COMPILED.get_or_init(|| {
-        let patterns: Vec<&str> = SIGNATURES.iter().map(|s| s.pattern).collect();
+        let (owner, patterns): (Vec<usize>, Vec<&str>) = SIGNATURES
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| s.patterns.iter().map(move |p| (i, *p)))
+            .unzip();
         Compiled {
             set: RegexSet::new(&patterns).expect("signature patterns compile"),
+            owner,
             each: patterns.iter().map(|p| Regex::new(p).expect("signature compiles")).collect(),
             vetoes: SIGNATURES
                 .iter()
@@ -449,6 +567,17 @@ pub(crate) fn split_lines(text: &str) -> Vec<&str> {
         lines.extend(piece.split('\r'));
     }
     lines
+}
+
+/// The line number in the file (1-based, counting `\n`) of each line [`split_lines`] returns:
+/// pieces of one line split at a bare `\r` share its number.
+pub(crate) fn line_numbers(text: &str) -> Vec<usize> {
+    let mut numbers = Vec::new();
+    for (n, piece) in text.split('\n').enumerate() {
+        let piece = piece.strip_suffix('\r').unwrap_or(piece);
+        numbers.extend(piece.split('\r').map(|_| n + 1));
+    }
+    numbers
 }
 
 /// Whether a (prefix-stripped) line is a shell's report that its job died of SIGKILL, such as
@@ -512,6 +641,12 @@ struct Prepared<'a> {
 /// Scans `text` and returns its findings in the order they appear, each with the index of the
 /// line it was found on. Repeated identical findings are kept once, at their last position.
 pub(crate) fn scan_positions(text: &str) -> Vec<(usize, Finding)> {
+    scan_positions_without(text, None)
+}
+
+/// [`scan_positions`] as if the family named `without` were not in the table: what the text
+/// would have said without it (the runner-up that `classify --explain` shows).
+pub(crate) fn scan_positions_without(text: &str, without: Option<&str>) -> Vec<(usize, Finding)> {
     let c = compiled();
     let raw_lines = split_lines(text);
     let mut lines: Vec<Prepared> = Vec::with_capacity(raw_lines.len());
@@ -527,7 +662,23 @@ pub(crate) fn scan_positions(text: &str) -> Vec<(usize, Finding)> {
         lines.push(Prepared { text, raw, echo });
     }
 
-    let mut found: Vec<(usize, usize, String)> = Vec::new(); // (line, signature, evidence)
+    let mut found: Vec<(usize, usize, String)> = Vec::new(); // (line, family, evidence)
+                                                             // The families of the patterns that match `text`, each once, in table order.
+    let families_matching = |text: &str| -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = Vec::new(); // (family, pattern)
+        for pat in c.set.matches(text).iter() {
+            let idx = c.owner[pat];
+            if Some(SIGNATURES[idx].name) != without && out.last().is_none_or(|&(f, _)| f != idx) {
+                out.push((idx, pat));
+            }
+        }
+        out
+    };
+    // Several families of one class often describe the same message
+    // ("torch.OutOfMemoryError: CUDA out of memory"): one finding per class and line.
+    let same = |a: usize, b: usize| {
+        SIGNATURES[a].class == SIGNATURES[b].class && SIGNATURES[a].role == SIGNATURES[b].role
+    };
     let mut per_line: Vec<Vec<usize>> = Vec::with_capacity(lines.len());
 
     let vetoed = |idx: usize, context: &str, next: Option<&str>| -> bool {
@@ -546,18 +697,12 @@ pub(crate) fn scan_positions(text: &str) -> Vec<(usize, Finding)> {
         let text = line.text.trim_end();
         if !line.echo && !text.is_empty() {
             let next = lines.get(i + 1).map(|l| l.raw);
-            for idx in c.set.matches(text).iter() {
-                // One finding per family and line: several signatures often describe the same
-                // message ("torch.OutOfMemoryError: CUDA out of memory").
-                if vetoed(idx, text, next)
-                    || hits
-                        .iter()
-                        .any(|&h| SIGNATURES[h].kind == SIGNATURES[idx].kind)
-                {
+            for (idx, pat) in families_matching(text) {
+                if vetoed(idx, text, next) || hits.iter().any(|&h| same(h, idx)) {
                     continue;
                 }
                 hits.push(idx);
-                let at = c.each[idx].find(text).map(|m| (m.start(), m.end()));
+                let at = c.each[pat].find(text).map(|m| (m.start(), m.end()));
                 found.push((i, idx, evidence(text, at)));
             }
         }
@@ -577,9 +722,8 @@ pub(crate) fn scan_positions(text: &str) -> Vec<(usize, Finding)> {
         glued.push_str(&a.text[ceil_boundary(a.text, a.text.len().saturating_sub(GLUE_SPAN))..]);
         glued.push_str(&b.raw[..floor_boundary(b.raw, GLUE_SPAN)]);
         let mut glued_hits: Vec<usize> = Vec::new();
-        for idx in c.set.matches(&glued).iter() {
-            let kind = SIGNATURES[idx].kind;
-            let seen = |hits: &[usize]| hits.iter().any(|&h| SIGNATURES[h].kind == kind);
+        for (idx, pat) in families_matching(&glued) {
+            let seen = |hits: &[usize]| hits.iter().any(|&h| same(h, idx));
             if SIGNATURES[idx].whole_line
                 || seen(&per_line[i])
                 || seen(&per_line[i + 1])
@@ -591,26 +735,32 @@ pub(crate) fn scan_positions(text: &str) -> Vec<(usize, Finding)> {
                 continue;
             }
             glued_hits.push(idx);
-            let at = c.each[idx].find(&glued).map(|m| (m.start(), m.end()));
+            let at = c.each[pat].find(&glued).map(|m| (m.start(), m.end()));
             found.push((i, idx, evidence(&glued, at)));
         }
     }
 
     // Slurm's "Exceeded job memory limit" counts only next to a sign that Slurm stopped the job.
-    let has_kind = |k: Kind| found.iter().any(|(_, idx, _)| SIGNATURES[*idx].kind == k);
-    let slurm_fatal = has_kind(Kind::SlurmStopped) && !has_kind(Kind::Sig(SlurmOom));
+    let has = |role: Role, class: Family| {
+        found
+            .iter()
+            .any(|(_, idx, _)| SIGNATURES[*idx].role == role && SIGNATURES[*idx].class == class)
+    };
+    let slurm_fatal = has(Role::SlurmStopped, SlurmOom) && !has(Role::Finding, SlurmOom);
     let mut out: Vec<(usize, Finding)> = found
         .into_iter()
-        .filter_map(|(i, idx, line)| match SIGNATURES[idx].kind {
-            Kind::Sig(family) => Some((i, Finding { family, line })),
-            Kind::SlurmLimitHit if slurm_fatal => Some((
-                i,
-                Finding {
-                    family: SlurmOom,
-                    line,
-                },
-            )),
-            _ => None,
+        .filter_map(|(i, idx, line)| {
+            let s = &SIGNATURES[idx];
+            let finding = Finding {
+                family: s.class,
+                name: s.name,
+                line,
+            };
+            match s.role {
+                Role::Finding => Some((i, finding)),
+                Role::SlurmLimitHit if slurm_fatal => Some((i, finding)),
+                _ => None,
+            }
         })
         .collect();
 
@@ -798,6 +948,127 @@ mod tests {
     }
 
     #[test]
+    fn family_names_are_unique_snake_case() {
+        let mut seen = std::collections::BTreeSet::new();
+        for s in SIGNATURES {
+            assert!(
+                !s.name.is_empty()
+                    && s.name.starts_with(|c: char| c.is_ascii_lowercase())
+                    && s.name
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+                "{:?} is not snake_case",
+                s.name
+            );
+            assert!(seen.insert(s.name), "{:?} twice in SIGNATURES", s.name);
+            assert!(!s.patterns.is_empty(), "{:?} has no pattern", s.name);
+        }
+    }
+
+    /// (line, name of the family that must name its finding): the first family of a class
+    /// that matches a line names it, so the specific families come before the catch-alls.
+    const NAMES: &[(&str, &str)] = &[
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "pytorch_allocator_oom"),
+        ("torch.AcceleratorError: CUDA error: out of memory", "cuda_runtime_oom"),
+        ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "cuda_lib_alloc_failed"),
+        ("E0611 context_gpu.cu:415] event_gpu.cc:17: out of memory", "device_out_of_memory_text"),
+        ("OutOfMemoryError                          Traceback (most recent call last)", "oom_exception_class"),
+        ("RuntimeError: [enforce fail at CPUAllocator.cpp:56] posix_memalign(&data, gAlignment, nbytes) == 0. 12 vs 0", "pytorch_cpu_allocator_oom"),
+        ("python3 invoked oom-killer: gfp_mask=0x6200ca(GFP_HIGHUSER_MOVABLE), order=0", "kernel_oom_killer"),
+        ("slurmstepd: error: Detected 2 oom-kill event(s) in step 3756240.batch cgroup.", "slurm_cgroup_oom_kill"),
+        ("slurmstepd: error: Exceeded job memory limit\nslurmstepd: error: *** JOB 42664148 ON cn3152 CANCELLED AT 2017-06-06T00:11:58 ***", "slurm_memory_limit_hit"),
+        ("training...\nKilled", "shell_job_killed"),
+        ("bash: 14837 Killed                  python3 -c \"import os\"", "shell_script_job_killed"),
+        ("failed (exitcode: -9) local_rank: 5 (pid: 2630) of binary: /usr/bin/python", "launcher_exit_minus_9"),
+        ("subprocess.CalledProcessError: Command '['python']' died with <Signals.SIGKILL: 9>.", "launcher_signal_sigkill"),
+    ];
+
+    #[test]
+    fn findings_name_their_family() {
+        for (text, want) in NAMES {
+            let names: Vec<&str> = scan(text).iter().map(|f| f.name).collect();
+            assert_eq!(names, [*want], "{text:?}");
+        }
+    }
+
+    /// Families that cannot stand alone in any output.
+    const CANNOT_STAND_ALONE: &[&str] = &[
+        // Slurm stopping a job (a CANCELLED banner, srun's "task 0: Killed") is never a finding
+        // itself: it only makes "Exceeded job memory limit" (slurm_memory_limit_hit) one.
+        "slurm_stopped",
+    ];
+
+    /// Families that have no corpus file of their own yet: each needs one (a real output in
+    /// which only that family matches), then leaves this list. The test fails when a listed
+    /// family has gained one, so the list only shrinks.
+    const AWAITING_CORPUS: &[&str] = &[
+        "nccl_cuda_alloc_failed",
+        "tf_bfc_ran_out",
+        "oom_exception_class",
+        "device_out_of_memory_text",
+        "java_heap_oom",
+        "nccl_shm_full",
+        "k8s_oom_killed",
+        "systemd_oomd_kill",
+        "slurm_out_of_memory_state",
+        "slurm_memory_limit_hit",
+        "shell_script_job_killed",
+    ];
+
+    /// Every family is shown to be needed by real output: at least one file of
+    /// tests/fixtures/oom-corpus in which it is the only family that matches any line. A line
+    /// matches the family that names its finding: the first of its class in the table (see
+    /// [`NAMES`]), so a catch-all needs output that no specific family explains.
+    #[test]
+    fn every_family_has_a_corpus_file_of_its_own() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/oom-corpus");
+        let mut alone: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+        for entry in std::fs::read_dir(dir).expect("corpus dir") {
+            let path = entry.expect("dir entry").path();
+            if path.extension().is_none_or(|e| e != "txt") {
+                continue;
+            }
+            let text =
+                String::from_utf8_lossy(&std::fs::read(&path).expect("corpus file")).into_owned();
+            let names: std::collections::BTreeSet<&str> =
+                scan(&text).iter().map(|f| f.name).collect();
+            if let [only] = names.into_iter().collect::<Vec<_>>()[..] {
+                let file = path
+                    .file_name()
+                    .expect("file name")
+                    .to_string_lossy()
+                    .into_owned();
+                alone.entry(only).or_default().push(file);
+            }
+        }
+        let mut missing = Vec::new();
+        let mut listed_but_covered = Vec::new();
+        for s in SIGNATURES {
+            if CANNOT_STAND_ALONE.contains(&s.name) {
+                continue;
+            }
+            match (alone.get(s.name), AWAITING_CORPUS.contains(&s.name)) {
+                (None, false) => missing.push(s.name),
+                (Some(files), true) => {
+                    listed_but_covered.push(format!("{} ({})", s.name, files[0]))
+                }
+                _ => {}
+            }
+        }
+        for name in AWAITING_CORPUS.iter().chain(CANNOT_STAND_ALONE) {
+            assert!(
+                SIGNATURES.iter().any(|s| s.name == *name),
+                "{name:?} is listed but not in SIGNATURES"
+            );
+        }
+        assert!(
+            missing.is_empty() && listed_but_covered.is_empty(),
+            "families without a corpus file in which only they match: {missing:?}\n\
+             families in AWAITING_CORPUS that now have one (remove them): {listed_but_covered:?}"
+        );
+    }
+
+    #[test]
     fn hard_wrap_keeps_evidence_readable() {
         let text = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.11 GiB\n reserved in total by PyTorch) See documentation for Memory Mana\ngement and PYTORCH_CUDA_ALLOC_CONF";
         let found = scan(text);
@@ -829,6 +1100,13 @@ mod tests {
             pos.iter().map(|(i, f)| (*i, f.family)).collect::<Vec<_>>(),
             vec![(2, DeviceOom), (3, KilledBySigkill)]
         );
+    }
+
+    #[test]
+    fn line_numbers_follow_split_lines() {
+        let text = "a\r\nb\rc\n\nd";
+        assert_eq!(split_lines(text), ["a", "b", "c", "", "d"]);
+        assert_eq!(line_numbers(text), [1, 2, 2, 3, 4]);
     }
 
     #[test]

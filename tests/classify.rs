@@ -203,3 +203,160 @@ fn a_shells_kill_report_is_a_kill_in_every_language() {
         assert_eq!(attempt["cause"], "killed", "{locale}: {attempt}");
     }
 }
+
+/// The 1-based number of the only line of corpus file `file` that contains `needle`.
+fn line_of(file: &str, needle: &str) -> usize {
+    let text = std::fs::read_to_string(format!("{CORPUS}/{file}")).unwrap();
+    let hits: Vec<usize> = text
+        .split('\n')
+        .enumerate()
+        .filter(|(_, l)| l.contains(needle))
+        .map(|(i, _)| i + 1)
+        .collect();
+    assert_eq!(hits.len(), 1, "{needle:?} in {file}: {hits:?}");
+    hits[0]
+}
+
+/// `--explain` names the line that decided, by its number in the file, the family that matched
+/// it, and the runner-up: here Slurm's cgroup OOM report decides, and without it the shell's
+/// `Killed` line a line above would have.
+#[test]
+fn explain_names_deciding_line_family_and_runner_up() {
+    let file = "slurm_oom__v21_stepid_batch_cgroup_with_bash_killed.txt";
+    let path = format!("{CORPUS}/{file}");
+    let out = util::Sandbox::new()
+        .oomguard(&["classify", "--explain", &path])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr_of(&out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], format!("{path}: oom_killed"), "{stdout}");
+    let decided = line_of(file, "Detected 1 oom-kill event(s)");
+    let shell = line_of(file, "Killed");
+    assert!(
+        lines[1].starts_with(&format!(
+            "  decided by line {decided} (slurm_cgroup_oom_kill): \"slurmstepd: error: Detected 1 oom-kill event(s)"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].starts_with(&format!(
+            "  runner-up: oom_killed at line {shell} (shell_script_job_killed): \"/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed"
+        )),
+        "{stdout}"
+    );
+    assert_eq!(lines.len(), 3, "{stdout}");
+}
+
+/// `--json --explain` over the whole corpus agrees with plain `classify`, and every line it
+/// cites is the file's line of that number.
+#[test]
+fn json_explain_agrees_with_classify_on_the_corpus() {
+    let expected = expected();
+    let mut files: Vec<String> = expected.keys().map(|f| format!("{CORPUS}/{f}")).collect();
+    files.sort();
+    let sb = util::Sandbox::new();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["classify"];
+        args.extend_from_slice(extra);
+        args.extend(files.iter().map(String::as_str));
+        let out = sb.oomguard(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", util::stderr_of(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let plain = run(&["--json"]);
+    let explained = run(&["--json", "--explain"]);
+    let plain: Vec<serde_json::Value> = plain
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let explained: Vec<serde_json::Value> = explained
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(plain.len(), files.len());
+    assert_eq!(explained.len(), files.len());
+    let mut with_runner_up = 0;
+    for (p, e) in plain.iter().zip(&explained) {
+        let file = e["file"].as_str().unwrap();
+        assert_eq!(p["file"], e["file"]);
+        assert_eq!(p["class"], e["class"], "{file}");
+        assert_eq!(p["evidence"], e["evidence"], "{file}");
+        let text = String::from_utf8_lossy(&std::fs::read(file).unwrap()).into_owned();
+        let file_lines: Vec<&str> = text.split('\n').collect();
+        // A cited line is the file's line of that number: its text (prefixes stripped, cut
+        // with "…") appears in it, or, for a phrase glued across a hard-wrap, starts in it.
+        let cited = |at: &serde_json::Value| {
+            let n = at["line"].as_u64().unwrap() as usize;
+            let shown = at["text"].as_str().unwrap().trim_matches('…');
+            let head: String = shown.chars().take(30).collect();
+            let line = file_lines[n - 1];
+            assert!(
+                line.contains(&head)
+                    || (line.to_string() + file_lines.get(n).unwrap_or(&"")).contains(&head),
+                "{file}: line {n} is {line:?}, cited as {shown:?}"
+            );
+        };
+        let lines = e["lines"].as_array().unwrap();
+        if e["class"] == "none" {
+            assert!(
+                lines.is_empty() && e["family"].is_null() && e["runner_up"].is_null(),
+                "{e}"
+            );
+            continue;
+        }
+        assert!(!lines.is_empty(), "{e}");
+        lines.iter().for_each(cited);
+        if e["overridden"].is_null() {
+            assert_eq!(lines[0]["family"], e["family"], "{e}");
+            assert!(e["family"].is_string(), "{e}");
+        } else {
+            cited(&e["overridden"]);
+        }
+        if !e["runner_up"].is_null() {
+            with_runner_up += 1;
+            cited(&e["runner_up"]);
+            assert_ne!(e["runner_up"]["family"], e["family"], "{e}");
+        }
+    }
+    // Most OOM outputs say it more than one way.
+    assert!(with_runner_up > 10, "{with_runner_up}");
+}
+
+/// A survived OOM overridden by a later fatal error: `--explain` shows both lines and why.
+#[test]
+fn explain_shows_a_survived_oom_overridden() {
+    let sb = util::Sandbox::new();
+    let log = sb.path("caught.log");
+    std::fs::write(
+        &log,
+        "epoch 1\n\
+         | WARNING: ran out of memory with exception: CUDA out of memory. Tried to allocate 20.00 MiB; Skipping batch\n\
+         epoch 2\n\
+         Traceback (most recent call last):\n  File \"t.py\", line 1\n    f()\n\
+         ValueError: Expected input batch_size (4) to match target batch_size (1).\n",
+    )
+    .unwrap();
+    let log = log.to_str().unwrap();
+    let out = sb
+        .oomguard(&["classify", "--explain", log])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", util::stderr_of(&out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.starts_with(&format!("{log}: failed\n  decided by line 7 (a fatal error of the job's own): \"ValueError: Expected input batch_size")), "{stdout}");
+    assert!(stdout.contains("\n  overrode device_oom at line 2 (pytorch_allocator_oom): \"| WARNING: ran out of memory"), "{stdout}");
+    assert!(stdout.contains("\n    because the job went on after this out-of-memory error and died of its own error on line 7"), "{stdout}");
+
+    let out = sb
+        .oomguard(&["classify", "--json", "--explain", log])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["class"], "failed");
+    assert_eq!(v["lines"][0]["line"], 7);
+    assert_eq!(v["overridden"]["line"], 2);
+    assert_eq!(v["overridden"]["family"], "pytorch_allocator_oom");
+    assert_eq!(v["overridden"]["class"], "device_oom");
+}
