@@ -233,7 +233,7 @@ fn wrapper_exception() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
         Regex::new(
-            r"ChildFailedError|ProcessRaisedException|ProcessExitedException|CalledProcessError|BrokenProcessPool|RayTaskError|DataLoader worker|^Exception:?\s*$",
+            r"ChildFailedError|ProcessRaisedException|ProcessExitedException|CalledProcessError|BrokenProcessPool|RayTaskError|DataLoader worker|^Exception:?\s*$|^Error:\s*[A-Z][A-Za-z]*$",
         )
         .expect("wrapper pattern compiles")
     })
@@ -242,11 +242,13 @@ fn wrapper_exception() -> &'static Regex {
 /// A program's own last words: `sys.exit("error: checkpoint dir /ckpt is not writable")`,
 /// `fatal: ...`. Anchored at the start of the (prefix-stripped) line, so launchers' lines that
 /// name themselves first (`srun: error: node1: task 0: Exited with exit code 1`,
-/// `slurmstepd: error: *** JOB 42 ON n1 CANCELLED ...`) are not the job's.
+/// `slurmstepd: error: *** JOB 42 ON n1 CANCELLED ...`) are not the job's, and a space must follow
+/// the colon, so a logging record's level (`ERROR:root:...`, `ERROR:2020-11-20 04:09:51,165:...`)
+/// is not taken for one.
 fn exit_message() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
-        Regex::new(r"(?i)^(?:error|fatal)\s*:").expect("exit message pattern compiles")
+        Regex::new(r"(?i)^(?:error|fatal)\s*:\s").expect("exit message pattern compiles")
     })
 }
 
@@ -275,8 +277,8 @@ fn is_chain_marker(line: &str) -> bool {
 /// about memory: an exception line that does not merely wrap another, or an `error:` /
 /// `fatal:` exit message, and not the collateral damage of a peer's death.
 fn is_fatal_error(line: &str) -> bool {
-    let exception = exception_line().is_match(line) && !wrapper_exception().is_match(line);
-    (exception || exit_message().is_match(line))
+    (exception_line().is_match(line) || exit_message().is_match(line))
+        && !wrapper_exception().is_match(line)
         && !collateral_error().is_match(line)
         && scan::scan(line).is_empty()
 }
@@ -346,6 +348,20 @@ fn is_teardown_frame(frame: &str) -> bool {
     .any(|part| path.contains(part))
 }
 
+/// Whether a shell's `Killed` report is of a SIGKILL someone sent rather than the kernel's OOM
+/// killer: the text shows the command that sent it (`timeout -s KILL 5 ...`, `kill -9 4242`,
+/// `pkill -9 python`), or the line is macOS's `Killed: 9` (no Linux OOM killer there).
+fn kill_sent_by_someone(text: &str, shell_kill: &Finding) -> bool {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    let sender = RE.get_or_init(|| {
+        Regex::new(
+            r"\btimeout\s+(?:-s\s*|--signal[= ])(?:SIG)?(?:KILL|9)\b|\b(?:kill|pkill|killall)\s+(?:-(?:s\s+)?(?:SIG)?(?:KILL|9))\b",
+        )
+        .expect("kill sender pattern compiles")
+    });
+    shell_kill.line.trim().eq_ignore_ascii_case("killed: 9") || sender.is_match(text)
+}
+
 /// What the output alone says about how the job died. Built once by [`read_text`], the one
 /// reading of the text that both [`classify`] (a supervised attempt, which adds how it ended
 /// and kernel evidence) and [`classify_text`] (`oomguard classify`) stand on.
@@ -367,7 +383,8 @@ enum Sign {
     },
     /// A shell's own report that its job died of SIGKILL (see [`scan::is_shell_job_kill`]).
     ShellKill(Finding),
-    /// A launcher's or IDE's report of a SIGKILL (`exitcode: -9`, exit code 137).
+    /// A launcher's or IDE's report of a SIGKILL (`exitcode: -9`, exit code 137), or a shell's
+    /// where the text shows that someone sent it (see [`kill_sent_by_someone`]).
     LauncherKill(Finding),
 }
 
@@ -406,7 +423,11 @@ fn read_findings(text: &str, found: &[(usize, Finding)]) -> Reading {
     } else if let Some(sign) = memory_sign(text, found) {
         Some(sign)
     } else if let Some(f) = &shell_kill {
-        Some(Sign::ShellKill(f.clone()))
+        Some(if kill_sent_by_someone(text, f) {
+            Sign::LauncherKill(f.clone())
+        } else {
+            Sign::ShellKill(f.clone())
+        })
     } else {
         kills().next_back().map(|f| Sign::LauncherKill(f.clone()))
     };
@@ -470,8 +491,10 @@ fn memory_sign(text: &str, found: &[(usize, Finding)]) -> Option<Sign> {
 fn skip_marker() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| {
-        Regex::new(r"(?i)\bskip(?:ping|ped)?\s+(?:this\s+|the\s+)?(?:batch|update|step|iteration)\b")
-            .expect("skip pattern compiles")
+        Regex::new(
+            r"(?i)\bskip(?:ping|ped)?\s+(?:this\s+|the\s+)?(?:batch|update|step|iteration)\b",
+        )
+        .expect("skip pattern compiles")
     })
 }
 

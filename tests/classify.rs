@@ -317,7 +317,9 @@ fn json_explain_agrees_with_classify_on_the_corpus() {
         if !e["runner_up"].is_null() {
             with_runner_up += 1;
             cited(&e["runner_up"]);
-            assert_ne!(e["runner_up"]["family"], e["family"], "{e}");
+            if e["family"].is_string() {
+                assert_ne!(e["runner_up"]["family"], e["family"], "{e}");
+            }
         }
     }
     // Most OOM outputs say it more than one way.
