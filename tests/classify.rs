@@ -172,10 +172,10 @@ fn a_shells_kill_report_is_a_kill_in_every_language() {
     if !missing.is_empty() {
         eprintln!("SKIPPED for {missing:?}: locale not installed (.ci/run generates them)");
     }
-    assert!(
-        missing.len() < LOCALES.len(),
-        "no locale installed to test with: run .ci/run's locale step"
-    );
+    // CI generates them and says so: there, a missing one is a failure, not a skip.
+    if std::env::var_os("OOMGUARD_TEST_LOCALES").is_some() {
+        assert!(missing.is_empty(), "{missing:?} not installed");
+    }
 
     // Supervised: a shell wrapper exits 137 after its child's SIGKILL, and says so in Chinese.
     if let Some(locale) = LOCALES.iter().find(|l| !missing.contains(l)) {
