@@ -354,3 +354,52 @@ fn no_pty_keeps_pipes_under_a_terminal() {
         text(&seen)
     );
 }
+
+/// A process outside the job's tree that holds the job's stdout open (here one the test started,
+/// which opens it through /proc/PID/fd/1) keeps the pipe from closing after the job is gone.
+/// oomguard reads on while bytes still come through it, and lets go, with a warning, once
+/// nothing has come for a while: the run ends, and what came is in the log.
+#[test]
+fn a_pipe_held_open_outside_the_job_is_read_while_it_carries_bytes_then_let_go() {
+    let sb = Sandbox::new();
+    let pid_file = sb.path("job.pid");
+    let held = sb.path("held");
+    let job = format!(
+        "import os, time\n\
+         open({pid:?}, 'w').write(str(os.getpid()))\n\
+         deadline = time.time() + 60\n\
+         while not os.path.exists({held:?}) and time.time() < deadline:\n    time.sleep(0.01)\n\
+         print('job done', flush=True)\n",
+        pid = pid_file.to_str().unwrap(),
+        held = held.to_str().unwrap(),
+    );
+    // Outside oomguard's tree: takes its own copy of the job's stdout, says so, writes three
+    // slow lines after the job is gone, then holds the pipe silently until killed.
+    let holder_code = format!(
+        "import os, time\n\
+         deadline = time.time() + 60\n\
+         while not os.path.exists({pid:?}) and time.time() < deadline:\n    time.sleep(0.01)\n\
+         out = open('/proc/%s/fd/1' % open({pid:?}).read(), 'w')\n\
+         open({held:?}, 'w').close()\n\
+         time.sleep(0.5)\n\
+         for i in range(3):\n    out.write('held %d\\n' % i); out.flush(); time.sleep(0.5)\n\
+         time.sleep(600)\n",
+        pid = pid_file.to_str().unwrap(),
+        held = held.to_str().unwrap(),
+    );
+    let mut holder = std::process::Command::new("python3")
+        .args(["-c", &holder_code])
+        .spawn()
+        .unwrap();
+    let out = sb.run(&[], &["python3", "-c", &job]).output().unwrap();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("held open by a process outside its tree"),
+        "{stderr}"
+    );
+    let log = std::fs::read_to_string(sb.run_dir().join("attempt-1.log")).unwrap();
+    assert!(log.contains("job done") && log.contains("held 2"), "{log}");
+}
