@@ -28,6 +28,7 @@ pub mod cli;
 pub mod config;
 pub mod doctor;
 pub mod gpu;
+pub mod knobs;
 pub mod kernel;
 pub mod mem;
 pub mod outcome;
