@@ -320,6 +320,155 @@ fn is_unexplained_sigkill(pid: u32, pgid: u32, ending: Ending, phase: &Phase) ->
     pid != pgid && matches!(ending, Ending::Signaled { signal: 9, .. }) && !leftovers_stopped
 }
 
+/// A started attempt: the job, where its output goes, and what was read before it began.
+struct StartedJob {
+    attempt: u32,
+    /// The main process's PID, also its process group.
+    pgid: u32,
+    cgroup: Option<JobCgroup>,
+    before: EvidenceBefore,
+    started_at: SystemTime,
+    started: Instant,
+    sinks: Sinks,
+    /// One message per reader that reached EOF.
+    closed_rx: mpsc::UnboundedReceiver<()>,
+    open_pipes: usize,
+    /// Lifts the readers' back-pressure once the job's processes are gone.
+    unbounded: Arc<AtomicBool>,
+    /// The job's pseudo-terminal, to resize; `None` with pipes.
+    pty_master: Option<File>,
+    /// When to look again whether the pipes, held open after the job is gone, still carry bytes.
+    drain_until: Option<TokioInstant>,
+    drained_bytes: u64,
+}
+
+impl StartedJob {
+    /// Every process of the job is gone but a pipe is still open: read it to the end at once,
+    /// and look again in [`PIPE_DRAIN`].
+    fn start_draining(&mut self) {
+        if self.drain_until.is_none() {
+            stream::Forwarder::release(&self.unbounded);
+            self.drained_bytes = self.sinks.bytes_read();
+            self.drain_until = Some(TokioInstant::now() + PIPE_DRAIN);
+        }
+    }
+
+    /// Whether the pipes carried nothing since the last look (a process outside the job's tree
+    /// holds them open): then oomguard stops waiting. Otherwise it looks again later.
+    fn drain_stalled(&mut self) -> bool {
+        if self.sinks.bytes_read() == self.drained_bytes {
+            tracing::warn!("the job's output pipes are held open by a process outside its tree and carried nothing for {PIPE_DRAIN:?}; not waiting for them");
+            // A stray writer is back-pressured again, not buffered without end.
+            self.unbounded.store(false, Ordering::Release);
+            return true;
+        }
+        self.drained_bytes = self.sinks.bytes_read();
+        self.drain_until = Some(TokioInstant::now() + PIPE_DRAIN);
+        false
+    }
+}
+
+/// What an attempt has seen so far.
+struct AttemptState {
+    phase: Phase,
+    user_stop: Option<UserStop>,
+    memory_stop: Option<Crossing>,
+    /// When the job gets SIGKILL (the grace period after a stop request).
+    kill_at: Option<TokioInstant>,
+    watch: SampleWatch,
+    /// Every PID seen in the job's tree.
+    known: HashSet<u32>,
+    sigkilled_descendant: Option<u32>,
+    /// Whether oomguard stopped the job's group for job control (Ctrl-Z) and has not yet
+    /// continued it: a job stopped by SIGTTIN on its own is the one to tell the user about.
+    stopped_by_us: bool,
+    told_terminal_stop: bool,
+}
+
+impl AttemptState {
+    fn new(setup: &Setup, pgid: u32) -> Self {
+        AttemptState {
+            phase: Phase::Running,
+            user_stop: None,
+            memory_stop: None,
+            kill_at: None,
+            watch: SampleWatch::new(setup),
+            known: HashSet::from([pgid]),
+            sigkilled_descendant: None,
+            stopped_by_us: false,
+            told_terminal_stop: false,
+        }
+    }
+}
+
+/// What woke the attempt's loop.
+enum Wake {
+    Signal(Signal),
+    PipeClosed,
+    Tick,
+    GraceOver,
+    DrainCheck,
+}
+
+/// Whether the attempt goes on after a look at the job's tree.
+#[derive(Debug, PartialEq, Eq)]
+enum Look {
+    Going,
+    Done,
+}
+
+/// Kernel evidence read before an attempt, to compare with after it.
+struct EvidenceBefore {
+    vmstat_oom_kills: Option<u64>,
+    /// The cgroups the job lives in when it gets no attempt cgroup (oomguard's own and those
+    /// above it, whose OOM-kill counters any user can read), and their counters. An attempt
+    /// cgroup's own counter already sees every kill of the job's processes.
+    chain: Option<(cgroup_chain::Chain, Vec<cgroup_chain::Level>)>,
+    kmsg: Option<Kmsg>,
+}
+
+impl EvidenceBefore {
+    fn read(paths: &KernelPaths, without_attempt_cgroup: bool) -> Self {
+        let chain = without_attempt_cgroup
+            .then(cgroup_chain::Chain::detect_current)
+            .flatten()
+            .map(|chain| {
+                let levels = chain.read();
+                (chain, levels)
+            });
+        EvidenceBefore {
+            vmstat_oom_kills: kernel::read_vmstat_oom_kill(&paths.vmstat),
+            chain,
+            kmsg: Kmsg::open_at_end(&paths.kmsg),
+        }
+    }
+
+    /// The evidence after the attempt: counters' deltas, and the kernel log's victim lines that
+    /// name a PID of the job (`known`).
+    fn after(mut self, paths: &KernelPaths, known: &HashSet<u32>) -> KernelEvidence {
+        KernelEvidence {
+            vmstat_oom_kill_delta: self
+                .vmstat_oom_kills
+                .zip(kernel::read_vmstat_oom_kill(&paths.vmstat))
+                .map(|(before, after)| after.saturating_sub(before)),
+            victim_lines: self
+                .kmsg
+                .as_mut()
+                .map(Kmsg::read_new)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|line| {
+                    scan::kernel_oom_victim_pid(line).is_some_and(|pid| known.contains(&pid))
+                })
+                .collect(),
+            cgroup_oom_kills: None,
+            cgroup_chain_kill: self
+                .chain
+                .and_then(|(chain, before)| cgroup_chain::attribute(&before, &chain.read())),
+        }
+    }
+}
+
 /// Where an attempt stands.
 enum Phase {
     Running,
@@ -410,6 +559,45 @@ impl Supervisor {
         log: Option<File>,
         observer: &mut dyn Observer,
     ) -> Result<AttemptEnd, SpawnError> {
+        let mut job = self.start(attempt, launch, log, observer)?;
+        let mut state = AttemptState::new(&self.setup, job.pgid);
+        // The first sample one interval after spawn, not at once: at spawn the job is still
+        // oomguard's fork or an interpreter starting up, and its numbers would stand as the
+        // peaks of a short attempt. The end of the main process is sampled in any case.
+        let mut ticker =
+            tokio::time::interval_at(deadline_after(self.setup.interval), self.setup.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let wake = self.next_wake(&mut job, &state, &mut ticker).await;
+            let tick = matches!(wake, Wake::Tick);
+            match wake {
+                Wake::Signal(signal) => self.on_signal(signal, &job, &mut state),
+                Wake::PipeClosed => job.open_pipes -= 1,
+                Wake::Tick => {}
+                Wake::GraceOver => self.on_grace_over(&job, &mut state),
+                Wake::DrainCheck => {
+                    if job.drain_stalled() {
+                        break;
+                    }
+                }
+            }
+            self.reap(&job, &mut state, observer);
+            if self.look(tick, &mut job, &mut state, observer) == Look::Done {
+                break;
+            }
+        }
+        Ok(self.end(job, state))
+    }
+
+    /// Step 1: the attempt's cgroup and kernel counters before it, the spawn, the guard told,
+    /// and the readers of the job's output started.
+    fn start(
+        &mut self,
+        attempt: u32,
+        launch: &Launch,
+        log: Option<File>,
+        observer: &mut dyn Observer,
+    ) -> Result<StartedJob, SpawnError> {
         let cgroup = self.make_cgroup(attempt, observer)?;
         let procs_fd = match &cgroup {
             Some(cg) => Some(cg.open_procs().map_err(|e| {
@@ -420,16 +608,7 @@ impl Supervisor {
             })?),
             None => None,
         };
-        let vmstat_before = kernel::read_vmstat_oom_kill(&self.setup.kernel_paths.vmstat);
-        // The cgroups the job lives in when it gets no attempt cgroup: oomguard's own and
-        // those above it, whose OOM-kill counters any user can read. An attempt cgroup's own
-        // counter already sees every kill of the job's processes, whichever limit caused it.
-        let chain = cgroup
-            .is_none()
-            .then(cgroup_chain::Chain::detect_current)
-            .flatten();
-        let chain_before = chain.as_ref().map(cgroup_chain::Chain::read);
-        let mut kmsg = Kmsg::open_at_end(&self.setup.kernel_paths.kmsg);
+        let before = EvidenceBefore::read(&self.setup.kernel_paths, cgroup.is_none());
         let started_at = SystemTime::now();
         let started = Instant::now();
         let pty = self.open_pty();
@@ -439,7 +618,7 @@ impl Supervisor {
             guard.watch(Some(pgid), cgroup.as_ref().map(JobCgroup::dir));
         }
         let sinks = Sinks::new(log);
-        let (closed_tx, mut closed_rx) = mpsc::unbounded_channel::<()>();
+        let (closed_tx, closed_rx) = mpsc::unbounded_channel::<()>();
         let mut open_pipes = 0;
         // Set once the job's processes are all gone: its readers then drain the pipes to EOF
         // however slowly our own stdout is read.
@@ -456,229 +635,253 @@ impl Supervisor {
                 Err(e) => tracing::error!("cannot forward the job's {target:?}: {e}"),
             }
         }
-        drop(closed_tx);
-
         self.sampler.reset();
-        let mut known: HashSet<u32> = HashSet::from([pgid]);
-        let mut sigkilled_descendant: Option<u32> = None;
-        let mut phase = Phase::Running;
-        let mut user_stop: Option<UserStop> = None;
-        let mut memory_stop: Option<Crossing> = None;
-        let mut kill_at: Option<TokioInstant> = None;
-        let mut drain_until: Option<TokioInstant> = None;
-        let mut drained_bytes = 0;
-        let mut watch = SampleWatch::new(&self.setup);
-        // The first sample one interval after spawn, not at once: at spawn the job is still
-        // oomguard's fork or an interpreter starting up, and its numbers would stand as the
-        // peaks of a short attempt. The end of the main process is sampled in any case.
-        let mut ticker =
-            tokio::time::interval_at(deadline_after(self.setup.interval), self.setup.interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Whether oomguard stopped the job's group for job control (Ctrl-Z) and has not yet
-        // continued it: a job stopped by SIGTTIN on its own is the one to tell the user about.
-        let mut stopped_by_us = false;
-        let mut told_terminal_stop = false;
-        loop {
-            let far = deadline_after(FAR);
-            let mut tick = false;
-            tokio::select! {
-                sig = self.signals.next() => match sig {
-                    Signal::SIGCHLD => {}
-                    Signal::SIGINT if user_stop.is_some() => {
-                        tracing::info!("second SIGINT: killing the job's processes");
-                        self.signal_all(pgid, Signal::SIGKILL);
-                    }
-                    sig if is_user_stop(sig) => {
-                        stop_group(pgid, sig);
-                        if user_stop.is_none() {
-                            let after_exit = matches!(phase, Phase::Ended { .. });
-                            user_stop = Some(UserStop { signal: sig, after_exit });
-                            kill_at.get_or_insert(deadline_after(self.setup.grace));
-                        }
-                    }
-                    sig if is_job_control_stop(sig) => {
-                        tracing::info!("{sig}: stopping the job, then oomguard");
-                        stopped_by_us = true;
-                        child::signal_group(pgid, sig);
-                        stop_self();
-                    }
-                    Signal::SIGCONT => {
-                        stopped_by_us = false;
-                        child::signal_group(pgid, Signal::SIGCONT);
-                    }
-                    // Our terminal was resized: the job's pseudo-terminal follows first.
-                    Signal::SIGWINCH => match &pty_master {
-                        Some(master) => resize_job(master, pgid),
-                        None => {
-                            child::signal_group(pgid, Signal::SIGWINCH);
-                        }
-                    },
-                    other => {
-                        child::signal_group(pgid, other);
-                    }
-                },
-                Some(()) = closed_rx.recv(), if open_pipes > 0 => open_pipes -= 1,
-                _ = ticker.tick() => tick = true,
-                _ = sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() => {
-                    tracing::info!("grace period over: killing the job's processes");
-                    self.signal_all(pgid, Signal::SIGKILL);
-                    if let Some(cg) = &cgroup {
-                        let _ = cg.kill_all();
-                    }
-                    kill_at = None;
-                }
-                _ = sleep_until(drain_until.unwrap_or(far)), if drain_until.is_some() => {
-                    if sinks.bytes_read() == drained_bytes {
-                        tracing::warn!("the job's output pipes are held open by a process outside its tree and carried nothing for {PIPE_DRAIN:?}; not waiting for them");
-                        // A stray writer is back-pressured again, not buffered without end.
-                        unbounded.store(false, Ordering::Release);
-                        break;
-                    }
-                    drained_bytes = sinks.bytes_read();
-                    drain_until = Some(TokioInstant::now() + PIPE_DRAIN);
+        Ok(StartedJob {
+            attempt,
+            pgid,
+            cgroup,
+            before,
+            started_at,
+            started,
+            sinks,
+            closed_rx,
+            open_pipes,
+            unbounded,
+            pty_master,
+            drain_until: None,
+            drained_bytes: 0,
+        })
+    }
+
+    /// Waits for the next thing that needs doing: a signal, a pipe closed, a tick, the grace
+    /// period over, or time to see whether the pipes still carry anything.
+    async fn next_wake(
+        &mut self,
+        job: &mut StartedJob,
+        state: &AttemptState,
+        ticker: &mut tokio::time::Interval,
+    ) -> Wake {
+        let far = deadline_after(FAR);
+        tokio::select! {
+            signal = self.signals.next() => Wake::Signal(signal),
+            Some(()) = job.closed_rx.recv(), if job.open_pipes > 0 => Wake::PipeClosed,
+            _ = ticker.tick() => Wake::Tick,
+            _ = sleep_until(state.kill_at.unwrap_or(far)), if state.kill_at.is_some() => Wake::GraceOver,
+            _ = sleep_until(job.drain_until.unwrap_or(far)), if job.drain_until.is_some() => Wake::DrainCheck,
+        }
+    }
+
+    /// A signal to oomguard while the attempt runs: a user's stop (a second SIGINT kills), job
+    /// control, a resize, or one to pass on.
+    fn on_signal(&mut self, signal: Signal, job: &StartedJob, state: &mut AttemptState) {
+        let pgid = job.pgid;
+        match signal {
+            Signal::SIGCHLD => {}
+            Signal::SIGINT if state.user_stop.is_some() => {
+                tracing::info!("second SIGINT: killing the job's processes");
+                self.signal_all(pgid, Signal::SIGKILL);
+            }
+            signal if is_user_stop(signal) => {
+                stop_group(pgid, signal);
+                if state.user_stop.is_none() {
+                    let after_exit = matches!(state.phase, Phase::Ended { .. });
+                    state.user_stop = Some(UserStop { signal, after_exit });
+                    state
+                        .kill_at
+                        .get_or_insert(deadline_after(self.setup.grace));
                 }
             }
-            let mut main_ended = false;
-            for event in child::reap_ready() {
-                let reaped = match event {
-                    ChildEvent::Ended(reaped) => reaped,
-                    ChildEvent::Stopped { pid, signal } => {
-                        let terminal = matches!(signal, Signal::SIGTTIN | Signal::SIGTTOU);
-                        if pid == pgid && terminal && !stopped_by_us && !told_terminal_stop {
-                            told_terminal_stop = true;
-                            observer.notice(&Notice::TerminalStop { signal });
-                        }
-                        continue;
-                    }
-                };
-                known.insert(reaped.pid);
-                watch.peaks.fold_process_peak(reaped.max_rss_bytes);
-                if is_unexplained_sigkill(reaped.pid, pgid, reaped.ending, &phase) {
-                    sigkilled_descendant.get_or_insert(reaped.pid);
-                }
-                if reaped.pid == pgid {
-                    main_ended = true;
-                    phase = Phase::Ended {
-                        ending: reaped.ending,
-                        duration: started.elapsed(),
-                        leftovers_stopped: false,
-                    };
-                }
+            signal if is_job_control_stop(signal) => {
+                tracing::info!("{signal}: stopping the job, then oomguard");
+                state.stopped_by_us = true;
+                child::signal_group(pgid, signal);
+                stop_self();
             }
-            if main_ended {
-                // What the main process left (DataLoader workers, ranks) still holds memory:
-                // one last look before it is stopped, so a short attempt has real peaks.
-                let alive = self.job_processes();
-                known.extend(alive.iter().copied());
-                let sample = self.sampler.sample(attempt, &alive, cgroup.as_ref());
-                observer.sample(&sample);
-                watch.peaks.update(&sample);
+            Signal::SIGCONT => {
+                state.stopped_by_us = false;
+                child::signal_group(pgid, Signal::SIGCONT);
             }
-            let ended = matches!(phase, Phase::Ended { .. });
-            // The tree is walked on ticks and, once the main process is gone, on every wake-up
-            // (to see the leftovers go); not on each SIGCHLD of a busy job.
-            if !tick && !ended {
-                continue;
-            }
-            let alive = self.job_processes();
-            known.extend(alive.iter().copied());
-            if tick && !ended {
-                let sample = self.sampler.sample(attempt, &alive, cgroup.as_ref());
-                observer.sample(&sample);
-                let at = started.elapsed();
-                let stopping = memory_stop.is_some() || user_stop.is_some();
-                if let Some(crossing) = watch.observe(
-                    &sample,
-                    at,
-                    &self.setup,
-                    cgroup.as_ref(),
-                    stopping,
-                    observer,
-                ) {
-                    terminate_group(pgid);
-                    kill_at.get_or_insert(deadline_after(self.setup.grace));
-                    memory_stop = Some(crossing);
+            // Our terminal was resized: the job's pseudo-terminal follows first.
+            Signal::SIGWINCH => match &job.pty_master {
+                Some(master) => resize_job(master, pgid),
+                None => {
+                    child::signal_group(pgid, Signal::SIGWINCH);
                 }
-            }
-            let Phase::Ended {
-                leftovers_stopped, ..
-            } = &mut phase
-            else {
-                continue;
-            };
-            let leftovers = alive;
-            if !leftovers.is_empty() && !*leftovers_stopped {
-                // The main process is gone; what it left behind is ended gently, then for good.
-                *leftovers_stopped = true;
-                tracing::info!(
-                    "main process ended; stopping {} leftover process(es)",
-                    leftovers.len()
-                );
-                self.signal_all(pgid, Signal::SIGTERM);
-                // A stopped leftover cannot act on SIGTERM until continued.
-                self.signal_all(pgid, Signal::SIGCONT);
-                kill_at.get_or_insert(deadline_after(self.setup.grace));
-            }
-            if leftovers.is_empty() {
-                if open_pipes == 0 {
-                    break;
-                }
-                if drain_until.is_none() {
-                    stream::Forwarder::release(&unbounded);
-                    drained_bytes = sinks.bytes_read();
-                    drain_until = Some(TokioInstant::now() + PIPE_DRAIN);
-                }
+            },
+            other => {
+                child::signal_group(pgid, other);
             }
         }
+    }
+
+    /// `--grace` ran out after a stop request: everything of the job is killed.
+    fn on_grace_over(&self, job: &StartedJob, state: &mut AttemptState) {
+        tracing::info!("grace period over: killing the job's processes");
+        self.signal_all(job.pgid, Signal::SIGKILL);
+        if let Some(cg) = &job.cgroup {
+            let _ = cg.kill_all();
+        }
+        state.kill_at = None;
+    }
+
+    /// Reaps what ended (noting peaks, SIGKILLs and the main process's end) and what stopped
+    /// (a job stopped for reading the terminal is explained once). When the main process ended,
+    /// what it left is sampled once, so a short attempt has real peaks.
+    fn reap(&mut self, job: &StartedJob, state: &mut AttemptState, observer: &mut dyn Observer) {
+        let pgid = job.pgid;
+        let mut main_ended = false;
+        for event in child::reap_ready() {
+            let reaped = match event {
+                ChildEvent::Ended(reaped) => reaped,
+                ChildEvent::Stopped { pid, signal } => {
+                    let terminal = matches!(signal, Signal::SIGTTIN | Signal::SIGTTOU);
+                    if pid == pgid && terminal && !state.stopped_by_us && !state.told_terminal_stop
+                    {
+                        state.told_terminal_stop = true;
+                        observer.notice(&Notice::TerminalStop { signal });
+                    }
+                    continue;
+                }
+            };
+            state.known.insert(reaped.pid);
+            state.watch.peaks.fold_process_peak(reaped.max_rss_bytes);
+            if is_unexplained_sigkill(reaped.pid, pgid, reaped.ending, &state.phase) {
+                state.sigkilled_descendant.get_or_insert(reaped.pid);
+            }
+            if reaped.pid == pgid {
+                main_ended = true;
+                state.phase = Phase::Ended {
+                    ending: reaped.ending,
+                    duration: job.started.elapsed(),
+                    leftovers_stopped: false,
+                };
+            }
+        }
+        if main_ended {
+            // What the main process left (DataLoader workers, ranks) still holds memory.
+            let alive = self.job_processes();
+            state.known.extend(alive.iter().copied());
+            let sample = self
+                .sampler
+                .sample(job.attempt, &alive, job.cgroup.as_ref());
+            observer.sample(&sample);
+            state.watch.peaks.update(&sample);
+        }
+    }
+
+    /// Looks at the job's tree: on a tick while it runs, samples it (a soft bound held stops
+    /// it); once the main process ended, stops its leftovers and, when they are gone, lets the
+    /// readers drain. The tree is walked on ticks and, after the end, on every wake-up (to see
+    /// the leftovers go); not on each SIGCHLD of a busy job.
+    fn look(
+        &mut self,
+        tick: bool,
+        job: &mut StartedJob,
+        state: &mut AttemptState,
+        observer: &mut dyn Observer,
+    ) -> Look {
+        let ended = matches!(state.phase, Phase::Ended { .. });
+        if !tick && !ended {
+            return Look::Going;
+        }
+        let alive = self.job_processes();
+        state.known.extend(alive.iter().copied());
+        if !ended {
+            self.sample(&alive, job, state, observer);
+            return Look::Going;
+        }
+        let Phase::Ended {
+            leftovers_stopped, ..
+        } = &mut state.phase
+        else {
+            unreachable!("checked above")
+        };
+        if !alive.is_empty() && !*leftovers_stopped {
+            // The main process is gone; what it left behind is ended gently, then for good.
+            *leftovers_stopped = true;
+            tracing::info!(
+                "main process ended; stopping {} leftover process(es)",
+                alive.len()
+            );
+            self.signal_all(job.pgid, Signal::SIGTERM);
+            // A stopped leftover cannot act on SIGTERM until continued.
+            self.signal_all(job.pgid, Signal::SIGCONT);
+            state
+                .kill_at
+                .get_or_insert(deadline_after(self.setup.grace));
+        }
+        if !alive.is_empty() {
+            return Look::Going;
+        }
+        if job.open_pipes == 0 {
+            return Look::Done;
+        }
+        job.start_draining();
+        Look::Going
+    }
+
+    /// One tick's sample of a running job: written down, watched for peaks, growth and soft
+    /// bounds; a bound held for long enough asks the job to stop.
+    fn sample(
+        &mut self,
+        alive: &[u32],
+        job: &StartedJob,
+        state: &mut AttemptState,
+        observer: &mut dyn Observer,
+    ) {
+        let sample = self.sampler.sample(job.attempt, alive, job.cgroup.as_ref());
+        observer.sample(&sample);
+        let stopping = state.memory_stop.is_some() || state.user_stop.is_some();
+        if let Some(crossing) = state.watch.observe(
+            &sample,
+            job.started.elapsed(),
+            &self.setup,
+            job.cgroup.as_ref(),
+            stopping,
+            observer,
+        ) {
+            terminate_group(job.pgid);
+            state
+                .kill_at
+                .get_or_insert(deadline_after(self.setup.grace));
+            state.memory_stop = Some(crossing);
+        }
+    }
+
+    /// Last step: the guard released, the kernel's evidence read, the attempt cgroup emptied and
+    /// removed, and the record handed back.
+    fn end(&mut self, job: StartedJob, state: AttemptState) -> AttemptEnd {
         if let Some(guard) = self.guard.as_mut() {
             guard.watch(None, None);
         }
         let Phase::Ended {
             ending, duration, ..
-        } = phase
+        } = state.phase
         else {
             unreachable!("the loop ends only after the main process is reaped")
         };
-        let mut kernel = KernelEvidence {
-            vmstat_oom_kill_delta: vmstat_before
-                .zip(kernel::read_vmstat_oom_kill(
-                    &self.setup.kernel_paths.vmstat,
-                ))
-                .map(|(before, after)| after.saturating_sub(before)),
-            victim_lines: kmsg
-                .as_mut()
-                .map(Kmsg::read_new)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|line| {
-                    scan::kernel_oom_victim_pid(line).is_some_and(|pid| known.contains(&pid))
-                })
-                .collect(),
-            cgroup_oom_kills: None,
-            cgroup_chain_kill: chain
-                .zip(chain_before)
-                .and_then(|(chain, before)| cgroup_chain::attribute(&before, &chain.read())),
-        };
-        if let Some(cg) = cgroup {
+        let mut peaks = state.watch.peaks;
+        let mut kernel = job.before.after(&self.setup.kernel_paths, &state.known);
+        if let Some(cg) = job.cgroup {
             // A fresh cgroup per attempt: its counter is this attempt's alone.
             kernel.cgroup_oom_kills = cg.oom_kills();
-            watch.peaks.fold_cgroup_peak(cg.peak_bytes());
+            peaks.fold_cgroup_peak(cg.peak_bytes());
             if let Err(e) = cg.remove() {
                 tracing::warn!("{e}");
             }
         }
-        Ok(AttemptEnd {
+        AttemptEnd {
             ending,
-            user_stop,
-            memory_stop,
-            tail: sinks.tail_text(),
+            user_stop: state.user_stop,
+            memory_stop: state.memory_stop,
+            tail: job.sinks.tail_text(),
             kernel,
-            started_at,
+            started_at: job.started_at,
             duration,
-            peaks: watch.peaks,
-            pids: known,
-            sigkilled_descendant,
-        })
+            peaks,
+            pids: state.known,
+            sigkilled_descendant: state.sigkilled_descendant,
+        }
     }
 
     /// Waits until the GPU driver no longer lists any of `pids` (the last attempt's), at most

@@ -72,7 +72,10 @@ pub struct Located {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EditError {
     #[error("the file does not parse as {format}: {detail}")]
-    Syntax { format: &'static str, detail: String },
+    Syntax {
+        format: &'static str,
+        detail: String,
+    },
     #[error("key {key} is not in the file")]
     NotFound { key: String },
     #[error("line {line}: {key} is {what}, not a single value oomguard can edit in place")]

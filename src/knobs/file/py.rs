@@ -3,7 +3,9 @@
 use super::{EditError, Located, Scalar};
 
 pub fn locate(_text: &str, key: &str) -> Result<Located, EditError> {
-    Err(EditError::NotFound { key: key.to_string() })
+    Err(EditError::NotFound {
+        key: key.to_string(),
+    })
 }
 
 pub fn render(value: &Scalar, _old: &str) -> String {
