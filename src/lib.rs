@@ -62,7 +62,7 @@ use crate::report::{
 };
 use crate::rewrite::{Accum, Changes};
 use crate::sampler::{Sample, Sampler};
-use crate::supervise::{GpuWait, KernelPaths, Notice, Observer, Setup, Supervisor};
+use crate::supervise::{AttemptEnd, GpuWait, KernelPaths, Notice, Observer, Setup, Supervisor};
 
 /// Exit status when out-of-memory deaths outlasted every remedy (EX_TEMPFAIL in sysexits.h:
 /// more memory, or a lower --min-batch, would let a retry succeed).
@@ -332,85 +332,35 @@ async fn attempt_loop(
             Ok(end) => end,
             Err(e) => break Err(Error::Spawn(e)),
         };
-        let memory_limit = end.memory_stop.as_ref().map(ToString::to_string);
-        let verdict = classify::classify(&AttemptFacts {
-            ending: end.ending,
-            tail: &end.tail,
-            kernel: &end.kernel,
-            // A stop that came after the job had already succeeded (while its leftovers were
-            // being cleaned up) does not undo the success.
-            user_stopped: end
-                .user_stop
-                .is_some_and(|stop| !(stop.after_exit && end.ending.is_success())),
-            memory_limit: memory_limit.as_deref(),
-            sigkilled_descendant: end.sigkilled_descendant,
-        });
-        summary.push(AttemptRecord {
-            attempt,
-            command: lossy(&launch.argv),
-            batch_size: sizes.batch,
-            accum: sizes.accum,
-            cause: verdict.cause,
-            evidence: verdict.evidence.clone(),
-            exit_code: end.ending.exit_code(),
-            signal: end.ending.signal(),
-            started_at: report::rfc3339(end.started_at),
-            duration_s: end.duration.as_secs_f64(),
-            peaks: end.peaks.into(),
-        });
-        summary.final_sizes = final_sizes(sizes);
-        if let Err(e) = run_dir.save(summary, false) {
-            report.error(&e.to_string());
-        }
-        if verdict.cause != Cause::Ok {
-            report.say(&format!(
-                "attempt {attempt} ended after {}: {} ({}){}",
-                report::short_duration(end.duration),
-                verdict.cause.as_str(),
-                verdict.evidence,
-                report::peaks_clause(&end.peaks)
-            ));
-        }
+        let verdict = judge(&end);
+        record(
+            summary, run_dir, &report, attempt, &launch, sizes, &verdict, &end,
+        );
         history.push((verdict.cause, sizes));
-        let decision = policy::decide(&history, original, &settings.limits);
-        if let Decision::Relaunch { .. } = decision {
-            let timeout = settings.gpu_free_timeout;
-            if let Some(signal) =
-                wait_gpu_free(&mut supervisor, attempt, &end.pids, timeout, &report).await
-            {
-                break Ok((Outcome::Interrupted, 128 + signal as i32));
-            }
-        }
-        match decision {
+        match policy::decide(&history, original, &settings.limits) {
             Decision::Relaunch {
                 sizes: next,
                 effective_note,
                 delay,
             } => {
-                let changes = Changes {
-                    knobs: &settings.knobs,
-                    from: (sizes.batch.unwrap_or(0), sizes.accum),
-                    to: (next.batch.unwrap_or(0), next.accum),
-                };
-                report.say(&format!(
-                    "attempt {} in {}: {changes}",
-                    attempt + 1,
-                    report::short_duration(delay)
-                ));
-                if let Some(note) = effective_note {
-                    report.warn(&note);
+                let timeout = settings.gpu_free_timeout;
+                if let Some(signal) =
+                    wait_gpu_free(&mut supervisor, attempt, &end.pids, timeout, &report).await
+                {
+                    break Ok((Outcome::Interrupted, 128 + signal as i32));
                 }
+                let relaunch = Relaunch {
+                    attempt: attempt + 1,
+                    from: sizes,
+                    to: next,
+                    delay,
+                };
+                announce_relaunch(&report, settings, &relaunch, effective_note);
                 if next.batch != sizes.batch
                     && matches!(settings.knobs.accum, Accum::None)
-                    && !warned_effective
+                    && !std::mem::replace(&mut warned_effective, true)
                 {
-                    warned_effective = true;
-                    report.warn(&format!(
-                        "the command has no gradient-accumulation flag, so the effective batch shrinks with the batch ({} → {}); \
-                         name the job's flag with --accum-arg to keep it",
-                        original.batch.unwrap_or(0),
-                        next.batch.unwrap_or(0)
-                    ));
+                    warn_effective_shrinks(&report, original, next);
                 }
                 if let Some(signal) = supervisor.pause(delay).await {
                     break Ok((Outcome::Interrupted, 128 + signal as i32));
@@ -421,23 +371,135 @@ async fn attempt_loop(
                 if let Some(reason) = reason {
                     report.say(&format!("stopping: {} ({reason})", outcome.as_str()));
                 }
-                let code = match outcome {
-                    Outcome::Succeeded => 0,
-                    Outcome::GaveUp => EXIT_GAVE_UP,
-                    Outcome::Failed => end.ending.shell_code(),
-                    Outcome::Interrupted => {
-                        128 + end.user_stop.map_or(Signal::SIGINT, |stop| stop.signal) as i32
-                    }
-                };
-                break Ok((outcome, code));
+                break Ok((outcome, exit_code(outcome, &end)));
             }
         }
     };
     supervisor.finish();
+    close_run(result, summary, run_dir, &report)
+}
+
+/// Why the attempt ended, from everything the supervisor gathered.
+fn judge(end: &AttemptEnd) -> classify::Verdict {
+    let memory_limit = end.memory_stop.as_ref().map(ToString::to_string);
+    classify::classify(&AttemptFacts {
+        ending: end.ending,
+        tail: &end.tail,
+        kernel: &end.kernel,
+        // A stop that came after the job had already succeeded (while its leftovers were
+        // being cleaned up) does not undo the success.
+        user_stopped: end
+            .user_stop
+            .is_some_and(|stop| !(stop.after_exit && end.ending.is_success())),
+        memory_limit: memory_limit.as_deref(),
+        sigkilled_descendant: end.sigkilled_descendant,
+    })
+}
+
+/// Writes the attempt into summary.json and, unless it succeeded, tells the user how it died.
+#[allow(clippy::too_many_arguments)] // one attempt's facts, each from a different step
+fn record(
+    summary: &mut Summary,
+    run_dir: &RunDir,
+    report: &Reporter,
+    attempt: u32,
+    launch: &Launch,
+    sizes: Sizes,
+    verdict: &classify::Verdict,
+    end: &AttemptEnd,
+) {
+    summary.push(AttemptRecord {
+        attempt,
+        command: lossy(&launch.argv),
+        batch_size: sizes.batch,
+        accum: sizes.accum,
+        cause: verdict.cause,
+        evidence: verdict.evidence.clone(),
+        exit_code: end.ending.exit_code(),
+        signal: end.ending.signal(),
+        started_at: report::rfc3339(end.started_at),
+        duration_s: end.duration.as_secs_f64(),
+        peaks: end.peaks.into(),
+    });
+    summary.final_sizes = final_sizes(sizes);
+    if let Err(e) = run_dir.save(summary, false) {
+        report.error(&e.to_string());
+    }
+    if verdict.cause != Cause::Ok {
+        report.say(&format!(
+            "attempt {attempt} ended after {}: {} ({}){}",
+            report::short_duration(end.duration),
+            verdict.cause.as_str(),
+            verdict.evidence,
+            report::peaks_clause(&end.peaks)
+        ));
+    }
+}
+
+/// The next attempt, as the relaunch line tells it.
+struct Relaunch {
+    attempt: u32,
+    from: Sizes,
+    to: Sizes,
+    delay: Duration,
+}
+
+/// `attempt 3 in 20.0s: --batch_size 16→8, --grad_accum 4→8`, and the note when the effective
+/// batch could not be kept exactly.
+fn announce_relaunch(
+    report: &Reporter,
+    settings: &RunSettings,
+    next: &Relaunch,
+    effective_note: Option<String>,
+) {
+    let changes = Changes {
+        knobs: &settings.knobs,
+        from: (next.from.batch.unwrap_or(0), next.from.accum),
+        to: (next.to.batch.unwrap_or(0), next.to.accum),
+    };
+    report.say(&format!(
+        "attempt {} in {}: {changes}",
+        next.attempt,
+        report::short_duration(next.delay)
+    ));
+    if let Some(note) = effective_note {
+        report.warn(&note);
+    }
+}
+
+/// Said once a run: without an accumulation flag, the effective batch shrinks with the batch.
+fn warn_effective_shrinks(report: &Reporter, original: Sizes, next: Sizes) {
+    report.warn(&format!(
+        "the command has no gradient-accumulation flag, so the effective batch shrinks with the batch ({} → {}); \
+         name the job's flag with --accum-arg to keep it",
+        original.batch.unwrap_or(0),
+        next.batch.unwrap_or(0)
+    ));
+}
+
+/// The run's exit status for an outcome decided after `end`.
+fn exit_code(outcome: Outcome, end: &AttemptEnd) -> i32 {
+    match outcome {
+        Outcome::Succeeded => 0,
+        Outcome::GaveUp => EXIT_GAVE_UP,
+        Outcome::Failed => end.ending.shell_code(),
+        Outcome::Interrupted => {
+            128 + end.user_stop.map_or(Signal::SIGINT, |stop| stop.signal) as i32
+        }
+    }
+}
+
+/// Ends the run: summary.json says how (never left `running`), and the table and the last line
+/// are printed.
+fn close_run(
+    result: Result<(Outcome, i32), Error>,
+    summary: &mut Summary,
+    run_dir: &RunDir,
+    report: &Reporter,
+) -> Result<i32, Error> {
     let (outcome, code) = match result {
         Ok(done) => done,
         Err(e) => {
-            // The run ends here; summary.json must not keep saying `running`.
             summary.finish(Outcome::Failed);
             let _ = run_dir.save(summary, true);
             return Err(e);
