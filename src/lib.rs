@@ -14,11 +14,15 @@
 //! One run is a loop of attempts, each in named steps:
 //!
 //! 1. [`rewrite`] builds the attempt's argv from the original command and the current sizes;
-//! 2. [`supervise`] spawns it ([`child`]), tees its output ([`stream`]), forwards signals, reaps
-//!    every descendant and gathers kernel evidence ([`kernel`]);
+//! 2. [`supervise`] spawns it ([`child`]; on a pseudo-terminal from [`terminal`] when oomguard
+//!    runs under one), records and forwards its output ([`stream`]), acts on signals counted
+//!    per delivery ([`signals`]), samples its memory ([`sampler`], [`mem`], [`gpu`], [`cgroup`]),
+//!    reaps every descendant and gathers kernel evidence ([`kernel`], [`cgroup_chain`]);
 //! 3. [`classify`] names the cause from the ending, the output tail ([`scan`]) and that evidence;
 //! 4. [`report`] saves summary.json and tells the user;
 //! 5. [`policy`] decides: relaunch (smaller, after a backoff) or stop with an outcome.
+//!
+//! [`knobs`] holds the format-preserving config-file editors the next knob model builds on.
 
 pub mod cgroup;
 pub mod cgroup_chain;
