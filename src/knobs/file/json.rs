@@ -67,7 +67,7 @@ pub fn locate(text: &str, key: &str) -> Result<Located, EditError> {
 /// `NaN`, `Infinity` or `-Infinity`, as Python's `json` module does.
 pub fn render(value: &Scalar, old: &str) -> String {
     if let Some(before) = parse(old).ok().flatten().and_then(|v| scalar_of(&v).ok()) {
-        if same(&before, value) {
+        if Scalar::same(&before, value) {
             return old.to_string();
         }
     }
@@ -136,14 +136,6 @@ fn number(literal: &str) -> Result<Scalar, &'static str> {
             .parse()
             .map(Scalar::Int)
             .map_err(|_| "an integer beyond 64 bits")
-    }
-}
-
-/// Equal as values; NaN equals NaN here, so a NaN written back keeps its spelling.
-fn same(a: &Scalar, b: &Scalar) -> bool {
-    match (a, b) {
-        (Scalar::Float(x), Scalar::Float(y)) => x == y || (x.is_nan() && y.is_nan()),
-        _ => a == b,
     }
 }
 
@@ -250,13 +242,16 @@ mod tests {
         for (text, key, found, new, expected) in rows() {
             let located = locate(text, key).unwrap_or_else(|e| panic!("{key} in {text:?}: {e}"));
             assert!(
-                same(&located.value, &found),
+                Scalar::same(&located.value, &found),
                 "{key} in {text:?}: {located:?}"
             );
             let out = set(Format::Json, text, key, &new).expect("located above");
             assert_eq!(out, expected, "{key} := {new:?} in {text:?}");
             let again = locate(&out, key).expect("the edited file still parses");
-            assert!(same(&again.value, &new), "{key} in {out:?}: {again:?}");
+            assert!(
+                Scalar::same(&again.value, &new),
+                "{key} in {out:?}: {again:?}"
+            );
         }
     }
 

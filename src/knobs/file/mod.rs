@@ -58,6 +58,17 @@ impl std::fmt::Display for Scalar {
     }
 }
 
+impl Scalar {
+    /// Equal as values, NaN equal to NaN: writing back the value a file already holds is then
+    /// recognised as a no-op, and `.nan` or `NaN` keeps its spelling.
+    pub fn same(&self, other: &Scalar) -> bool {
+        match (self, other) {
+            (Scalar::Float(x), Scalar::Float(y)) => x == y || (x.is_nan() && y.is_nan()),
+            _ => self == other,
+        }
+    }
+}
+
 /// Where a key's value sits in the text, and what it is.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Located {

@@ -87,7 +87,7 @@ pub fn locate(text: &str, key: &str) -> Result<Located, EditError> {
 /// it becomes a basic string; an integer keeps a hexadecimal, octal or binary prefix.
 pub fn render(value: &Scalar, old: &str) -> String {
     if let Some(before) = old.parse::<Value>().ok().and_then(|v| scalar_of(&v).ok()) {
-        if same(&before, value) {
+        if Scalar::same(&before, value) {
             return old.to_string();
         }
     }
@@ -139,14 +139,6 @@ fn scalar_of(value: &Value) -> Result<Scalar, &'static str> {
         Value::Datetime(_) => Err("a date-time"),
         Value::Array(_) => Err("an array"),
         Value::InlineTable(_) => Err("an inline table"),
-    }
-}
-
-/// Equal as values; NaN equals NaN here, so a NaN written back keeps its spelling.
-fn same(a: &Scalar, b: &Scalar) -> bool {
-    match (a, b) {
-        (Scalar::Float(x), Scalar::Float(y)) => x == y || (x.is_nan() && y.is_nan()),
-        _ => a == b,
     }
 }
 
@@ -377,14 +369,17 @@ mod tests {
         for (text, key, found, new, expected) in rows() {
             let located = locate(text, key).unwrap_or_else(|e| panic!("{key} in {text:?}: {e}"));
             assert!(
-                same(&located.value, &found),
+                Scalar::same(&located.value, &found),
                 "{key} in {text:?}: {located:?}"
             );
             let out = set(Format::Toml, text, key, &new).expect("located above");
             assert_eq!(out, expected, "{key} := {new:?} in {text:?}");
             // The result is still TOML and holds the new value.
             let again = locate(&out, key).expect("the edited file still parses");
-            assert!(same(&again.value, &new), "{key} in {out:?}: {again:?}");
+            assert!(
+                Scalar::same(&again.value, &new),
+                "{key} in {out:?}: {again:?}"
+            );
         }
     }
 

@@ -83,7 +83,7 @@ pub fn locate(text: &str, key: &str) -> Result<Located, EditError> {
 /// quotes (single or double) where they can hold it, stays plain where `old` was plain and the
 /// string cannot be misread as anything else, and is double-quoted otherwise.
 pub fn render(value: &Scalar, old: &str) -> String {
-    if read_alone(old).is_some_and(|was| same_value(&was, value)) {
+    if read_alone(old).is_some_and(|was| Scalar::same(&was, value)) {
         return old.to_string();
     }
     match value {
@@ -490,14 +490,6 @@ fn read_alone(old: &str) -> Option<Scalar> {
         }
     }
     None
-}
-
-/// Equal values, NaN equal to NaN (a no-op edit of `.nan` keeps its spelling).
-fn same_value(a: &Scalar, b: &Scalar) -> bool {
-    match (a, b) {
-        (Scalar::Float(x), Scalar::Float(y)) => x == y || (x.is_nan() && y.is_nan()),
-        _ => a == b,
-    }
 }
 
 /// A float YAML 1.1 and 1.2 both read as a float: with a `.` (Rust never writes exponents in
@@ -1195,7 +1187,7 @@ mod tests {
             assert_eq!(render(&value, old), want, "{value:?} over {old:?}");
             // Whatever it writes reads back as the value.
             let back = read_alone(want).expect("the rendering is one scalar");
-            assert!(same_value(&back, &value), "{want:?} reads as {back:?}");
+            assert!(Scalar::same(&back, &value), "{want:?} reads as {back:?}");
         }
     }
 }
