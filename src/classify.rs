@@ -628,7 +628,7 @@ pub fn classify(facts: &AttemptFacts) -> Verdict {
 
 /// Text alone (the `oomguard classify FILE` command): None means no OOM sign ("none").
 ///
-/// The output is read as [`classify`] reads it (see [`read_text`]). An out-of-memory error the
+/// The output is read as [`classify`] reads it (see `read_text`). An out-of-memory error the
 /// job survived before dying of an error of its own is [`Cause::Failed`]. A shell's own
 /// `Killed` job-status line counts as [`Cause::OomKilled`] (see [`scan::is_shell_job_kill`]);
 /// a launcher's `exitcode: -9` or `exit code 137` as [`Cause::Killed`].

@@ -1,7 +1,7 @@
 //! Turns the text a training job printed (or a kernel / scheduler log) into *findings*: lines that
 //! carry a known out-of-memory or kill signature, each tagged with the class of failure it
 //! speaks for and the name of the signature family that matched. The families are data: one
-//! table ([`SIGNATURES`]) of name, class, patterns and veto.
+//! table (`SIGNATURES`) of name, class, patterns and veto.
 //!
 //! This module only recognises text. It never decides why an attempt ended: weighing findings
 //! against the exit status and the kernel's counters is `classify`'s job, and reading logs,
@@ -51,7 +51,7 @@ pub enum Family {
 pub struct Finding {
     /// The class of failure the signature speaks for.
     pub family: Family,
-    /// The name of the signature family that matched (an entry of [`SIGNATURES`], e.g.
+    /// The name of the signature family that matched (an entry of `SIGNATURES`, e.g.
     /// `"pytorch_allocator_oom"`): what `oomguard classify --explain` shows, so a report of a
     /// miss names the entry to fix.
     pub name: &'static str,
