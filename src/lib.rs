@@ -211,20 +211,8 @@ fn run_in(
         .await
     });
     // Like `tee`, oomguard ends only once every byte of the job's output is written out; a stop
-    // signal (Ctrl-C at a terminal paused with Ctrl-S) ends that wait, as it would end `tee`'s.
-    // Job control too: Ctrl-Z must stop a waiting oomguard, as it would stop `tee`.
-    for stop in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-        Signal::SIGTSTP,
-        Signal::SIGTTIN,
-        Signal::SIGTTOU,
-    ] {
-        // SAFETY: restoring the default action installs no handler code.
-        let _ = unsafe { nix::sys::signal::signal(stop, nix::sys::signal::SigHandler::SigDfl) };
-    }
+    // signal (Ctrl-C at a terminal paused with Ctrl-S) or Ctrl-Z acts on that wait as on `tee`'s.
+    signals::default_stops();
     stream::finish();
     result
 }

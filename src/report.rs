@@ -337,6 +337,8 @@ pub struct RunDir {
     made_dirs: Vec<PathBuf>,
     /// The files we created.
     made_files: std::cell::RefCell<Vec<PathBuf>>,
+    /// Whether summary.json has been claimed (its first save): later saves only replace it.
+    summary_claimed: std::cell::Cell<bool>,
 }
 
 impl RunDir {
@@ -370,6 +372,7 @@ impl RunDir {
             path,
             made_dirs,
             made_files: Default::default(),
+            summary_claimed: Default::default(),
         };
         if let Err(e) = run_dir.check_unused() {
             remove_dirs(&run_dir.made_dirs);
@@ -476,8 +479,7 @@ impl RunDir {
             }
             written
         };
-        let first = !self.made_files.borrow().contains(&path);
-        if first {
+        if !self.summary_claimed.get() {
             // The first save claims the name with O_EXCL: two runs given the same directory at
             // the same moment cannot both pass.
             self.create_file("summary.json")
@@ -491,6 +493,7 @@ impl RunDir {
                         source,
                     },
                 })?;
+            self.summary_claimed.set(true);
         }
         write().map_err(|source| RunDirError::Write { path, source })
     }

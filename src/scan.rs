@@ -538,15 +538,7 @@ pub(crate) const SIGNATURES: &[Signature] = &[
     // A shell's job-status line for a foreground job killed by SIGKILL: bash's bare "Killed",
     // job control "[1]+  Killed   python train.py", zsh "zsh: killed  python train.py",
     // macOS "Killed: 9".
-    line_sig(
-        "shell_job_killed",
-        KilledBySigkill,
-        &[concat!(
-            r"(?i)^(?:\[\d+\][+-]?\s+)?(?:zsh:\s+)?(?:",
-            killed_words!(),
-            r")(?::\s*9)?(?:\s{2,}\S.*)?$"
-        )],
-    ),
+    line_sig("shell_job_killed", KilledBySigkill, &[SHELL_JOB_KILLED]),
     // bash running a script: "/var/spool/slurmd/job00191/slurm_script: line 28:  8156 Killed
     //       python3 main.py ...", and `bash -c '...'` naming itself: "bash: 14837 Killed
     //       python3 -c ...".
@@ -591,6 +583,15 @@ pub(crate) const SIGNATURES: &[Signature] = &[
         ],
     ),
 ];
+
+/// A shell's job-status line for a job killed by SIGKILL, the line alone: bash's "Killed" (or its
+/// translation), job control's "[1]+  Killed   python train.py", zsh's "zsh: killed  python
+/// train.py", macOS's "Killed: 9".
+const SHELL_JOB_KILLED: &str = concat!(
+    r"(?i)^(?:\[\d+\][+-]?\s+)?(?:zsh:\s+)?(?:",
+    killed_words!(),
+    r")(?::\s*9)?(?:\s{2,}\S.*)?$"
+);
 
 /// A shell's report that a job it ran, named by PID, died of SIGKILL: bash's
 /// "slurm_script: line 28:  8156 Killed    python3 main.py" or "bash: 14837 Killed    python3 x.py".
@@ -664,17 +665,17 @@ fn compiled() -> &'static Compiled {
         Compiled {
             set: RegexSet::new(&patterns).expect("signature patterns compile"),
             owner,
-            each: patterns.iter().map(|p| Regex::new(p).expect("signature compiles")).collect(),
+            each: patterns
+                .iter()
+                .map(|p| Regex::new(p).expect("signature compiles"))
+                .collect(),
             vetoes: SIGNATURES
                 .iter()
                 .map(|s| s.veto.map(|v| Regex::new(v).expect("veto compiles")))
                 .collect(),
             prefix: Regex::new(PREFIX).expect("prefix pattern compiles"),
-            shell_kill: Regex::new(&format!(
-                r"(?i)^(?:\[\d+\][+-]?\s+)?(?:zsh:\s+)?(?:{})(?::\s*9)?(?:\s{{2,}}\S.*)?$|{SHELL_PID_KILLED}",
-                killed_words!()
-            ))
-            .expect("shell kill pattern compiles"),
+            shell_kill: Regex::new(&format!("{SHELL_JOB_KILLED}|{SHELL_PID_KILLED}"))
+                .expect("shell kill pattern compiles"),
         }
     })
 }

@@ -32,6 +32,25 @@ pub const WATCHED: &[Signal] = &[
     Signal::SIGWINCH,
 ];
 
+/// Gives the user's stop signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT) and job control (SIGTSTP,
+/// SIGTTIN, SIGTTOU) back their default actions, once no attempt or wait is left to act on
+/// them: the last wait (for a slow reader of oomguard's output) then ends or stops as any
+/// program's would.
+pub fn default_stops() {
+    for signal in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGTSTP,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
+    ] {
+        // SAFETY: restoring the default action installs no handler code.
+        let _ = unsafe { nix::sys::signal::signal(signal, nix::sys::signal::SigHandler::SigDfl) };
+    }
+}
+
 /// The reading end of the handlers' socket, with deliveries read but not yet handed out.
 pub struct Deliveries {
     reader: tokio::net::UnixStream,

@@ -214,9 +214,19 @@ impl Sinks {
         }
     }
 
-    /// The tail text once the readers are done.
+    /// The tail text once the readers are done. An unfinished line still held back (a reader gave up on by the supervisor, its pipe held
+    /// open by a stray process) is added at the end on a line of its own: the classifier sees
+    /// every byte read.
     pub fn tail_text(&self) -> String {
-        self.lock().out.tail.text()
+        let record = self.lock();
+        let mut text = record.out.tail.text();
+        for held in record.lines.iter().filter(|l| !l.pending.is_empty()) {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&String::from_utf8_lossy(&held.pending));
+        }
+        text
     }
 
     /// Bytes read from the job so far: the supervisor watches it to tell a pipe that still
@@ -691,6 +701,16 @@ mod tests {
         assert_eq!(log, "err 0\nout 6\nstep 10: OOM\n...not writable\nafter\n");
         assert_eq!(sinks.tail_text(), log);
         assert_eq!(sinks.bytes_read(), 46);
+    }
+
+    #[test]
+    fn the_tail_holds_a_line_still_unfinished_when_the_attempt_ends() {
+        // A reader given up on (its pipe held open by a stray process) never ends its stream:
+        // what it read is still the classifier's.
+        let sinks = Sinks::new(None);
+        sinks.record(Target::Stdout, b"step 9\n");
+        sinks.record(Target::Stderr, b"MemoryError");
+        assert_eq!(sinks.tail_text(), "step 9\nMemoryError");
     }
 
     #[test]

@@ -581,8 +581,8 @@ impl Supervisor {
                     }
                 }
             }
-            self.reap(&job, &mut state, observer);
-            if self.look(tick, &mut job, &mut state, observer) == Look::Done {
+            let main_ended = self.reap(&job, &mut state, observer);
+            if self.look(tick, main_ended, &mut job, &mut state, observer) == Look::Done {
                 break;
             }
         }
@@ -725,9 +725,14 @@ impl Supervisor {
     }
 
     /// Reaps what ended (noting peaks, SIGKILLs and the main process's end) and what stopped
-    /// (a job stopped for reading the terminal is explained once). When the main process ended,
-    /// what it left is sampled once, so a short attempt has real peaks.
-    fn reap(&mut self, job: &StartedJob, state: &mut AttemptState, observer: &mut dyn Observer) {
+    /// (a job stopped for reading the terminal is explained once). Returns whether the main
+    /// process ended just now.
+    fn reap(
+        &mut self,
+        job: &StartedJob,
+        state: &mut AttemptState,
+        observer: &mut dyn Observer,
+    ) -> bool {
         let pgid = job.pgid;
         let mut main_ended = false;
         for event in child::reap_ready() {
@@ -757,25 +762,19 @@ impl Supervisor {
                 };
             }
         }
-        if main_ended {
-            // What the main process left (DataLoader workers, ranks) still holds memory.
-            let alive = self.job_processes();
-            state.known.extend(alive.iter().copied());
-            let sample = self
-                .sampler
-                .sample(job.attempt, &alive, job.cgroup.as_ref());
-            observer.sample(&sample);
-            state.watch.peaks.update(&sample);
-        }
+        main_ended
     }
 
     /// Looks at the job's tree: on a tick while it runs, samples it (a soft bound held stops
-    /// it); once the main process ended, stops its leftovers and, when they are gone, lets the
-    /// readers drain. The tree is walked on ticks and, after the end, on every wake-up (to see
-    /// the leftovers go); not on each SIGCHLD of a busy job.
+    /// it); when the main process has `just_ended`, samples what it left once (DataLoader
+    /// workers, ranks still hold memory: a short attempt gets real peaks); once it ended, stops
+    /// its leftovers and, when they are gone, lets the readers drain. The tree is walked once,
+    /// on ticks and, after the end, on every wake-up (to see the leftovers go); not on each
+    /// SIGCHLD of a busy job.
     fn look(
         &mut self,
         tick: bool,
+        just_ended: bool,
         job: &mut StartedJob,
         state: &mut AttemptState,
         observer: &mut dyn Observer,
@@ -789,6 +788,13 @@ impl Supervisor {
         if !ended {
             self.sample(&alive, job, state, observer);
             return Look::Going;
+        }
+        if just_ended {
+            let sample = self
+                .sampler
+                .sample(job.attempt, &alive, job.cgroup.as_ref());
+            observer.sample(&sample);
+            state.watch.peaks.update(&sample);
         }
         let Phase::Ended {
             leftovers_stopped, ..

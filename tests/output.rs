@@ -373,15 +373,16 @@ fn a_pipe_held_open_outside_the_job_is_read_while_it_carries_bytes_then_let_go()
         pid = pid_file.to_str().unwrap(),
         held = held.to_str().unwrap(),
     );
-    // Outside oomguard's tree: takes its own copy of the job's stdout, says so, writes three
-    // slow lines after the job is gone, then holds the pipe silently until killed.
+    // Outside oomguard's tree: takes its own copy of the job's stdout, says so, waits until the
+    // job is gone, writes three slow lines, then holds the pipe silently until killed.
     let holder_code = format!(
         "import os, time\n\
          deadline = time.time() + 60\n\
-         while not os.path.exists({pid:?}) and time.time() < deadline:\n    time.sleep(0.01)\n\
-         out = open('/proc/%s/fd/1' % open({pid:?}).read(), 'w')\n\
+         job = ''\n\
+         while not job and time.time() < deadline:\n    time.sleep(0.01)\n    job = open({pid:?}).read() if os.path.exists({pid:?}) else ''\n\
+         out = open('/proc/%s/fd/1' % job, 'w')\n\
          open({held:?}, 'w').close()\n\
-         time.sleep(0.5)\n\
+         while os.path.exists('/proc/%s' % job) and time.time() < deadline:\n    time.sleep(0.01)\n\
          for i in range(3):\n    out.write('held %d\\n' % i); out.flush(); time.sleep(0.5)\n\
          time.sleep(600)\n",
         pid = pid_file.to_str().unwrap(),

@@ -145,7 +145,7 @@ mod tests {
     use super::*;
 
     /// (file, key, value found, new value, file after the edit).
-    type Row = (&'static str, &'static str, Scalar, Scalar, &'static str);
+    use super::super::testing::{self, Row};
 
     fn rows() -> Vec<Row> {
         use Scalar::*;
@@ -239,29 +239,12 @@ mod tests {
 
     #[test]
     fn locates_and_replaces_only_the_value() {
-        for (text, key, found, new, expected) in rows() {
-            let located = locate(text, key).unwrap_or_else(|e| panic!("{key} in {text:?}: {e}"));
-            assert!(
-                Scalar::same(&located.value, &found),
-                "{key} in {text:?}: {located:?}"
-            );
-            let out = set(Format::Json, text, key, &new).expect("located above");
-            assert_eq!(out, expected, "{key} := {new:?} in {text:?}");
-            let again = locate(&out, key).expect("the edited file still parses");
-            assert!(
-                Scalar::same(&again.value, &new),
-                "{key} in {out:?}: {again:?}"
-            );
-        }
+        testing::locates_and_replaces_only_the_value(Format::Json, &rows());
     }
 
     #[test]
     fn writing_back_the_original_value_reproduces_the_file() {
-        for (text, key, _, _, _) in rows() {
-            let located = locate(text, key).expect("every row locates");
-            let out = set(Format::Json, text, key, &located.value).expect("located above");
-            assert_eq!(out, text, "{key} in {text:?}");
-        }
+        testing::writing_back_the_original_value_reproduces_the_file(Format::Json, &rows());
     }
 
     #[test]

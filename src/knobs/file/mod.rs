@@ -130,3 +130,44 @@ pub fn set(format: Format, text: &str, key: &str, value: &Scalar) -> Result<Stri
 pub(crate) fn line_of(text: &str, at: usize) -> usize {
     text[..at.min(text.len())].matches('\n').count() + 1
 }
+
+/// Table-test checks shared by the editors whose rows read (file, key, value found, new value,
+/// file after the edit).
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{locate, set, Format, Scalar};
+
+    pub(crate) type Row = (&'static str, &'static str, Scalar, Scalar, &'static str);
+
+    /// Each row's value is found, the edit gives exactly the expected file, and the edited file
+    /// still parses and holds the new value.
+    pub(crate) fn locates_and_replaces_only_the_value(format: Format, rows: &[Row]) {
+        for (text, key, found, new, expected) in rows {
+            let located =
+                locate(format, text, key).unwrap_or_else(|e| panic!("{key} in {text:?}: {e}"));
+            assert!(
+                Scalar::same(&located.value, found),
+                "{key} in {text:?}: {located:?}"
+            );
+            let out = set(format, text, key, new).expect("located above");
+            assert_eq!(&out, expected, "{key} := {new:?} in {text:?}");
+            let again = locate(format, &out, key).expect("the edited file still parses");
+            assert!(
+                Scalar::same(&again.value, new),
+                "{key} in {out:?}: {again:?}"
+            );
+        }
+    }
+
+    /// Writing back the value a file holds changes no byte.
+    pub(crate) fn writing_back_the_original_value_reproduces_the_file(
+        format: Format,
+        rows: &[Row],
+    ) {
+        for (text, key, ..) in rows {
+            let located = locate(format, text, key).expect("every row locates");
+            let out = set(format, text, key, &located.value).expect("located above");
+            assert_eq!(&out, text, "{key} in {text:?}");
+        }
+    }
+}
