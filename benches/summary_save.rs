@@ -11,7 +11,9 @@ use std::io::Write;
 use std::time::{Duration, Instant, SystemTime};
 
 use oomguard::classify::Cause;
-use oomguard::report::{rfc3339, AttemptRecord, FinalSizes, PeakRecord, RunDir, Summary};
+use oomguard::report::{
+    rfc3339, AttemptRecord, FinalSizes, KnobValues, PeakRecord, RunDir, Summary,
+};
 
 fn record(attempt: u32) -> AttemptRecord {
     AttemptRecord {
@@ -28,6 +30,8 @@ fn record(attempt: u32) -> AttemptRecord {
         .to_vec(),
         batch_size: Some(8),
         accum: Some(2),
+        knobs: KnobValues(vec![("batch".into(), 8.into()), ("accum".into(), 2.into())]),
+        changed: vec!["batch".into(), "accum".into()],
         cause: Cause::Failed,
         evidence:
             "exit 1; last output: \"RuntimeError: the data loader could not open shard 17 of 64\""

@@ -39,6 +39,24 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// Every cause, in the order they are documented.
+    pub const ALL: [Cause; 9] = [
+        Cause::Ok,
+        Cause::DeviceOom,
+        Cause::HostOom,
+        Cause::WorkerKilled,
+        Cause::OomKilled,
+        Cause::Killed,
+        Cause::Failed,
+        Cause::Interrupted,
+        Cause::MemoryLimit,
+    ];
+
+    /// The cause named `name` (as [`Cause::as_str`] spells it).
+    pub fn from_name(name: &str) -> Option<Cause> {
+        Cause::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+
     /// The snake_case name used in summaries and on the command line, e.g. `"device_oom"`.
     pub fn as_str(self) -> &'static str {
         match self {

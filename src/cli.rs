@@ -9,8 +9,10 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::cgroup;
+use crate::classify::Cause;
 use crate::config::{CgroupPlan, RunSettings};
-use crate::rewrite;
+use crate::jobfile;
+use crate::knobs::resolve;
 use crate::watch::{Available, Bounds};
 
 /// Supervise an ML training command: know why an attempt died of out-of-memory and relaunch it
@@ -48,15 +50,32 @@ pub struct RunArgs {
     /// $XDG_STATE_HOME/oomguard/runs, i.e. ~/.local/state/oomguard/runs].
     #[arg(long, value_name = "DIR")]
     pub run_dir: Option<PathBuf>,
-    /// The batch-size flag to reduce (e.g. --batch-arg --bsz, or a Hydra key data.batch_size).
-    /// NAME@N takes it from part N of the command only, where standalone `--` tokens separate
-    /// the parts (part 1 is before the first `--`): needed when two programs' arguments hold it.
-    #[arg(long, value_name = "NAME", allow_hyphen_values = true)]
+    /// The batch-size knob to reduce: a flag (--batch-arg --bsz), a Hydra key (data.batch_size),
+    /// a key in a config file (configs/default.yaml:training.batch_size) or a variable
+    /// (env:BATCH_SIZE). NAME@N takes a flag from part N of the command only, where standalone
+    /// `--` tokens separate the parts (part 1 is before the first `--`).
+    #[arg(
+        long,
+        value_name = "NAME|FILE:KEY|env:NAME",
+        allow_hyphen_values = true
+    )]
     pub batch_arg: Option<String>,
-    /// The gradient-accumulation flag to raise (NAME or NAME@N, as for --batch-arg); added to
-    /// the end of the batch flag's part of the command if absent.
-    #[arg(long, value_name = "NAME", allow_hyphen_values = true)]
+    /// The gradient-accumulation knob to raise, named as for --batch-arg; a flag absent from
+    /// the command is added to the end of the batch flag's part.
+    #[arg(
+        long,
+        value_name = "NAME|FILE:KEY|env:NAME",
+        allow_hyphen_values = true
+    )]
     pub accum_arg: Option<String>,
+    /// A TOML file whose [[knob]] entries give the ladder of knobs to step (batch, workers,
+    /// pin_memory, fp16, sequence length...), each where the job keeps it. See README.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Print the command, environment and file edits of attempt 1 and of each relaunch down the
+    /// ladder after deaths of CAUSE (default oom_killed), then exit; runs and writes nothing.
+    #[arg(long, value_name = "CAUSE", num_args = 0..=1, require_equals = true, default_missing_value = "oom_killed")]
+    pub dry_run: Option<String>,
     /// Never reduce the batch below this.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub min_batch: u64,
@@ -207,22 +226,28 @@ pub enum UsageError {
     #[error("unknown option {0}: see `oomguard run --help`; the training command goes after `--`")]
     UnknownOption(String),
     #[error("{0}")]
-    Knobs(#[from] rewrite::RewriteError),
-    #[error("--min-batch {min} is larger than the command's {flag} {batch}: lower --min-batch")]
-    MinBatchAboveBatch { min: u64, flag: String, batch: u64 },
+    Knobs(#[from] resolve::KnobError),
+    #[error("{0}")]
+    Config(#[from] jobfile::JobFileError),
+    #[error("--dry-run={0}: not a cause oomguard relaunches after; use one of {list}", list = relaunched_causes())]
+    DryRunCause(String),
+    #[error("cannot read the working directory: {0}")]
+    Cwd(std::io::Error),
     #[error("--interval {0:?} is too short: use 50ms or more")]
     IntervalTooShort(Duration),
     #[error("--backoff-max {max:?} is shorter than --backoff {backoff:?}: raise --backoff-max")]
     BackoffMax { backoff: Duration, max: Duration },
     #[error("--memory-max {} is too small for any job to start (an empty python3 needs about 7 MiB): use at least 32M", crate::units::human_bytes(*.0))]
     MemoryMaxTooSmall(u64),
-    #[error("{batch_flag} {batch} × {accum_flag} {accum} (the effective batch) does not fit in 64 bits: lower them")]
-    EffectiveBatchOverflow {
-        batch_flag: String,
-        batch: u64,
-        accum_flag: String,
-        accum: u64,
-    },
+}
+
+/// The causes `--dry-run=CAUSE` and `on = [...]` accept.
+fn relaunched_causes() -> String {
+    crate::policy::default_causes()
+        .iter()
+        .map(|c| c.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl RunArgs {
@@ -238,31 +263,26 @@ impl RunArgs {
             }
             Some(_) => {}
         }
-        let knobs = rewrite::locate(
-            &self.command,
-            self.batch_arg.as_deref(),
-            self.accum_arg.as_deref(),
+        let dry_run = match self.dry_run.as_deref() {
+            None => None,
+            Some(name) => Some(
+                Cause::from_name(name)
+                    .filter(|c| c.is_memory())
+                    .ok_or_else(|| UsageError::DryRunCause(name.to_string()))?,
+            ),
+        };
+        let job_file = self.config.as_deref().map(jobfile::load).transpose()?;
+        let cwd = std::env::current_dir().map_err(UsageError::Cwd)?;
+        let knobs = resolve::resolve(
+            &resolve::Request {
+                command: &self.command,
+                batch_arg: self.batch_arg.as_deref(),
+                accum_arg: self.accum_arg.as_deref(),
+                min_batch: self.min_batch,
+                cwd: &cwd,
+            },
+            job_file.as_ref(),
         )?;
-        if let Some(batch) = &knobs.batch {
-            if self.min_batch > batch.value {
-                return Err(UsageError::MinBatchAboveBatch {
-                    min: self.min_batch,
-                    flag: batch.name.clone(),
-                    batch: batch.value,
-                });
-            }
-        }
-        if let (Some(batch), rewrite::Accum::Present(accum)) = (&knobs.batch, &knobs.accum) {
-            // policy keeps batch × accumulation constant; it must be a number.
-            if batch.value.checked_mul(accum.value).is_none() {
-                return Err(UsageError::EffectiveBatchOverflow {
-                    batch_flag: batch.name.clone(),
-                    batch: batch.value,
-                    accum_flag: accum.name.clone(),
-                    accum: accum.value,
-                });
-            }
-        }
         if let Some(bytes) = self.memory_max.filter(|b| *b < MIN_MEMORY_MAX_BYTES) {
             return Err(UsageError::MemoryMaxTooSmall(bytes));
         }
@@ -299,8 +319,8 @@ impl RunArgs {
             command: self.command,
             knobs,
             run_dir: self.run_dir,
+            dry_run,
             limits: crate::policy::Limits {
-                min_batch: self.min_batch,
                 max_attempts: self.max_attempts,
                 retries: self.retries,
                 backoff: self.backoff,
@@ -542,6 +562,9 @@ mod tests {
         };
         assert_eq!(run.command[4].as_bytes(), b"caf\xff");
         let settings = run.validate().unwrap();
-        assert_eq!(settings.knobs.batch.unwrap().value, 8);
+        assert_eq!(
+            settings.knobs.int_of("batch", &settings.knobs.originals()),
+            Some(8)
+        );
     }
 }

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cgroup;
+use crate::classify::Cause;
+use crate::knobs::KnobSet;
 use crate::policy::Limits;
-use crate::rewrite::Knobs;
 use crate::watch::Bounds;
 
 /// What `oomguard run` was asked to do.
@@ -15,8 +16,10 @@ use crate::watch::Bounds;
 pub struct RunSettings {
     /// The job's argv as the user wrote it: bytes, not necessarily UTF-8.
     pub command: Vec<OsString>,
-    /// The batch and accumulation knobs found in it.
-    pub knobs: Knobs,
+    /// The knobs oomguard turns, in ladder order.
+    pub knobs: KnobSet,
+    /// `--dry-run`: print the ladder for deaths of this cause, run nothing.
+    pub dry_run: Option<Cause>,
     /// Where to put logs and the summary; `None` for the default location.
     pub run_dir: Option<PathBuf>,
     pub limits: Limits,

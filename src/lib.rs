@@ -32,13 +32,14 @@ pub mod cli;
 pub mod config;
 pub mod doctor;
 pub mod gpu;
+pub mod jobfile;
 pub mod kernel;
 pub mod knobs;
 pub mod mem;
 pub mod outcome;
 pub mod policy;
 pub mod report;
-pub mod rewrite;
+
 pub mod sampler;
 pub mod scan;
 pub mod signals;
@@ -60,11 +61,11 @@ use crate::child::{Launch, SpawnError};
 use crate::classify::{AttemptFacts, Cause};
 use crate::cli::{ClassifyArgs, Cli, Command, UsageError};
 use crate::config::{CgroupPlan, RunSettings};
-use crate::policy::{Decision, Outcome, Sizes};
+use crate::knobs::{KnobSet, Value};
+use crate::policy::{Decision, Outcome};
 use crate::report::{
-    AttemptRecord, FinalSizes, Reporter, RunDir, RunDirError, SamplesCsv, Summary,
+    AttemptRecord, FinalSizes, KnobValues, Reporter, RunDir, RunDirError, SamplesCsv, Summary,
 };
-use crate::rewrite::{Accum, Changes};
 use crate::sampler::{Sample, Sampler};
 use crate::supervise::{AttemptEnd, GpuWait, KernelPaths, Notice, Observer, Setup, Supervisor};
 
@@ -129,12 +130,12 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         &settings.command[0].to_string_lossy(),
     )
     .map_err(Error::RunDir)?;
-    let original = Sizes {
-        batch: settings.knobs.batch.as_ref().map(|k| k.value),
-        accum: settings.knobs.accum_value(),
-    };
-    let mut summary = Summary::new(&lossy(&settings.command), final_sizes(original));
-    let result = run_in(&settings, original, &run_dir, &mut summary, cgroup, report);
+    let original = settings.knobs.originals();
+    let mut summary = Summary::new(
+        &lossy(&settings.command),
+        final_sizes(&settings.knobs, &original),
+    );
+    let result = run_in(&settings, &run_dir, &mut summary, cgroup, report);
     if result.is_err() && summary.attempts().is_empty() {
         // Nothing ran: leave nothing behind, as for any other input we refuse.
         run_dir.discard();
@@ -145,7 +146,6 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
 /// The run itself, in a run directory that is ready: files, GPU, runtime, then the attempts.
 fn run_in(
     settings: &RunSettings,
-    original: Sizes,
     run_dir: &RunDir,
     summary: &mut Summary,
     cgroup: Option<(cgroup::Parent, cgroup::Limits)>,
@@ -154,10 +154,10 @@ fn run_in(
     run_dir.save(summary, false).map_err(Error::RunDir)?;
     let samples = run_dir.open_samples().map_err(Error::RunDir)?;
     report.say(&format!("run directory {}", run_dir.path().display()));
-    for note in settings.knobs.choice_notes() {
-        report.say(&note);
+    for note in &settings.knobs.notes {
+        report.say(note);
     }
-    if settings.knobs.batch.is_none() {
+    if settings.knobs.automatic && settings.knobs.index("batch").is_none() {
         report.warn("no batch flag found in the command: an out-of-memory death will not be relaunched smaller (name the flag with --batch-arg)");
     }
     let (gpu, gpu_off) = gpu::open();
@@ -200,15 +200,7 @@ fn run_in(
             action: "cannot listen for signals",
             source,
         })?;
-        attempt_loop(
-            supervisor,
-            settings,
-            original,
-            run_dir,
-            summary,
-            &mut observer,
-        )
-        .await
+        attempt_loop(supervisor, settings, run_dir, summary, &mut observer).await
     });
     // Like `tee`, oomguard ends only once every byte of the job's output is written out; a stop
     // signal (Ctrl-C at a terminal paused with Ctrl-S) or Ctrl-Z acts on that wait as on `tee`'s.
@@ -303,19 +295,21 @@ impl Observer for RunObserver {
 async fn attempt_loop(
     mut supervisor: Supervisor,
     settings: &RunSettings,
-    original: Sizes,
     run_dir: &RunDir,
     summary: &mut Summary,
     observer: &mut RunObserver,
 ) -> Result<i32, Error> {
     let report = observer.report;
-    let mut history: Vec<(Cause, Sizes)> = Vec::new();
-    let mut sizes = original;
+    let knobs = &settings.knobs;
+    let (rules, original) = (knobs.rules(), knobs.originals());
+    let mut history: Vec<(Cause, Vec<Value>)> = Vec::new();
+    let mut values = original.clone();
+    let mut changed: Vec<usize> = Vec::new();
     let mut warned_effective = false;
     let result = loop {
         let attempt = history.len() as u32 + 1;
         let prev_cause = history.last().map(|(cause, _)| *cause);
-        let launch = launch_for(settings, sizes, attempt, prev_cause, run_dir.path());
+        let launch = launch_for(settings, &values, attempt, prev_cause, run_dir.path());
         let log = run_dir.open_log(attempt, &report);
         let end = match supervisor
             .run_attempt(attempt, &launch, log, observer)
@@ -325,13 +319,18 @@ async fn attempt_loop(
             Err(e) => break Err(Error::Spawn(e)),
         };
         let verdict = judge(&end);
-        record(
-            summary, run_dir, &report, attempt, &launch, sizes, &verdict, &end,
-        );
-        history.push((verdict.cause, sizes));
-        match policy::decide(&history, original, &settings.limits) {
+        let ran = Ran {
+            attempt,
+            launch: &launch,
+            values: &values,
+            changed: &changed,
+        };
+        record(summary, run_dir, &report, knobs, &ran, &verdict, &end);
+        history.push((verdict.cause, values.clone()));
+        match policy::decide(&history, &rules, &original, &settings.limits) {
             Decision::Relaunch {
-                sizes: next,
+                values: next,
+                changed: moved,
                 effective_note,
                 delay,
             } => {
@@ -343,21 +342,22 @@ async fn attempt_loop(
                 }
                 let relaunch = Relaunch {
                     attempt: attempt + 1,
-                    from: sizes,
-                    to: next,
+                    changes: knobs.describe_changes(&values, &next, &moved),
                     delay,
                 };
-                announce_relaunch(&report, settings, &relaunch, effective_note);
-                if next.batch != sizes.batch
-                    && matches!(settings.knobs.accum, Accum::None)
+                announce_relaunch(&report, &relaunch, effective_note);
+                let batch_moved = knobs.index("batch").is_some_and(|b| moved.contains(&b));
+                if batch_moved
+                    && knobs.effective_shrinks()
                     && !std::mem::replace(&mut warned_effective, true)
                 {
-                    warn_effective_shrinks(&report, original, next);
+                    warn_effective_shrinks(&report, knobs, &original, &next);
                 }
                 if let Some(signal) = supervisor.pause(delay).await {
                     break Ok((Outcome::Interrupted, 128 + signal as i32));
                 }
-                sizes = next;
+                values = next;
+                changed = moved;
             }
             Decision::Stop { outcome, reason } => {
                 if let Some(reason) = reason {
@@ -388,23 +388,43 @@ fn judge(end: &AttemptEnd) -> classify::Verdict {
     })
 }
 
+/// One attempt as it ran: its command and knob values, and the knobs moved for it.
+struct Ran<'a> {
+    attempt: u32,
+    launch: &'a Launch,
+    values: &'a [Value],
+    changed: &'a [usize],
+}
+
 /// Writes the attempt into summary.json and, unless it succeeded, tells the user how it died.
-#[allow(clippy::too_many_arguments)] // one attempt's facts, each from a different step
 fn record(
     summary: &mut Summary,
     run_dir: &RunDir,
     report: &Reporter,
-    attempt: u32,
-    launch: &Launch,
-    sizes: Sizes,
+    knobs: &KnobSet,
+    ran: &Ran,
     verdict: &classify::Verdict,
     end: &AttemptEnd,
 ) {
+    let attempt = ran.attempt;
     summary.push(AttemptRecord {
         attempt,
-        command: lossy(&launch.argv),
-        batch_size: sizes.batch,
-        accum: sizes.accum,
+        command: lossy(&ran.launch.argv),
+        batch_size: knobs.int_of("batch", ran.values),
+        accum: knobs.int_of("accum", ran.values),
+        knobs: KnobValues(
+            knobs
+                .knobs
+                .iter()
+                .zip(ran.values)
+                .map(|(k, v)| (k.name.clone(), v.to_json()))
+                .collect(),
+        ),
+        changed: ran
+            .changed
+            .iter()
+            .map(|&i| knobs.knobs[i].name.clone())
+            .collect(),
         cause: verdict.cause,
         evidence: verdict.evidence.clone(),
         exit_code: end.ending.exit_code(),
@@ -413,7 +433,7 @@ fn record(
         duration_s: end.duration.as_secs_f64(),
         peaks: end.peaks.into(),
     });
-    summary.final_sizes = final_sizes(sizes);
+    summary.final_sizes = final_sizes(knobs, ran.values);
     if let Err(e) = run_dir.save(summary, false) {
         report.error(&e.to_string());
     }
@@ -431,28 +451,19 @@ fn record(
 /// The next attempt, as the relaunch line tells it.
 struct Relaunch {
     attempt: u32,
-    from: Sizes,
-    to: Sizes,
+    /// What moved: `--batch_size 16→8, --grad_accum 4→8`.
+    changes: String,
     delay: Duration,
 }
 
 /// `attempt 3 in 20.0s: --batch_size 16→8, --grad_accum 4→8`, and the note when the effective
 /// batch could not be kept exactly.
-fn announce_relaunch(
-    report: &Reporter,
-    settings: &RunSettings,
-    next: &Relaunch,
-    effective_note: Option<String>,
-) {
-    let changes = Changes {
-        knobs: &settings.knobs,
-        from: (next.from.batch.unwrap_or(0), next.from.accum),
-        to: (next.to.batch.unwrap_or(0), next.to.accum),
-    };
+fn announce_relaunch(report: &Reporter, next: &Relaunch, effective_note: Option<String>) {
     report.say(&format!(
-        "attempt {} in {}: {changes}",
+        "attempt {} in {}: {}",
         next.attempt,
-        report::short_duration(next.delay)
+        report::short_duration(next.delay),
+        next.changes
     ));
     if let Some(note) = effective_note {
         report.warn(&note);
@@ -460,12 +471,12 @@ fn announce_relaunch(
 }
 
 /// Said once a run: without an accumulation flag, the effective batch shrinks with the batch.
-fn warn_effective_shrinks(report: &Reporter, original: Sizes, next: Sizes) {
+fn warn_effective_shrinks(report: &Reporter, knobs: &KnobSet, original: &[Value], next: &[Value]) {
     report.warn(&format!(
         "the command has no gradient-accumulation flag, so the effective batch shrinks with the batch ({} → {}); \
          name the job's flag with --accum-arg to keep it",
-        original.batch.unwrap_or(0),
-        next.batch.unwrap_or(0)
+        knobs.int_of("batch", original).unwrap_or(0),
+        knobs.int_of("batch", next).unwrap_or(0)
     ));
 }
 
@@ -555,25 +566,23 @@ fn lossy(argv: &[OsString]) -> Vec<String> {
         .collect()
 }
 
-fn final_sizes(sizes: Sizes) -> FinalSizes {
+fn final_sizes(knobs: &KnobSet, values: &[Value]) -> FinalSizes {
     FinalSizes {
-        batch_size: sizes.batch,
-        accum: sizes.accum,
+        batch_size: knobs.int_of("batch", values),
+        accum: knobs.int_of("accum", values),
     }
 }
 
 /// The argv and environment of one attempt.
 fn launch_for(
     settings: &RunSettings,
-    sizes: Sizes,
+    values: &[Value],
     attempt: u32,
     prev: Option<Cause>,
     run_dir: &Path,
 ) -> Launch {
-    let argv = match sizes.batch {
-        Some(batch) => rewrite::apply(&settings.command, &settings.knobs, batch, sizes.accum),
-        None => settings.command.clone(),
-    };
+    let input = settings.knobs.input(&settings.command, values);
+    let argv = input.argv;
     let mut env: Vec<(String, OsString)> = vec![
         ("OOMGUARD_ATTEMPT".to_string(), attempt.to_string().into()),
         // The path as bytes: a run directory need not be UTF-8.
@@ -582,9 +591,16 @@ fn launch_for(
             run_dir.as_os_str().to_owned(),
         ),
     ];
+    let knobs = &settings.knobs;
     let optional = [
-        ("OOMGUARD_BATCH_SIZE", sizes.batch.map(|b| b.to_string())),
-        ("OOMGUARD_GRAD_ACCUM", sizes.accum.map(|a| a.to_string())),
+        (
+            "OOMGUARD_BATCH_SIZE",
+            knobs.int_of("batch", values).map(|b| b.to_string()),
+        ),
+        (
+            "OOMGUARD_GRAD_ACCUM",
+            knobs.int_of("accum", values).map(|a| a.to_string()),
+        ),
         ("OOMGUARD_PREV_CAUSE", prev.map(|c| c.as_str().to_string())),
     ];
     env.extend(
@@ -592,6 +608,7 @@ fn launch_for(
             .into_iter()
             .filter_map(|(k, v)| Some((k.to_string(), v?.into()))),
     );
+    env.extend(input.env);
     // Python block-buffers a pipe; the user expects live output.
     if std::env::var_os("PYTHONUNBUFFERED").is_none() {
         env.push(("PYTHONUNBUFFERED".into(), "1".into()));

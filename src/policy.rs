@@ -1,26 +1,28 @@
-//! Decides what happens after an attempt: relaunch (smaller, or unchanged for an allowed retry)
-//! or stop with a run outcome. Pure: it sees the causes and sizes of past attempts and the
-//! settings, nothing else; waiting, spawning and telling the user are other modules' jobs.
+//! Decides what happens after an attempt: relaunch (one knob stepped down the ladder, or
+//! unchanged for an allowed retry) or stop with a run outcome. Pure: it sees the causes and the
+//! knob values of past attempts, the ladder's rules and the settings, nothing else. It does not
+//! know where a knob lives (a flag, a variable, a key in a file): `knobs` does; waiting,
+//! spawning and telling the user are other modules' jobs.
+//!
+//! The ladder's rule: after a death with cause C, the first knob in order that answers C and
+//! can still move takes one step. An integer knob steps by halving or by a fixed amount down to
+//! its floor; a value knob steps once, to its value. A knob with a partner raises the partner so
+//! that knob × partner stays what it was in the original command (the effective batch). A
+//! knob that is only a partner never moves on its own. When no knob can move, the run gives up.
 
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::classify::Cause;
-
-/// The batch and accumulation one attempt runs with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Sizes {
-    pub batch: Option<u64>,
-    pub accum: Option<u64>,
-}
+use crate::knobs::Value;
 
 /// How the whole run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Succeeded,
-    /// Out-of-memory deaths outlasted every remedy (batch at its floor, or attempts used up).
+    /// Out-of-memory deaths outlasted every remedy (every knob at its floor, or attempts used up).
     GaveUp,
     /// A non-memory failure: the job's own error.
     Failed,
@@ -41,7 +43,6 @@ impl Outcome {
 /// The settings the policy reads.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    pub min_batch: u64,
     pub max_attempts: u32,
     /// Unchanged restarts allowed after non-memory failures.
     pub retries: u32,
@@ -49,12 +50,81 @@ pub struct Limits {
     pub backoff_max: Duration,
 }
 
+/// How an integer knob steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Halve,
+    /// Down by this much (`step = -1` in a `[[knob]]`).
+    Minus(u64),
+}
+
+/// How one knob moves.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Moves {
+    /// An integer knob, stepped down to `min`.
+    Step { step: Step, min: u64 },
+    /// A value knob: one step, to this value.
+    Set(Value),
+    /// Moved only as another knob's partner.
+    Partner,
+}
+
+/// One rung of the ladder: what a knob answers and how it moves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// For the give-up reason.
+    pub name: String,
+    pub moves: Moves,
+    /// The causes it answers.
+    pub on: Vec<Cause>,
+    /// The index of the knob raised to keep this knob × partner constant.
+    pub partner: Option<usize>,
+}
+
+impl Rule {
+    /// The value this knob moves to from `current`, or `None` where it cannot move (at its
+    /// floor, at its value already, only a partner, or not an integer where one is needed).
+    fn next(&self, current: &Value) -> Option<Value> {
+        match &self.moves {
+            Moves::Step { step, min } => {
+                let &Value::Int(now) = current else {
+                    return None;
+                };
+                let next = match step {
+                    Step::Halve => now / 2,
+                    Step::Minus(by) => now.saturating_sub(*by),
+                }
+                .max(*min);
+                (next < now).then_some(Value::Int(next))
+            }
+            Moves::Set(value) => (!value.same(current)).then(|| value.clone()),
+            Moves::Partner => None,
+        }
+    }
+
+    /// Why it cannot move from `current`, for the give-up reason.
+    fn stuck(&self, current: &Value) -> String {
+        match &self.moves {
+            Moves::Step { min, .. } => format!("{} {current} (floor {min})", self.name),
+            Moves::Set(_) => format!("{} already {current}", self.name),
+            Moves::Partner => format!("{} (moved only as a partner)", self.name),
+        }
+    }
+}
+
+/// The causes a knob answers when its `on` is not given: every cause relaunched smaller.
+pub fn default_causes() -> Vec<Cause> {
+    Cause::ALL.into_iter().filter(|c| c.is_memory()).collect()
+}
+
 /// What to do after an attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     Relaunch {
-        sizes: Sizes,
-        /// Set when batch × accumulation could not equal the original exactly.
+        values: Vec<Value>,
+        /// The indices of the knobs that moved, the stepped one first.
+        changed: Vec<usize>,
+        /// Set when knob × partner could not equal the original exactly.
         effective_note: Option<String>,
         delay: Duration,
     },
@@ -65,12 +135,18 @@ pub enum Decision {
     },
 }
 
-/// Decides after the last attempt in `history` (causes with the sizes each ran with).
-/// `original` is the command's own sizes; the effective batch to keep is theirs.
-pub fn decide(history: &[(Cause, Sizes)], original: Sizes, limits: &Limits) -> Decision {
-    let &(cause, current) = history
+/// Decides after the last attempt in `history` (causes with the knob values each ran with).
+/// `original` holds the command's own values: the products to keep are theirs.
+pub fn decide(
+    history: &[(Cause, Vec<Value>)],
+    rules: &[Rule],
+    original: &[Value],
+    limits: &Limits,
+) -> Decision {
+    let (cause, current) = history
         .last()
         .expect("decide is called after at least one attempt");
+    let cause = *cause;
     let attempts = history.len() as u32;
     let stop = |outcome, reason: Option<String>| Decision::Stop { outcome, reason };
     match cause {
@@ -96,7 +172,8 @@ pub fn decide(history: &[(Cause, Sizes)], original: Sizes, limits: &Limits) -> D
         let failures = history.iter().filter(|(c, _)| !c.is_memory()).count() as u32;
         if failures <= limits.retries {
             return Decision::Relaunch {
-                sizes: current,
+                values: current.clone(),
+                changed: Vec::new(),
                 effective_note: None,
                 delay,
             };
@@ -104,48 +181,96 @@ pub fn decide(history: &[(Cause, Sizes)], original: Sizes, limits: &Limits) -> D
         let reason = (limits.retries > 0).then(|| format!("--retries {} used up", limits.retries));
         return stop(Outcome::Failed, reason);
     }
-    let Some(batch) = current.batch else {
-        return stop(
-            Outcome::GaveUp,
-            Some("the command has no batch flag to reduce (name one with --batch-arg)".into()),
-        );
-    };
-    if batch <= limits.min_batch {
-        return stop(
-            Outcome::GaveUp,
-            Some(format!("batch already at --min-batch {}", limits.min_batch)),
-        );
-    }
-    let new_batch = (batch / 2).max(limits.min_batch);
-    let (accum, effective_note) = keep_effective(original, new_batch);
-    Decision::Relaunch {
-        sizes: Sizes {
-            batch: Some(new_batch),
-            accum,
+    match step(cause, rules, original, current) {
+        Ok(stepped) => Decision::Relaunch {
+            values: stepped.values,
+            changed: stepped.changed,
+            effective_note: stepped.effective_note,
+            delay,
         },
-        effective_note,
-        delay,
+        Err(reason) => stop(Outcome::GaveUp, Some(reason)),
     }
 }
 
-/// The accumulation that keeps the original effective batch at `new_batch`, and a note when only
-/// the nearest effective batch above the original is possible.
-fn keep_effective(original: Sizes, new_batch: u64) -> (Option<u64>, Option<String>) {
-    let (Some(batch0), Some(accum0)) = (original.batch, original.accum) else {
-        return (original.accum, None);
+/// One step down the ladder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stepped {
+    pub values: Vec<Value>,
+    /// The indices of the knobs that moved, the stepped one first.
+    pub changed: Vec<usize>,
+    /// Set when knob × partner could not equal the original exactly.
+    pub effective_note: Option<String>,
+}
+
+/// One step down the ladder after `cause`, or why nothing can move.
+pub fn step(
+    cause: Cause,
+    rules: &[Rule],
+    original: &[Value],
+    current: &[Value],
+) -> Result<Stepped, String> {
+    let answering: Vec<usize> = (0..rules.len())
+        .filter(|&i| rules[i].on.contains(&cause))
+        .collect();
+    let Some((i, next)) = answering
+        .iter()
+        .find_map(|&i| rules[i].next(&current[i]).map(|next| (i, next)))
+    else {
+        return Err(if rules.is_empty() {
+            "the command has no batch flag to reduce (name one with --batch-arg)".to_string()
+        } else if answering.is_empty() {
+            format!("no knob answers {cause}")
+        } else {
+            let stuck: Vec<String> = answering
+                .iter()
+                .map(|&i| rules[i].stuck(&current[i]))
+                .collect();
+            format!("no knob can move: {}", stuck.join(", "))
+        });
     };
-    // Saturating, never wrapping: `cli` refuses a command whose product does not fit in u64, so
-    // saturation only guards this function; a wrapped product once relaunched with accumulation 0.
-    let effective = batch0.saturating_mul(accum0);
+    let mut values = current.to_vec();
+    let mut changed = vec![i];
+    let mut note = None;
+    if let (Some(p), Value::Int(new)) = (rules[i].partner, &next) {
+        let (partner, effective_note) = keep_product(&original[i], &original[p], *new);
+        if !partner.same(&values[p]) {
+            values[p] = partner;
+            changed.push(p);
+        }
+        note = effective_note;
+    }
+    values[i] = next;
+    Ok(Stepped {
+        values,
+        changed,
+        effective_note: note,
+    })
+}
+
+/// The partner value that keeps the original product at `new`, and a note when only the
+/// nearest product above the original is possible. A partner absent from the command counts
+/// as 1 (no accumulation).
+fn keep_product(original: &Value, partner: &Value, new: u64) -> (Value, Option<String>) {
+    let Value::Int(knob0) = *original else {
+        return (partner.clone(), None);
+    };
+    let partner0 = match partner {
+        Value::Int(n) => *n,
+        _ => 1,
+    };
+    // Saturating, never wrapping: `knobs` refuses a command whose product does not fit in u64,
+    // so saturation only guards this function; a wrapped product once relaunched with
+    // accumulation 0.
+    let effective = knob0.saturating_mul(partner0);
     // An accumulation of 0 would make the job divide by zero or never step: 1 at least.
-    let accum = effective.div_ceil(new_batch.max(1)).max(1);
-    let reached = new_batch.saturating_mul(accum);
-    let note = (new_batch.checked_mul(accum) != Some(effective)).then(|| {
+    let accum = effective.div_ceil(new.max(1)).max(1);
+    let reached = new.saturating_mul(accum);
+    let note = (new.checked_mul(accum) != Some(effective)).then(|| {
         format!(
-            "effective batch {reached} (was {effective}): {new_batch} does not divide {effective}, so the nearest at or above it"
+            "effective batch {reached} (was {effective}): {new} does not divide {effective}, so the nearest at or above it"
         )
     });
-    (Some(accum), note)
+    (Value::Int(accum), note)
 }
 
 /// The wait before relaunch number `n` (0-based): `backoff`, doubling, capped at `backoff_max`.
@@ -162,143 +287,226 @@ mod tests {
     use super::*;
 
     const LIMITS: Limits = Limits {
-        min_batch: 1,
         max_attempts: 10,
         retries: 0,
         backoff: Duration::from_secs(10),
         backoff_max: Duration::from_secs(300),
     };
 
-    fn sizes(batch: u64, accum: Option<u64>) -> Sizes {
-        Sizes {
-            batch: Some(batch),
-            accum,
+    fn int(n: u64) -> Value {
+        Value::Int(n)
+    }
+
+    /// The automatic pair: a batch halved down to `min`, raising accumulation as its partner.
+    fn batch_accum(min: u64) -> Vec<Rule> {
+        vec![
+            Rule {
+                name: "batch".into(),
+                moves: Moves::Step {
+                    step: Step::Halve,
+                    min,
+                },
+                on: default_causes(),
+                partner: Some(1),
+            },
+            Rule {
+                name: "accum".into(),
+                moves: Moves::Partner,
+                on: default_causes(),
+                partner: None,
+            },
+        ]
+    }
+
+    /// A batch with no partner.
+    fn batch_alone() -> Vec<Rule> {
+        let mut rules = batch_accum(1);
+        rules.truncate(1);
+        rules[0].partner = None;
+        rules
+    }
+
+    fn relaunch(d: Decision) -> (Vec<Value>, Vec<usize>, Option<String>) {
+        match d {
+            Decision::Relaunch {
+                values,
+                changed,
+                effective_note,
+                ..
+            } => (values, changed, effective_note),
+            other => panic!("{other:?}"),
         }
     }
 
     #[test]
     fn memory_deaths_halve_the_batch_and_keep_the_effective_batch() {
-        // (original, current, expected next sizes, expect a note)
-        let table: &[(Sizes, Sizes, Sizes, bool)] = &[
-            (
-                sizes(64, Some(1)),
-                sizes(64, Some(1)),
-                sizes(32, Some(2)),
-                false,
-            ),
-            (
-                sizes(64, Some(1)),
-                sizes(32, Some(2)),
-                sizes(16, Some(4)),
-                false,
-            ),
-            (sizes(8, None), sizes(8, None), sizes(4, None), false),
-            (
-                sizes(6, Some(1)),
-                sizes(6, Some(1)),
-                sizes(3, Some(2)),
-                false,
-            ),
-            (
-                sizes(6, Some(1)),
-                sizes(3, Some(2)),
-                sizes(1, Some(6)),
-                false,
-            ),
-            (
-                sizes(10, Some(1)),
-                sizes(5, Some(2)),
-                sizes(2, Some(5)),
-                false,
-            ),
-            (
-                sizes(12, Some(1)),
-                sizes(6, Some(2)),
-                sizes(3, Some(4)),
-                false,
-            ),
-            (
-                sizes(7, Some(1)),
-                sizes(7, Some(1)),
-                sizes(3, Some(3)),
-                true,
-            ),
+        // (original (batch, accum), current, expected next, expect a note)
+        type Pair = (u64, u64);
+        let table: &[(Pair, Pair, Pair, bool)] = &[
+            ((64, 1), (64, 1), (32, 2), false),
+            ((64, 1), (32, 2), (16, 4), false),
+            ((6, 1), (6, 1), (3, 2), false),
+            ((6, 1), (3, 2), (1, 6), false),
+            ((10, 1), (5, 2), (2, 5), false),
+            ((12, 1), (6, 2), (3, 4), false),
+            ((7, 1), (7, 1), (3, 3), true),
             // batch × accumulation beyond u64 saturates instead of wrapping to accumulation 0.
             (
-                sizes(1 << 32, Some(1 << 32)),
-                sizes(1 << 32, Some(1 << 32)),
-                sizes(1 << 31, Some(1 << 33)),
+                (1 << 32, 1 << 32),
+                (1 << 32, 1 << 32),
+                (1 << 31, 1 << 33),
                 true,
             ),
-            (
-                sizes(u64::MAX, Some(u64::MAX)),
-                sizes(3, Some(u64::MAX)),
-                sizes(1, Some(u64::MAX)),
-                false,
-            ),
-            (
-                sizes(u64::MAX, Some(1)),
-                sizes(u64::MAX, Some(1)),
-                sizes(u64::MAX / 2, Some(3)),
-                true,
-            ),
+            ((u64::MAX, u64::MAX), (3, u64::MAX), (1, u64::MAX), false),
+            ((u64::MAX, 1), (u64::MAX, 1), (u64::MAX / 2, 3), true),
         ];
         for &(original, current, want, note) in table {
-            for cause in [
-                Cause::DeviceOom,
-                Cause::HostOom,
+            for cause in default_causes() {
+                let history = [(cause, vec![int(current.0), int(current.1)])];
+                let originals = [int(original.0), int(original.1)];
+                let (values, changed, effective_note) =
+                    relaunch(decide(&history, &batch_accum(1), &originals, &LIMITS));
+                assert_eq!(
+                    values,
+                    [int(want.0), int(want.1)],
+                    "{original:?} {current:?}"
+                );
+                assert_eq!(changed[0], 0);
+                assert_eq!(effective_note.is_some(), note, "{effective_note:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_batch_without_partner_just_halves() {
+        let rules = &batch_alone();
+        let (values, changed, note) = relaunch(decide(
+            &[(Cause::DeviceOom, vec![int(8)])],
+            rules,
+            &[int(8)],
+            &LIMITS,
+        ));
+        assert_eq!((values, changed, note), (vec![int(4)], vec![0], None));
+    }
+
+    #[test]
+    fn a_partner_absent_from_the_command_counts_as_one() {
+        let (values, ..) = relaunch(decide(
+            &[(Cause::OomKilled, vec![int(8), Value::Unset])],
+            &batch_accum(1),
+            &[int(8), Value::Unset],
+            &LIMITS,
+        ));
+        assert_eq!(values, [int(4), int(2)]);
+    }
+
+    /// Seed 001 and 004: the first knob in order that answers the cause and can move takes one
+    /// step; knobs at their floor or value are passed over; then the run gives up.
+    #[test]
+    fn the_ladder_steps_the_first_knob_that_answers_and_can_move() {
+        let rules = vec![
+            Rule {
+                name: "workers".into(),
+                moves: Moves::Step {
+                    step: Step::Halve,
+                    min: 0,
+                },
+                on: vec![Cause::WorkerKilled],
+                partner: None,
+            },
+            Rule {
+                name: "batch".into(),
+                moves: Moves::Step {
+                    step: Step::Minus(1),
+                    min: 1,
+                },
+                on: default_causes(),
+                partner: None,
+            },
+            Rule {
+                name: "pin_memory".into(),
+                moves: Moves::Set(Value::Bool(false)),
+                on: vec![Cause::OomKilled, Cause::WorkerKilled],
+                partner: None,
+            },
+            Rule {
+                name: "epochs".into(),
+                moves: Moves::Step {
+                    step: Step::Halve,
+                    min: 1,
+                },
+                on: default_causes(),
+                partner: None,
+            },
+        ];
+        let original = vec![int(2), int(2), Value::Bool(true), int(3)];
+        // (cause, current, expected values or the give-up reason's start)
+        type Row = (Cause, [Value; 4], Result<[Value; 4], &'static str>);
+        let table: &[Row] = &[
+            (
                 Cause::WorkerKilled,
-                Cause::OomKilled,
-                Cause::Killed,
-            ] {
-                match decide(&[(cause, current)], original, &LIMITS) {
-                    Decision::Relaunch {
-                        sizes,
-                        effective_note,
-                        ..
-                    } => {
-                        assert_eq!(sizes, want, "{original:?} {current:?}");
-                        assert_eq!(effective_note.is_some(), note, "{effective_note:?}");
-                    }
-                    other => panic!("{cause:?} {current:?}: {other:?}"),
+                [int(2), int(2), Value::Bool(true), int(3)],
+                Ok([int(1), int(2), Value::Bool(true), int(3)]),
+            ),
+            (
+                Cause::WorkerKilled,
+                [int(0), int(2), Value::Bool(true), int(3)],
+                Ok([int(0), int(1), Value::Bool(true), int(3)]),
+            ),
+            (
+                Cause::WorkerKilled,
+                [int(0), int(1), Value::Bool(true), int(3)],
+                Ok([int(0), int(1), Value::Bool(false), int(3)]),
+            ),
+            // device_oom: workers and pin_memory do not answer it.
+            (
+                Cause::DeviceOom,
+                [int(2), int(1), Value::Bool(true), int(3)],
+                Ok([int(2), int(1), Value::Bool(true), int(1)]),
+            ),
+            (
+                Cause::DeviceOom,
+                [int(2), int(1), Value::Bool(true), int(1)],
+                Err("no knob can move: batch 1 (floor 1), epochs 1 (floor 1)"),
+            ),
+            (
+                Cause::Failed,
+                [int(2), int(1), Value::Bool(true), int(1)],
+                Err(""),
+            ),
+        ];
+        for (cause, current, want) in table {
+            let history = [(*cause, current.to_vec())];
+            match (decide(&history, &rules, &original, &LIMITS), want) {
+                (Decision::Relaunch { values, .. }, Ok(want)) => {
+                    assert_eq!(values, want.to_vec(), "{cause:?} {current:?}")
                 }
+                (Decision::Stop { reason, .. }, Err(want)) => assert!(
+                    reason.clone().unwrap_or_default().starts_with(want),
+                    "{cause:?}: {reason:?}"
+                ),
+                (other, want) => panic!("{cause:?} {current:?}: {other:?}, wanted {want:?}"),
             }
         }
     }
 
     #[test]
     fn stops() {
-        let table: &[(Cause, Sizes, Limits, Outcome)] = &[
-            (Cause::Ok, sizes(8, None), LIMITS, Outcome::Succeeded),
-            (
-                Cause::Interrupted,
-                sizes(8, None),
-                LIMITS,
-                Outcome::Interrupted,
-            ),
-            (Cause::Failed, sizes(8, None), LIMITS, Outcome::Failed),
-            (Cause::DeviceOom, sizes(1, None), LIMITS, Outcome::GaveUp),
-            (
-                Cause::DeviceOom,
-                sizes(4, None),
-                Limits {
-                    min_batch: 4,
-                    ..LIMITS
-                },
-                Outcome::GaveUp,
-            ),
+        let rules = batch_accum(1);
+        let with_min = batch_accum(4);
+        let none: Vec<Rule> = Vec::new();
+        // (cause, batch value, rules, limits, outcome)
+        let table: &[(Cause, u64, &[Rule], Limits, Outcome)] = &[
+            (Cause::Ok, 8, &rules, LIMITS, Outcome::Succeeded),
+            (Cause::Interrupted, 8, &rules, LIMITS, Outcome::Interrupted),
+            (Cause::Failed, 8, &rules, LIMITS, Outcome::Failed),
+            (Cause::DeviceOom, 1, &rules, LIMITS, Outcome::GaveUp),
+            (Cause::DeviceOom, 4, &with_min, LIMITS, Outcome::GaveUp),
+            (Cause::DeviceOom, 8, &none, LIMITS, Outcome::GaveUp),
             (
                 Cause::DeviceOom,
-                Sizes {
-                    batch: None,
-                    accum: None,
-                },
-                LIMITS,
-                Outcome::GaveUp,
-            ),
-            (
-                Cause::DeviceOom,
-                sizes(8, None),
+                8,
+                &rules,
                 Limits {
                     max_attempts: 1,
                     ..LIMITS
@@ -307,7 +515,8 @@ mod tests {
             ),
             (
                 Cause::Failed,
-                sizes(8, None),
+                8,
+                &rules,
                 Limits {
                     max_attempts: 1,
                     retries: 3,
@@ -316,8 +525,9 @@ mod tests {
                 Outcome::Failed,
             ),
         ];
-        for &(cause, current, limits, want) in table {
-            match decide(&[(cause, current)], current, &limits) {
+        for &(cause, batch, rules, limits, want) in table {
+            let values: Vec<Value> = [int(batch), int(1)][..rules.len()].to_vec();
+            match decide(&[(cause, values.clone())], rules, &values, &limits) {
                 Decision::Stop { outcome, .. } => assert_eq!(outcome, want, "{cause:?}"),
                 other => panic!("{cause:?}: {other:?}"),
             }
@@ -325,19 +535,14 @@ mod tests {
     }
 
     #[test]
-    fn the_floor_is_min_batch_not_one() {
-        let limits = Limits {
-            min_batch: 3,
-            ..LIMITS
-        };
-        match decide(
-            &[(Cause::DeviceOom, sizes(4, Some(1)))],
-            sizes(4, Some(1)),
-            &limits,
-        ) {
-            Decision::Relaunch { sizes: s, .. } => assert_eq!(s, sizes(3, Some(2))),
-            other => panic!("{other:?}"),
-        }
+    fn the_floor_is_the_knobs_min_not_one() {
+        let (values, ..) = relaunch(decide(
+            &[(Cause::DeviceOom, vec![int(4), int(1)])],
+            &batch_accum(3),
+            &[int(4), int(1)],
+            &LIMITS,
+        ));
+        assert_eq!(values, [int(3), int(2)]);
     }
 
     #[test]
@@ -346,16 +551,16 @@ mod tests {
             retries: 2,
             ..LIMITS
         };
-        let s = sizes(8, None);
-        let mut history = vec![(Cause::Failed, s)];
+        let s = vec![int(8)];
+        let rules = &batch_alone();
+        let mut history = vec![(Cause::Failed, s.clone())];
         for _ in 0..2 {
-            assert!(
-                matches!(decide(&history, s, &limits), Decision::Relaunch { sizes, .. } if sizes == s)
-            );
-            history.push((Cause::Failed, s));
+            let (values, changed, _) = relaunch(decide(&history, rules, &s, &limits));
+            assert_eq!((values, changed), (s.clone(), vec![]));
+            history.push((Cause::Failed, s.clone()));
         }
         assert!(matches!(
-            decide(&history, s, &limits),
+            decide(&history, rules, &s, &limits),
             Decision::Stop {
                 outcome: Outcome::Failed,
                 ..

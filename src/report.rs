@@ -106,6 +106,10 @@ pub struct AttemptRecord {
     pub command: Vec<String>,
     pub batch_size: Option<u64>,
     pub accum: Option<u64>,
+    /// Every knob's value in this attempt, in ladder order.
+    pub knobs: KnobValues,
+    /// The knobs that moved for this attempt (empty for attempt 1 and unchanged retries).
+    pub changed: Vec<String>,
     pub cause: Cause,
     pub evidence: String,
     pub exit_code: Option<i32>,
@@ -115,6 +119,21 @@ pub struct AttemptRecord {
     pub duration_s: f64,
     #[serde(flatten)]
     pub peaks: PeakRecord,
+}
+
+/// Knob values by name, in ladder order (a JSON object keeps the order it is written in).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct KnobValues(pub Vec<(String, serde_json::Value)>);
+
+impl Serialize for KnobValues {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (name, value) in &self.0 {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
+    }
 }
 
 /// An attempt's memory peaks in summary.json; null where unknown.
@@ -618,26 +637,49 @@ fn or_dash<T: ToString>(v: Option<T>) -> String {
 
 /// The final table, one row per attempt.
 pub fn table(attempts: &[AttemptRecord]) -> Vec<String> {
-    let header = [
-        "attempt", "batch", "accum", "cause", "exit", "duration", "peak mem", "peak gpu",
-    ];
-    let mut rows = vec![header.map(String::from)];
+    // A column per knob that ever moved, beside the batch and accumulation columns.
+    let mut moved: Vec<&str> = Vec::new();
+    for name in attempts.iter().flat_map(|a| &a.changed) {
+        if name != "batch" && name != "accum" && !moved.contains(&name.as_str()) {
+            moved.push(name);
+        }
+    }
+    let mut header: Vec<String> = ["attempt", "batch", "accum"].map(String::from).to_vec();
+    header.extend(moved.iter().map(|n| n.to_string()));
+    header.extend(["cause", "exit", "duration", "peak mem", "peak gpu"].map(String::from));
+    // Text columns are left-aligned, numbers right-aligned.
+    let text_columns = [3 + moved.len(), 4 + moved.len()];
+    let mut rows = vec![header];
     for a in attempts {
         let exit = match (a.exit_code, a.signal) {
             (Some(code), _) => code.to_string(),
             (None, Some(sig)) => format!("signal {sig}"),
             (None, None) => "-".into(),
         };
-        rows.push([
+        let mut row = vec![
             a.attempt.to_string(),
             or_dash(a.batch_size),
             or_dash(a.accum),
+        ];
+        row.extend(moved.iter().map(|name| {
+            a.knobs
+                .0
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or("-".to_string(), |(_, v)| match v {
+                    serde_json::Value::String(s) => s.clone(),
+                    serde_json::Value::Null => "-".to_string(),
+                    other => other.to_string(),
+                })
+        }));
+        row.extend([
             a.cause.as_str().to_string(),
             exit,
             short_duration(Duration::from_secs_f64(a.duration_s)),
             or_dash(a.peaks.memory_bytes().map(human_bytes)),
             or_dash(a.peaks.peak_gpu_bytes.map(human_bytes)),
         ]);
+        rows.push(row);
     }
     let widths: Vec<usize> = (0..rows[0].len())
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
@@ -648,9 +690,8 @@ pub fn table(attempts: &[AttemptRecord]) -> Vec<String> {
                 .iter()
                 .zip(&widths)
                 .enumerate()
-                // Text columns left-aligned, numbers right-aligned.
                 .map(|(i, (cell, w))| {
-                    if i == 3 || i == 4 {
+                    if text_columns.contains(&i) {
                         format!("{cell:<w$}")
                     } else {
                         format!("{cell:>w$}")
@@ -678,6 +719,12 @@ mod tests {
             command: vec!["python".into()],
             batch_size: Some(batch),
             accum: None,
+            knobs: KnobValues(vec![("batch".into(), batch.into())]),
+            changed: if attempt > 1 {
+                vec!["batch".into()]
+            } else {
+                Vec::new()
+            },
             cause,
             evidence: String::new(),
             exit_code: exit,

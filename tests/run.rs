@@ -242,7 +242,7 @@ fn gives_up_at_min_batch_with_its_own_exit_code() {
     assert_eq!(column(&summary, "accum"), [Value::Null, Value::Null]);
     assert_eq!(summary["final"]["accum"], Value::Null);
     assert!(
-        stderr_of(&out).contains("--min-batch 2"),
+        stderr_of(&out).contains("no knob can move: batch 2 (floor 2)"),
         "{}",
         stderr_of(&out)
     );

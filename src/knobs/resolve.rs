@@ -1,0 +1,501 @@
+//! Builds a run's knobs before anything starts: from `[[knob]]` entries of `--config`, or found
+//! automatically in the command (`--batch-arg` / `--accum-arg` may name a flag, `FILE:KEY` or
+//! `env:NAME`). Reads what it must to know each knob's value — the job's environment, the
+//! config files — and checks every knob can move as asked, so a missing file, a key that is not
+//! there or a value that is not a number is one line before any process or file exists.
+//! Writes nothing.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use super::argv::{self, RewriteError};
+use super::file::{self, EditError, Format};
+use super::{env, ConfigFile, Knob, KnobSet, Place, Value};
+use crate::classify::Cause;
+use crate::jobfile::{self, JobFile, KnobSpec, PlaceSpec};
+use crate::policy::{default_causes, Moves, Rule, Step};
+
+/// What the command line asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub command: &'a [OsString],
+    pub batch_arg: Option<&'a str>,
+    pub accum_arg: Option<&'a str>,
+    /// `--min-batch`: the floor of the automatic batch knob.
+    pub min_batch: u64,
+    /// The working directory, where relative file paths start.
+    pub cwd: &'a Path,
+}
+
+/// Why the knobs cannot be set up. Each is one line naming the place and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum KnobError {
+    #[error("{0}")]
+    Argv(#[from] RewriteError),
+    #[error("{where_}: {problem}")]
+    Knob { where_: String, problem: String },
+    #[error("--min-batch {min} is larger than the command's {flag} {batch}: lower --min-batch")]
+    MinBatchAboveBatch { min: u64, flag: String, batch: u64 },
+    #[error("{batch_flag} {batch} × {accum_flag} {accum} (the effective batch) does not fit in 64 bits: lower them")]
+    EffectiveBatchOverflow {
+        batch_flag: String,
+        batch: u64,
+        accum_flag: String,
+        accum: u64,
+    },
+}
+
+/// A knob's place as `--batch-arg` / `--accum-arg` name it.
+enum ArgSpec<'a> {
+    Argv(&'a str),
+    Env(&'a str),
+    File { path: &'a str, key: &'a str },
+}
+
+impl<'a> ArgSpec<'a> {
+    /// `env:NAME`, `FILE:KEY` (a file with an extension oomguard edits), else a flag or key.
+    fn parse(text: &'a str) -> ArgSpec<'a> {
+        if let Some(name) = text.strip_prefix("env:") {
+            return ArgSpec::Env(name);
+        }
+        match text.rsplit_once(':') {
+            Some((path, key))
+                if !key.is_empty() && Format::from_path(Path::new(path)).is_some() =>
+            {
+                ArgSpec::File { path, key }
+            }
+            _ => ArgSpec::Argv(text),
+        }
+    }
+}
+
+/// Builds the knobs of a run.
+pub fn resolve(request: &Request, config: Option<&JobFile>) -> Result<KnobSet, KnobError> {
+    match config.filter(|c| !c.knobs.is_empty()) {
+        Some(config) => from_config(request, config),
+        None => automatic(request),
+    }
+}
+
+/// Reads the places of knobs and caches each config file once.
+struct Reader<'a> {
+    request: &'a Request<'a>,
+    files: Vec<ConfigFile>,
+    by_path: HashMap<PathBuf, usize>,
+}
+
+impl<'a> Reader<'a> {
+    fn new(request: &'a Request<'a>) -> Self {
+        Reader {
+            request,
+            files: Vec::new(),
+            by_path: HashMap::new(),
+        }
+    }
+
+    /// The index of `path` among the run's files, read on first use.
+    fn file(&mut self, path: &Path, who: &str) -> Result<usize, KnobError> {
+        let fail = |problem: String| KnobError::Knob {
+            where_: who.to_string(),
+            problem,
+        };
+        let shown = path.display();
+        let format = Format::from_path(path).ok_or_else(|| {
+            fail(format!(
+                "{shown}: oomguard edits .yaml/.yml, .json, .toml and .py files only"
+            ))
+        })?;
+        let absolute = self.request.cwd.join(path);
+        let canonical = std::fs::canonicalize(&absolute)
+            .map_err(|e| fail(format!("cannot open config file {shown}: {e}")))?;
+        if let Some(&i) = self.by_path.get(&canonical) {
+            return Ok(i);
+        }
+        let bytes = std::fs::read(&canonical)
+            .map_err(|e| fail(format!("cannot read config file {shown}: {e}")))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| fail(format!("config file {shown} is not UTF-8 text")))?;
+        let in_command = argv::find_path(self.request.command, &canonical, self.request.cwd);
+        self.files.push(ConfigFile {
+            path: path.to_path_buf(),
+            format,
+            text,
+            in_command,
+        });
+        self.by_path.insert(canonical, self.files.len() - 1);
+        Ok(self.files.len() - 1)
+    }
+
+    /// The value at `key` in file `i`.
+    fn file_value(&self, i: usize, key: &str, who: &str) -> Result<Value, KnobError> {
+        let f = &self.files[i];
+        file::locate(f.format, &f.text, key)
+            .map(|found| Value::from_scalar(&found.value))
+            .map_err(|e| KnobError::Knob {
+                where_: who.to_string(),
+                problem: match e {
+                    EditError::NotFound { .. } => {
+                        format!("key {key} is not in {}", f.path.display())
+                    }
+                    other => format!("{}: {other}", f.path.display()),
+                },
+            })
+    }
+}
+
+/// A knob's value that must be a whole number of at least `min`.
+fn count(value: &Value, min: u64, label: &str, who: &str) -> Result<u64, KnobError> {
+    match value {
+        Value::Int(n) if *n >= min => Ok(*n),
+        other => Err(KnobError::Knob {
+            where_: who.to_string(),
+            problem: format!(
+                "{label} is {}, not a whole number{}: oomguard steps an integer",
+                match other {
+                    Value::Unset => "not set".to_string(),
+                    v => format!("`{v}`"),
+                },
+                if min > 0 {
+                    format!(" of at least {min}")
+                } else {
+                    String::new()
+                }
+            ),
+        }),
+    }
+}
+
+/// Found automatically: the batch and accumulation of the command (or the places
+/// `--batch-arg` / `--accum-arg` name), and a workers flag.
+fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
+    let batch_spec = request.batch_arg.map(ArgSpec::parse);
+    let accum_spec = request.accum_arg.map(ArgSpec::parse);
+    let found = argv::locate(
+        request.command,
+        argv_name(&batch_spec),
+        argv_name(&accum_spec),
+    )?;
+    let mut reader = Reader::new(request);
+    let mut set = KnobSet {
+        automatic: true,
+        ..KnobSet::default()
+    };
+    if let Some(workers) = argv::find_workers(request.command) {
+        set.knobs.push(Knob {
+            name: "workers".into(),
+            place: Place::Argv(workers.place()),
+            original: Value::Int(workers.value),
+            rule: Rule {
+                name: "workers".into(),
+                moves: Moves::Step {
+                    step: Step::Halve,
+                    min: 0,
+                },
+                on: vec![Cause::WorkerKilled],
+                partner: None,
+            },
+        });
+    }
+    let batch_rule = |partner| Rule {
+        name: "batch".into(),
+        moves: Moves::Step {
+            step: Step::Halve,
+            min: request.min_batch,
+        },
+        on: default_causes(),
+        partner,
+    };
+    // The batch: a flag found in the command, or the file key / variable named.
+    let batch = match &batch_spec {
+        Some(ArgSpec::Env(name)) => {
+            let who = format!("--batch-arg env:{name}");
+            let value = env_value(name, &who)?;
+            Some((Place::Env(name.to_string()), count(&value, 1, name, &who)?))
+        }
+        Some(ArgSpec::File { path, key }) => {
+            let who = format!("--batch-arg {path}:{key}");
+            let i = reader.file(Path::new(path), &who)?;
+            let value = reader.file_value(i, key, &who)?;
+            let n = count(&value, 1, key, &who)?;
+            Some((
+                Place::File {
+                    file: i,
+                    key: key.to_string(),
+                },
+                n,
+            ))
+        }
+        _ => {
+            set.notes = found.choice_notes();
+            set.kept_by_job = matches!(found.accum, argv::Accum::KeptByJob { .. });
+            found
+                .batch
+                .as_ref()
+                .map(|k| (Place::Argv(k.place()), k.value))
+        }
+    };
+    let accum = match &accum_spec {
+        Some(ArgSpec::Env(name)) => {
+            let who = format!("--accum-arg env:{name}");
+            let value = env_value(name, &who)?;
+            let n = match value {
+                Value::Unset => None,
+                v => Some(count(&v, 1, name, &who)?),
+            };
+            Some((Place::Env(name.to_string()), n))
+        }
+        Some(ArgSpec::File { path, key }) => {
+            let who = format!("--accum-arg {path}:{key}");
+            let i = reader.file(Path::new(path), &who)?;
+            let value = reader.file_value(i, key, &who)?;
+            let n = count(&value, 1, key, &who)?;
+            Some((
+                Place::File {
+                    file: i,
+                    key: key.to_string(),
+                },
+                Some(n),
+            ))
+        }
+        _ => found.accum.place().map(|place| {
+            let value = match &found.accum {
+                argv::Accum::Present(k) => Some(k.value),
+                _ => None,
+            };
+            (Place::Argv(place), value)
+        }),
+    };
+    if let Some((place, value)) = batch {
+        if request.min_batch > value {
+            return Err(KnobError::MinBatchAboveBatch {
+                min: request.min_batch,
+                flag: label_of(&place, &reader.files),
+                batch: value,
+            });
+        }
+        let partner = accum.as_ref().map(|_| set.knobs.len() + 1);
+        set.knobs.push(Knob {
+            name: "batch".into(),
+            place,
+            original: Value::Int(value),
+            rule: batch_rule(partner),
+        });
+        if let Some((place, value)) = accum {
+            let b = &set.knobs[set.knobs.len() - 1];
+            if let (Some(a), Some(n)) = (value, b.original.as_int()) {
+                if n.checked_mul(a).is_none() {
+                    return Err(KnobError::EffectiveBatchOverflow {
+                        batch_flag: label_of(&b.place, &reader.files),
+                        batch: n,
+                        accum_flag: label_of(&place, &reader.files),
+                        accum: a,
+                    });
+                }
+            }
+            set.knobs.push(Knob {
+                name: "accum".into(),
+                // Absent from the command, it is inserted once it moves; until then the job
+                // runs without accumulation, i.e. 1.
+                original: Value::Int(value.unwrap_or(1)),
+                place,
+                rule: Rule {
+                    name: "accum".into(),
+                    moves: Moves::Partner,
+                    on: default_causes(),
+                    partner: None,
+                },
+            });
+        }
+    }
+    set.files = reader.files;
+    Ok(set)
+}
+
+/// The flag or key an `--batch-arg` / `--accum-arg` names in the command, if that is its place.
+fn argv_name<'a>(spec: &Option<ArgSpec<'a>>) -> Option<&'a str> {
+    match spec {
+        Some(ArgSpec::Argv(name)) => Some(name),
+        _ => None,
+    }
+}
+
+/// The job's value of variable `name`.
+fn env_value(name: &str, who: &str) -> Result<Value, KnobError> {
+    env::current(name).map_err(|_| KnobError::Knob {
+        where_: who.to_string(),
+        problem: format!("{name} is not UTF-8 text"),
+    })
+}
+
+/// A place as an error message names it.
+fn label_of(place: &Place, files: &[ConfigFile]) -> String {
+    match place {
+        Place::Argv(p) => p.name().to_string(),
+        Place::Env(name) => name.clone(),
+        Place::File { file, key } => format!("{key} ({})", files[*file].path.display()),
+    }
+}
+
+/// From `[[knob]]` entries, in file order.
+fn from_config(request: &Request, config: &JobFile) -> Result<KnobSet, KnobError> {
+    if let Some(flag) = [
+        ("--batch-arg", request.batch_arg),
+        ("--accum-arg", request.accum_arg),
+    ]
+    .iter()
+    .find_map(|(flag, v)| v.map(|_| flag))
+    {
+        return Err(KnobError::Knob {
+            where_: flag.to_string(),
+            problem: "--config has [[knob]] entries, which name every knob: drop the flag, or add the knob to the file".into(),
+        });
+    }
+    let partners: Vec<&str> = config
+        .knobs
+        .iter()
+        .filter_map(|k| k.keep_product_with.as_deref())
+        .collect();
+    let mut reader = Reader::new(request);
+    let mut knobs = Vec::new();
+    for spec in &config.knobs {
+        let is_partner = partners.contains(&spec.name.as_str());
+        knobs.push(config_knob(&mut reader, spec, is_partner)?);
+    }
+    for (i, spec) in config.knobs.iter().enumerate() {
+        let Some(partner) = &spec.keep_product_with else {
+            continue;
+        };
+        let p = knobs
+            .iter()
+            .position(|k: &Knob| &k.name == partner)
+            .expect("jobfile checked that every partner exists");
+        knobs[i].rule.partner = Some(p);
+        let (a, b) = (
+            knobs[i].original.as_int(),
+            knobs[p].original.as_int().unwrap_or(1),
+        );
+        // A file holds signed 64-bit integers: the product must fit there too.
+        let fits = a
+            .and_then(|a| a.checked_mul(b))
+            .is_some_and(|n| n <= i64::MAX as u64);
+        if !fits {
+            return Err(KnobError::Knob {
+                where_: format!("line {}: knob \"{}\"", spec.line, spec.name),
+                problem: format!(
+                    "{} × {} (the product kept) does not fit in 64 bits: lower them",
+                    knobs[i].original, knobs[p].original
+                ),
+            });
+        }
+    }
+    Ok(KnobSet {
+        knobs,
+        files: reader.files,
+        automatic: false,
+        notes: Vec::new(),
+        kept_by_job: false,
+    })
+}
+
+/// One `[[knob]]` entry read where it lives.
+fn config_knob(reader: &mut Reader, spec: &KnobSpec, is_partner: bool) -> Result<Knob, KnobError> {
+    let who = format!("line {}: knob \"{}\"", spec.line, spec.name);
+    let moves = if is_partner {
+        Moves::Partner
+    } else {
+        match &spec.moves {
+            jobfile::Moves::Step { step, min } => Moves::Step {
+                step: match step {
+                    jobfile::Step::Halve => Step::Halve,
+                    jobfile::Step::Minus(n) => Step::Minus(*n),
+                },
+                min: *min,
+            },
+            jobfile::Moves::Set(value) => Moves::Set(value.clone()),
+        }
+    };
+    let integer = !matches!(moves, Moves::Set(_));
+    let (place, original) = match &spec.place {
+        PlaceSpec::Flag(text) | PlaceSpec::Override(text) => {
+            argv_knob(reader.request.command, text, &moves, is_partner, &who)?
+        }
+        PlaceSpec::Env(name) => match env_value(name, &who)? {
+            // A partner variable not set means no accumulation yet: 1.
+            Value::Unset if is_partner => (Place::Env(name.clone()), Value::Int(1)),
+            value => (Place::Env(name.clone()), value),
+        },
+        PlaceSpec::File { path, key } => {
+            let i = reader.file(path, &who)?;
+            let value = reader.file_value(i, key, &who)?;
+            if let Moves::Set(target) = &moves {
+                if target.to_scalar().is_none() {
+                    return Err(KnobError::Knob {
+                        where_: who,
+                        problem: format!(
+                            "set = {target} does not fit in a config file's 64-bit integer"
+                        ),
+                    });
+                }
+            }
+            (
+                Place::File {
+                    file: i,
+                    key: key.clone(),
+                },
+                value,
+            )
+        }
+    };
+    if integer {
+        count(&original, 0, &label_of(&place, &reader.files), &who)?;
+    }
+    Ok(Knob {
+        name: spec.name.clone(),
+        place,
+        original,
+        rule: Rule {
+            name: spec.name.clone(),
+            moves,
+            on: spec.on.clone().unwrap_or_else(default_causes),
+            partner: None,
+        },
+    })
+}
+
+/// A flag, switch or override knob: its place and the value the command gives it.
+fn argv_knob(
+    command: &[OsString],
+    text: &str,
+    moves: &Moves,
+    is_partner: bool,
+    who: &str,
+) -> Result<(Place, Value), KnobError> {
+    let context = |e: RewriteError| KnobError::Knob {
+        where_: who.to_string(),
+        problem: e.to_string(),
+    };
+    if let Moves::Set(Value::Bool(_)) = moves {
+        if let Some(place) = argv::locate_switch(command, text, "--config").map_err(context)? {
+            let present = matches!(&place, argv::Place::Switch { sites, .. } if !sites.is_empty());
+            return Ok((Place::Argv(place), Value::Bool(present)));
+        }
+    }
+    let (place, raw) = argv::locate_flag(command, text, "--config").map_err(context)?;
+    let value = match raw {
+        Some(raw) => Value::parse_text(&raw),
+        None if is_partner => Value::Int(1),
+        None if matches!(moves, Moves::Set(_)) => Value::Unset,
+        None => {
+            return Err(KnobError::Knob {
+                where_: who.to_string(),
+                problem: format!(
+                    "{} is not in the command: add it (e.g. `{} 8`) or fix the name",
+                    place.name(),
+                    place.name()
+                ),
+            })
+        }
+    };
+    Ok((Place::Argv(place), value))
+}
