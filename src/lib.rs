@@ -31,6 +31,7 @@ pub mod classify;
 pub mod cli;
 pub mod config;
 pub mod doctor;
+pub mod dry_run;
 pub mod gpu;
 pub mod jobfile;
 pub mod kernel;
@@ -124,6 +125,10 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
 fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
     let path_var = std::env::var_os("PATH");
     child::resolve_program(&settings.command[0], path_var.as_deref())?;
+    if let Some(cause) = settings.dry_run {
+        print!("{}", dry_run::plan(&settings, cause));
+        return Ok(0);
+    }
     let cgroup = cgroup_setup(settings.cgroup)?;
     let run_dir = RunDir::create(
         settings.run_dir.as_deref(),

@@ -106,8 +106,7 @@ impl Rule {
     fn stuck(&self, current: &Value) -> String {
         match &self.moves {
             Moves::Step { min, .. } => format!("{} {current} (floor {min})", self.name),
-            Moves::Set(_) => format!("{} already {current}", self.name),
-            Moves::Partner => format!("{} (moved only as a partner)", self.name),
+            Moves::Set(_) | Moves::Partner => format!("{} already {current}", self.name),
         }
     }
 }
@@ -210,7 +209,7 @@ pub fn step(
     current: &[Value],
 ) -> Result<Stepped, String> {
     let answering: Vec<usize> = (0..rules.len())
-        .filter(|&i| rules[i].on.contains(&cause))
+        .filter(|&i| rules[i].on.contains(&cause) && rules[i].moves != Moves::Partner)
         .collect();
     let Some((i, next)) = answering
         .iter()

@@ -19,7 +19,7 @@ pub mod resolve;
 
 use std::ffi::OsString;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::policy::{Moves, Rule};
 
@@ -114,6 +114,19 @@ impl Value {
             Value::Unset => return None,
         })
     }
+}
+
+/// The file name of the patched copy of `path` that the run tagged `tag` (its PID) gives the
+/// job: beside the original so relative references in it still resolve, extension kept since
+/// loaders dispatch on it: `default.yaml` → `default.oomguard-4242.yaml`.
+pub fn patch_copy_name(path: &Path, tag: &str) -> OsString {
+    let mut name = path.file_stem().unwrap_or_default().to_os_string();
+    name.push(format!(".oomguard-{tag}"));
+    if let Some(ext) = path.extension() {
+        name.push(".");
+        name.push(ext);
+    }
+    name
 }
 
 /// Where a knob lives.
@@ -290,5 +303,207 @@ impl KnobSet {
     /// Whether a knob can ever move on its own (it is not only a partner).
     pub fn steps_alone(&self, i: usize) -> bool {
         !matches!(self.knobs[i].rule.moves, Moves::Partner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{default_causes, Step};
+
+    fn argv(s: &str) -> Vec<OsString> {
+        s.split_whitespace().map(OsString::from).collect()
+    }
+
+    fn words(argv: &[OsString]) -> String {
+        argv.iter()
+            .map(|t| t.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn rule(name: &str, moves: Moves) -> Rule {
+        Rule {
+            name: name.into(),
+            moves,
+            on: default_causes(),
+            partner: None,
+        }
+    }
+
+    /// One knob of each place: a flag, a switch, a variable and a YAML key.
+    fn every_place(command: &[OsString]) -> KnobSet {
+        let (flag, _) = argv::locate_flag(command, "--microbatch", "--config").unwrap();
+        let switch = argv::locate_switch(command, "--use_fp16", "--config")
+            .unwrap()
+            .expect("a bare switch");
+        let yaml =
+            "training:\n  # per step\n  batch_size: 64   # fits a 24G card\n  pin_memory: true\n";
+        KnobSet {
+            knobs: vec![
+                Knob {
+                    name: "micro".into(),
+                    place: Place::Argv(flag),
+                    original: Value::Int(16),
+                    rule: rule(
+                        "micro",
+                        Moves::Step {
+                            step: Step::Halve,
+                            min: 1,
+                        },
+                    ),
+                },
+                Knob {
+                    name: "fp16".into(),
+                    place: Place::Argv(switch),
+                    original: Value::Bool(true),
+                    rule: rule("fp16", Moves::Set(Value::Bool(false))),
+                },
+                Knob {
+                    name: "alloc".into(),
+                    place: Place::Env("PYTORCH_CUDA_ALLOC_CONF".into()),
+                    original: Value::Unset,
+                    rule: rule(
+                        "alloc",
+                        Moves::Set(Value::Str("expandable_segments:True".into())),
+                    ),
+                },
+                Knob {
+                    name: "pin_memory".into(),
+                    place: Place::File {
+                        file: 0,
+                        key: "training.pin_memory".into(),
+                    },
+                    original: Value::Bool(true),
+                    rule: rule("pin_memory", Moves::Set(Value::Bool(false))),
+                },
+            ],
+            files: vec![ConfigFile {
+                path: "configs/default.yaml".into(),
+                format: file::Format::Yaml,
+                text: yaml.into(),
+                in_command: None,
+            }],
+            ..KnobSet::default()
+        }
+    }
+
+    #[test]
+    fn the_original_values_leave_every_place_as_written() {
+        let command = argv("python cell_train.py --batch_size 64 --microbatch=16 --use_fp16");
+        let set = every_place(&command);
+        let input = set.input(&command, &set.originals());
+        assert_eq!(input.argv, command);
+        assert!(input.env.is_empty());
+        assert_eq!(input.file_texts, [set.files[0].text.clone()]);
+    }
+
+    #[test]
+    fn each_place_takes_its_new_value_and_nothing_else_changes() {
+        let command = argv("python cell_train.py --batch_size 64 --microbatch=16 --use_fp16");
+        let set = every_place(&command);
+        let to = vec![
+            Value::Int(8),
+            Value::Bool(false),
+            Value::Str("expandable_segments:True".into()),
+            Value::Bool(false),
+        ];
+        let input = set.input(&command, &to);
+        assert_eq!(
+            words(&input.argv),
+            "python cell_train.py --batch_size 64 --microbatch=8"
+        );
+        assert_eq!(
+            input.env,
+            [(
+                "PYTORCH_CUDA_ALLOC_CONF".to_string(),
+                OsString::from("expandable_segments:True")
+            )]
+        );
+        assert_eq!(
+            input.file_texts[0],
+            "training:\n  # per step\n  batch_size: 64   # fits a 24G card\n  pin_memory: false\n"
+        );
+        let line = set.describe_changes(&set.originals(), &to, &[0, 1, 2, 3]);
+        assert_eq!(
+            line,
+            "--microbatch 16→8, --use_fp16 removed, env PYTORCH_CUDA_ALLOC_CONF unset→expandable_segments:True, \
+             training.pin_memory true→false (configs/default.yaml)"
+        );
+        assert_eq!(set.describe_changes(&to, &to, &[]), "unchanged");
+    }
+
+    #[test]
+    fn a_switch_turned_on_is_added_at_the_end_of_its_part() {
+        let command = argv("uv run -- python t.py --bs 8");
+        let switch = argv::locate_switch(&command, "--use_fp16", "--config")
+            .unwrap()
+            .unwrap();
+        let mut edits = Vec::new();
+        switch.edits(&command, &Value::Bool(true), &mut edits);
+        assert_eq!(
+            words(&argv::apply_edits(&command, &edits)),
+            "uv run -- python t.py --bs 8 --use_fp16"
+        );
+        // With a value after it, it is a valued flag, not a switch.
+        let valued = argv("python t.py --use_fp16 True --bs 8");
+        assert_eq!(
+            argv::locate_switch(&valued, "--use_fp16", "--config").unwrap(),
+            None
+        );
+        let (place, raw) = argv::locate_flag(&valued, "--use_fp16", "--config").unwrap();
+        assert_eq!(raw.as_deref(), Some("True"));
+        let mut edits = Vec::new();
+        place.edits(&valued, &Value::Bool(false), &mut edits);
+        assert_eq!(
+            words(&argv::apply_edits(&valued, &edits)),
+            "python t.py --use_fp16 False --bs 8"
+        );
+    }
+
+    #[test]
+    fn values_read_from_text_are_typed() {
+        let table: &[(&str, Value)] = &[
+            ("8", Value::Int(8)),
+            ("True", Value::Bool(true)),
+            ("false", Value::Bool(false)),
+            ("0.5", Value::Float(0.5)),
+            ("1e-4", Value::Float(1e-4)),
+            ("-1", Value::Float(-1.0)),
+            ("nan", Value::Str("nan".into())),
+            (
+                "expandable_segments:True",
+                Value::Str("expandable_segments:True".into()),
+            ),
+            ("", Value::Str(String::new())),
+        ];
+        for (text, want) in table {
+            assert_eq!(&Value::parse_text(text), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn the_copy_keeps_its_extension_beside_the_original() {
+        assert_eq!(
+            patch_copy_name(Path::new("configs/default.yaml"), "42"),
+            "default.oomguard-42.yaml"
+        );
+        assert_eq!(
+            patch_copy_name(Path::new("config"), "42"),
+            "config.oomguard-42"
+        );
+        let command = argv("python main.py --config=configs/default.yaml");
+        let token = argv::PathToken {
+            index: 2,
+            prefix_len: "--config=".len(),
+        };
+        let edit = token.redirect(
+            &command,
+            &patch_copy_name(Path::new("configs/default.yaml"), "42"),
+        );
+        assert_eq!(
+            words(&argv::apply_edits(&command, &[edit])),
+            "python main.py --config=configs/default.oomguard-42.yaml"
+        );
     }
 }

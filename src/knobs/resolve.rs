@@ -499,3 +499,302 @@ fn argv_knob(
     };
     Ok((Place::Argv(place), value))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobfile::{Moves as SpecMoves, Step as SpecStep};
+
+    fn argv(s: &str) -> Vec<OsString> {
+        s.split_whitespace().map(OsString::from).collect()
+    }
+
+    fn request<'a>(command: &'a [OsString], cwd: &'a Path) -> Request<'a> {
+        Request {
+            command,
+            batch_arg: None,
+            accum_arg: None,
+            min_batch: 1,
+            cwd,
+        }
+    }
+
+    fn spec(name: &str, place: PlaceSpec, moves: SpecMoves, partner: Option<&str>) -> KnobSpec {
+        KnobSpec {
+            name: name.into(),
+            place,
+            moves,
+            keep_product_with: partner.map(String::from),
+            on: None,
+            line: 1,
+        }
+    }
+
+    fn halve(min: u64) -> SpecMoves {
+        SpecMoves::Step {
+            step: SpecStep::Halve,
+            min,
+        }
+    }
+
+    fn file(key: &str) -> PlaceSpec {
+        PlaceSpec::File {
+            path: "configs/default.yaml".into(),
+            key: key.into(),
+        }
+    }
+
+    const YAML: &str = "training:\n  batch_size: 64\n  gradient_accumulation_steps: 1\n  num_workers: 4\n  pin_memory: true\n  lr: 3e-4\n";
+
+    fn project() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("configs")).unwrap();
+        std::fs::write(dir.path().join("configs/default.yaml"), YAML).unwrap();
+        dir
+    }
+
+    #[test]
+    fn automatic_knobs_are_workers_batch_and_accum_in_that_order() {
+        let cwd = Path::new("/");
+        let command = argv("python t.py --num_workers 4 --batch_size 8 --grad_accum 2");
+        let set = resolve(&request(&command, cwd), None).unwrap();
+        let names: Vec<&str> = set.knobs.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(names, ["workers", "batch", "accum"]);
+        assert_eq!(set.knobs[0].rule.on, [Cause::WorkerKilled]);
+        assert_eq!(set.knobs[1].rule.partner, Some(2));
+        assert_eq!(
+            set.originals(),
+            [Value::Int(4), Value::Int(8), Value::Int(2)]
+        );
+        // Without an accumulation flag, an --accum-arg absent from the command starts at 1.
+        let command = argv("python t.py --batch_size 8");
+        let mut req = request(&command, cwd);
+        req.accum_arg = Some("--accum");
+        let set = resolve(&req, None).unwrap();
+        assert_eq!(set.originals(), [Value::Int(8), Value::Int(1)]);
+        assert!(!set.effective_shrinks());
+        assert!(resolve(&request(&command, cwd), None)
+            .unwrap()
+            .effective_shrinks());
+    }
+
+    #[test]
+    fn batch_arg_names_a_file_key_or_a_variable() {
+        let dir = project();
+        let command = argv("python main.py");
+        let mut req = request(&command, dir.path());
+        req.batch_arg = Some("configs/default.yaml:training.batch_size");
+        req.accum_arg = Some("configs/default.yaml:training.gradient_accumulation_steps");
+        let set = resolve(&req, None).unwrap();
+        assert_eq!(set.files.len(), 1, "one file, read once");
+        assert_eq!(set.files[0].in_command, None);
+        assert_eq!(set.originals(), [Value::Int(64), Value::Int(1)]);
+        let input = set.input(&command, &[Value::Int(32), Value::Int(2)]);
+        assert_eq!(
+            input.file_texts[0],
+            YAML.replace("64", "32").replace("steps: 1", "steps: 2")
+        );
+
+        std::env::set_var("OOMGUARD_TEST_RESOLVE_BS", "12");
+        let mut req = request(&command, dir.path());
+        req.batch_arg = Some("env:OOMGUARD_TEST_RESOLVE_BS");
+        let set = resolve(&req, None).unwrap();
+        assert_eq!(
+            set.knobs[0].place,
+            Place::Env("OOMGUARD_TEST_RESOLVE_BS".into())
+        );
+        assert_eq!(set.originals(), [Value::Int(12)]);
+    }
+
+    #[test]
+    fn a_file_named_in_the_command_gets_a_copy() {
+        let dir = project();
+        let command = argv("python main.py --config ./configs/../configs/default.yaml");
+        let mut req = request(&command, dir.path());
+        req.batch_arg = Some("configs/default.yaml:training.batch_size");
+        let set = resolve(&req, None).unwrap();
+        assert_eq!(
+            set.files[0].in_command,
+            Some(argv::PathToken {
+                index: 3,
+                prefix_len: 0
+            })
+        );
+    }
+
+    #[test]
+    fn bad_places_are_one_line_naming_file_and_key() {
+        let dir = project();
+        let command = argv("python main.py --batch_size 8");
+        // (--batch-arg, words the message must hold)
+        let table: &[(&str, &[&str])] = &[
+            (
+                "configs/missing.yaml:training.batch_size",
+                &["configs/missing.yaml", "cannot open"],
+            ),
+            (
+                "configs/default.yaml:training.batch",
+                &["key training.batch is not in configs/default.yaml"],
+            ),
+            (
+                "configs/default.yaml:training.lr",
+                &["training.lr", "`0.0003`", "not a whole number"],
+            ),
+            (
+                "configs/default.yaml:training.pin_memory",
+                &["training.pin_memory", "`true`"],
+            ),
+            (
+                "configs/default.yaml:training",
+                &["configs/default.yaml", "training"],
+            ),
+            (
+                "env:OOMGUARD_TEST_RESOLVE_UNSET",
+                &["OOMGUARD_TEST_RESOLVE_UNSET is not set"],
+            ),
+        ];
+        for (arg, words) in table {
+            let mut req = request(&command, dir.path());
+            req.batch_arg = Some(arg);
+            let message = resolve(&req, None).unwrap_err().to_string();
+            assert!(!message.contains('\n'), "{message}");
+            assert!(
+                message.starts_with(&format!("--batch-arg {arg}")),
+                "{message}"
+            );
+            for word in *words {
+                assert!(message.contains(word), "{arg}: {message}");
+            }
+        }
+    }
+
+    /// Seed 001: the YAML ladder of the issue, batch with accumulation, then workers, then
+    /// pin_memory; the partner only moves with the batch.
+    #[test]
+    fn config_knobs_keep_file_order_and_partners() {
+        let dir = project();
+        let command = argv("python main.py");
+        let config = JobFile {
+            knobs: vec![
+                spec(
+                    "batch",
+                    file("training.batch_size"),
+                    halve(1),
+                    Some("accum"),
+                ),
+                spec(
+                    "accum",
+                    file("training.gradient_accumulation_steps"),
+                    halve(1),
+                    None,
+                ),
+                spec("workers", file("training.num_workers"), halve(0), None),
+                spec(
+                    "pin_memory",
+                    file("training.pin_memory"),
+                    SpecMoves::Set(Value::Bool(false)),
+                    None,
+                ),
+            ],
+        };
+        let set = resolve(&request(&command, dir.path()), Some(&config)).unwrap();
+        assert!(!set.automatic);
+        assert_eq!(set.knobs[0].rule.partner, Some(1));
+        assert_eq!(set.knobs[1].rule.moves, Moves::Partner);
+        assert_eq!(
+            set.originals(),
+            [
+                Value::Int(64),
+                Value::Int(1),
+                Value::Int(4),
+                Value::Bool(true)
+            ]
+        );
+        let mut req = request(&command, dir.path());
+        req.batch_arg = Some("--bs");
+        let message = resolve(&req, Some(&config)).unwrap_err().to_string();
+        assert!(
+            message.starts_with("--batch-arg: --config has [[knob]] entries"),
+            "{message}"
+        );
+    }
+
+    /// Seed 002 and 004: flags, a switch and a variable as config knobs.
+    #[test]
+    fn config_knobs_in_the_command_and_the_environment() {
+        let command = argv(
+            "python -m train.train_grpo --batch_size 2 --group_size 4 --num_epochs 3 --use_fp16",
+        );
+        let cwd = Path::new("/");
+        let config = JobFile {
+            knobs: vec![
+                spec(
+                    "batch",
+                    PlaceSpec::Flag("--batch_size".into()),
+                    halve(1),
+                    None,
+                ),
+                spec(
+                    "group",
+                    PlaceSpec::Flag("--group_size".into()),
+                    halve(1),
+                    None,
+                ),
+                spec(
+                    "epochs",
+                    PlaceSpec::Flag("--num_epochs".into()),
+                    SpecMoves::Step {
+                        step: SpecStep::Minus(1),
+                        min: 1,
+                    },
+                    None,
+                ),
+                spec(
+                    "fp16",
+                    PlaceSpec::Flag("--use_fp16".into()),
+                    SpecMoves::Set(Value::Bool(true)),
+                    None,
+                ),
+                spec(
+                    "bf16",
+                    PlaceSpec::Flag("--bf16".into()),
+                    SpecMoves::Set(Value::Bool(true)),
+                    None,
+                ),
+                spec(
+                    "alloc",
+                    PlaceSpec::Env("OOMGUARD_TEST_RESOLVE_ALLOC".into()),
+                    SpecMoves::Set(Value::Str("expandable_segments:True".into())),
+                    None,
+                ),
+            ],
+        };
+        let set = resolve(&request(&command, cwd), Some(&config)).unwrap();
+        assert_eq!(
+            set.originals(),
+            [
+                Value::Int(2),
+                Value::Int(4),
+                Value::Int(3),
+                Value::Bool(true),
+                Value::Bool(false),
+                Value::Unset
+            ]
+        );
+        let missing = JobFile {
+            knobs: vec![spec(
+                "batch",
+                PlaceSpec::Flag("--bsz".into()),
+                halve(1),
+                None,
+            )],
+        };
+        let message = resolve(&request(&command, cwd), Some(&missing))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            message,
+            "line 1: knob \"batch\": --bsz is not in the command: add it (e.g. `--bsz 8`) or fix the name"
+        );
+    }
+}

@@ -1,0 +1,94 @@
+//! `oomguard run --dry-run[=CAUSE]`: what each attempt would get — its command, the
+//! environment variables set for it, the config-file lines edited — for attempt 1 and each
+//! relaunch down the ladder if every attempt died of CAUSE, until the run would give up. Starts
+//! nothing and writes nothing: it is the knob model and the policy, printed.
+
+use std::ffi::OsString;
+use std::fmt::Write;
+
+use crate::classify::Cause;
+use crate::config::RunSettings;
+use crate::knobs::{patch_copy_name, KnobSet, Value};
+use crate::policy::{self, Decision};
+
+/// The whole plan as text, one attempt after another.
+pub fn plan(settings: &RunSettings, cause: Cause) -> String {
+    let knobs = &settings.knobs;
+    let (rules, original) = (knobs.rules(), knobs.originals());
+    let mut out = String::new();
+    let mut history: Vec<(Cause, Vec<Value>)> = Vec::new();
+    let mut values = original.clone();
+    loop {
+        let attempt = history.len() + 1;
+        if attempt == 1 {
+            let _ = writeln!(out, "attempt 1: {}", words(&settings.command));
+        }
+        history.push((cause, values.clone()));
+        match policy::decide(&history, &rules, &original, &settings.limits) {
+            Decision::Relaunch {
+                values: next,
+                changed,
+                effective_note,
+                ..
+            } => {
+                let _ = writeln!(
+                    out,
+                    "attempt {} after {cause}: {}",
+                    attempt + 1,
+                    knobs.describe_changes(&values, &next, &changed)
+                );
+                describe_input(&mut out, settings, knobs, &next);
+                if let Some(note) = effective_note {
+                    let _ = writeln!(out, "  note: {note}");
+                }
+                values = next;
+            }
+            Decision::Stop { outcome, reason } => {
+                let _ = writeln!(
+                    out,
+                    "then: {}{}",
+                    outcome.as_str(),
+                    reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                );
+                return out;
+            }
+        }
+    }
+}
+
+/// The command, variables and file lines of one attempt with knob `values`.
+fn describe_input(out: &mut String, settings: &RunSettings, knobs: &KnobSet, values: &[Value]) {
+    let input = knobs.input(&settings.command, values);
+    let mut argv = input.argv;
+    for (file, text) in knobs.files.iter().zip(&input.file_texts) {
+        if *text == file.text {
+            continue;
+        }
+        let how = match &file.in_command {
+            Some(token) => {
+                let copy = patch_copy_name(&file.path, "PID");
+                let edit = token.redirect(&settings.command, &copy);
+                argv = crate::knobs::argv::apply_edits(&argv, &[edit]);
+                format!("a patched copy, {}, beside it", copy.to_string_lossy())
+            }
+            None => "patched in place, restored when the run ends".to_string(),
+        };
+        let _ = writeln!(out, "  file {} ({how}):", file.path.display());
+        for (n, (old, new)) in file.text.lines().zip(text.lines()).enumerate() {
+            if old != new {
+                let _ = writeln!(out, "    line {}: {} → {}", n + 1, old.trim(), new.trim());
+            }
+        }
+    }
+    let _ = writeln!(out, "  command: {}", words(&argv));
+    for (name, value) in &input.env {
+        let _ = writeln!(out, "  env: {name}={}", value.to_string_lossy());
+    }
+}
+
+fn words(argv: &[OsString]) -> String {
+    argv.iter()
+        .map(|t| t.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
