@@ -1329,6 +1329,33 @@ mod tests {
     }
 
     #[test]
+    fn a_relative_path_gets_a_relative_copy_beside_it() {
+        // A directory below the working directory (the package root under cargo test), named
+        // relative to it: the test must not chdir, threads share the working directory.
+        let cwd = std::env::current_dir().unwrap();
+        let tmp =
+            tempfile::tempdir_in(Path::new(env!("CARGO_MANIFEST_DIR")).join("target")).unwrap();
+        let Ok(rel_dir) = tmp.path().strip_prefix(&cwd) else {
+            eprintln!("SKIPPED a_relative_path_gets_a_relative_copy_beside_it: cwd is not the package root");
+            return;
+        };
+        std::fs::write(tmp.path().join("default.yaml"), YAML).unwrap();
+        let given = rel_dir.join("default.yaml");
+        let mut p = Patcher::open(
+            &tmp.path().join("state"),
+            &tmp.path().join("run"),
+            vec![(given.clone(), Mode::Copy)],
+        )
+        .unwrap();
+        let copy = p.write(0, PATCHED).unwrap().unwrap();
+        assert!(copy.is_relative(), "{}", copy.display());
+        assert_eq!(copy.parent(), given.parent());
+        assert_eq!(std::fs::read_to_string(&copy).unwrap(), PATCHED);
+        p.finish();
+        assert!(!copy.exists());
+    }
+
+    #[test]
     fn someone_elses_edit_is_kept_and_the_original_goes_beside_it() {
         let s = Scene::new();
         let path = s.file("default.yaml", YAML);
