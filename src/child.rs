@@ -504,11 +504,10 @@ fn guard_loop(input: impl BufRead, remove_wait: Duration) -> i32 {
                 cgroup: dir,
             }) => (pgid, cgroup) = (group, dir),
             Some(GuardCommand::Unwatch) => (pgid, cgroup) = (None, None),
-            Some(GuardCommand::Restore(journal)) => {
-                if !restores.contains(&journal) {
-                    restores.push(journal);
-                }
+            Some(GuardCommand::Restore(journal)) if !restores.contains(&journal) => {
+                restores.push(journal)
             }
+            Some(GuardCommand::Restore(_)) => {}
             Some(GuardCommand::Done) => return 0,
             None => {}
         }
