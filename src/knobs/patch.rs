@@ -14,7 +14,7 @@
 //! Liveness: each entry has a lock file (`<key>.lock`) that its owner holds with `flock` for the
 //! run. Our descriptors are close-on-exec, so the job never inherits the lock: when oomguard
 //! dies, the lock is free, and the guard (`oomguard __guard`, told the journal paths) or the
-//! next oomguard's [`Patcher::recover`] restores. One rule decides everywhere ([`decide`]): the
+//! next oomguard's [`Patcher::recover`] restores. One rule decides everywhere (`decide`): the
 //! file holds the original → nothing to do; it holds a text we wrote → the original goes back;
 //! anything else, or the file is gone → someone else's edit stays, the original is written
 //! beside it as `<file>.oomguard-original` (`.1`, `.2`, ... rather than overwrite), and a
@@ -603,6 +603,10 @@ impl Patcher {
         let pid = self.pid;
         let run_dir = self.run_dir.clone();
         let file = &mut self.files[i];
+        assert!(
+            !file.finished,
+            "write after finish: the file is the user's again"
+        );
         match file.mode {
             Mode::InPlace => file.write_in_place(text, pid, &run_dir).map(|()| None),
             Mode::Copy if text == file.original => Ok(None),
