@@ -1,7 +1,8 @@
 //! Spawns the job from its argv (never through a shell) as the leader of a new process group,
 //! signals that group, and reaps whatever exits below oomguard. Also the *guard*: a tiny helper
 //! process that kills the job's group, and everything in the attempt's cgroup, and removes that
-//! cgroup, if oomguard itself dies without cleaning up (SIGKILL, OOM).
+//! cgroup, if oomguard itself dies without cleaning up (SIGKILL, OOM), and then puts back the
+//! config files oomguard had patched (see [`crate::knobs::patch::restore_entry`]).
 //!
 //! It does not decide when to signal or what an ending means; `supervise` and `classify` do.
 
@@ -367,6 +368,22 @@ impl Guard {
         }
     }
 
+    /// Tells the guard which patch journal entries to act on if we die (see
+    /// [`crate::knobs::patch::Patcher::journal_paths`]). They add up over the run: `watch` and
+    /// `unwatch` leave them, and acting on an entry already finished does nothing.
+    pub fn restore_on_death(&mut self, journals: &[PathBuf]) {
+        for journal in journals {
+            let Some(line) = restore_line(journal) else {
+                tracing::warn!("the patch journal path {} holds a newline: the guard cannot be told it; the next oomguard start restores instead", journal.display());
+                continue;
+            };
+            if let Err(e) = self.stdin.write_all(&line) {
+                tracing::warn!("guard process gone: {e}");
+                return;
+            }
+        }
+    }
+
     /// Says goodbye (nothing to kill) and reaps the guard.
     pub fn release(mut self) {
         let _ = self.stdin.write_all(b"done\n");
@@ -389,6 +406,21 @@ enum GuardCommand {
     Unwatch,
     /// `done`: oomguard is ending normally; exit without killing.
     Done,
+    /// `restore <journal path>`: a patch journal entry to act on at EOF, after the kill. The
+    /// path is the rest of the line. Accumulated: nothing but `done` drops them.
+    Restore(PathBuf),
+}
+
+/// The line [`Guard::restore_on_death`] sends, or None for a path the line cannot carry.
+fn restore_line(journal: &Path) -> Option<Vec<u8>> {
+    let bytes = journal.as_os_str().as_bytes();
+    if bytes.is_empty() || bytes.contains(&b'\n') {
+        return None;
+    }
+    let mut line = b"restore ".to_vec();
+    line.extend_from_slice(bytes);
+    line.push(b'\n');
+    Some(line)
 }
 
 /// The line [`Guard::watch`] sends, e.g. `watch 4242 /sys/fs/cgroup/memory/x/oomguard-1-attempt-1`.
@@ -421,6 +453,9 @@ fn parse_guard_line(line: &[u8]) -> Option<GuardCommand> {
         b"done" => return Some(GuardCommand::Done),
         _ => {}
     }
+    if let Some(path) = line.strip_prefix(b"restore ") {
+        return (!path.is_empty()).then(|| GuardCommand::Restore(OsStr::from_bytes(path).into()));
+    }
     let rest = line.strip_prefix(b"watch ")?;
     let (pgid, cgroup) = match rest.iter().position(|&b| b == b' ') {
         Some(space) => (&rest[..space], Some(&rest[space + 1..])),
@@ -436,9 +471,10 @@ fn parse_guard_line(line: &[u8]) -> Option<GuardCommand> {
     Some(GuardCommand::Watch { pgid, cgroup })
 }
 
-/// The guard's main loop (`oomguard __guard`): follow `watch`/`unwatch`/`done` lines on stdin; at
-/// EOF without `done`, SIGKILL the watched group and everything in the watched cgroup, and
-/// remove that cgroup. Returns the exit code: 1 if the cgroup could not be removed.
+/// The guard's main loop (`oomguard __guard`): follow `watch`/`unwatch`/`restore`/`done` lines on
+/// stdin; at EOF without `done`, SIGKILL the watched group and everything in the watched cgroup,
+/// remove that cgroup, then restore the patched files of every `restore` entry. Returns the exit
+/// code: 1 if the cgroup could not be removed or a file could not be restored.
 pub fn guard_main(input: impl BufRead) -> i32 {
     ignore_stop_signals();
     guard_loop(input, GUARD_REMOVE_WAIT)
@@ -459,6 +495,7 @@ fn ignore_stop_signals() {
 
 fn guard_loop(input: impl BufRead, remove_wait: Duration) -> i32 {
     let (mut pgid, mut cgroup) = (None, None);
+    let mut restores: Vec<PathBuf> = Vec::new();
     for line in input.split(b'\n') {
         let Ok(line) = line else { break };
         match parse_guard_line(&line) {
@@ -467,10 +504,43 @@ fn guard_loop(input: impl BufRead, remove_wait: Duration) -> i32 {
                 cgroup: dir,
             }) => (pgid, cgroup) = (group, dir),
             Some(GuardCommand::Unwatch) => (pgid, cgroup) = (None, None),
+            Some(GuardCommand::Restore(journal)) if !restores.contains(&journal) => {
+                restores.push(journal)
+            }
+            Some(GuardCommand::Restore(_)) => {}
             Some(GuardCommand::Done) => return 0,
             None => {}
         }
     }
+    let killed = guard_kill(pgid, cgroup, remove_wait);
+    let restored = guard_restore(&restores);
+    if killed && restored {
+        0
+    } else {
+        1
+    }
+}
+
+/// The patched files put back after oomguard died, each entry as the next start would; every
+/// line said through tracing (the guard's stderr is oomguard's). Returns false if one failed.
+fn guard_restore(journals: &[PathBuf]) -> bool {
+    let mut all = true;
+    for journal in journals {
+        match crate::knobs::patch::restore_entry(journal) {
+            Ok(Some(line)) => tracing::warn!("oomguard died; its guard {line}"),
+            Ok(None) => {}
+            Err(err) => {
+                tracing::warn!("oomguard died; its guard could not restore a patched file (the next oomguard start retries): {err}");
+                all = false;
+            }
+        }
+    }
+    all
+}
+
+/// The kill at EOF: the watched group, then the watched cgroup's processes and the cgroup.
+/// Returns false if the cgroup could not be removed.
+fn guard_kill(pgid: Option<u32>, cgroup: Option<PathBuf>, remove_wait: Duration) -> bool {
     // The group first: it also reaches processes outside the cgroup (or where there is none).
     if let Some(pgid) = pgid {
         signal_group(pgid, Signal::SIGKILL);
@@ -478,10 +548,10 @@ fn guard_loop(input: impl BufRead, remove_wait: Duration) -> i32 {
     if let Some(dir) = cgroup {
         if let Err(err) = crate::cgroup::kill_and_remove(&dir, remove_wait) {
             tracing::warn!("oomguard died; its guard could not clean up the attempt cgroup: {err}");
-            return 1;
+            return false;
         }
     }
-    0
+    true
 }
 
 #[cfg(test)]
@@ -665,6 +735,56 @@ mod tests {
                 String::from_utf8_lossy(line)
             );
         }
+    }
+
+    #[test]
+    fn restore_lines_round_trip_and_accumulate() {
+        let journal = Path::new(OsStr::from_bytes(b"/state/patches/in place \xff.json"));
+        let sent = restore_line(journal).unwrap();
+        assert_eq!(
+            parse_guard_line(&sent[..sent.len() - 1]),
+            Some(GuardCommand::Restore(journal.to_path_buf()))
+        );
+        assert_eq!(restore_line(Path::new("/a\nb.json")), None);
+        assert_eq!(restore_line(Path::new("")), None);
+        assert_eq!(parse_guard_line(b"restore "), None);
+        assert_eq!(parse_guard_line(b"restore"), None);
+    }
+
+    #[test]
+    fn guard_restores_patched_files_only_without_goodbye() {
+        use crate::knobs::patch::{Mode, Patcher};
+        let tmp = tempfile::tempdir().unwrap();
+        let config = tmp.path().join("default.yaml");
+        let original = "training:\n  batch_size: 64 # per GPU\n";
+        std::fs::write(&config, original).unwrap();
+        let patch = || {
+            let mut patcher = Patcher::open(
+                &tmp.path().join("state"),
+                &tmp.path().join("run"),
+                vec![(config.clone(), Mode::InPlace)],
+            )
+            .unwrap();
+            patcher
+                .write(0, "training:\n  batch_size: 32 # per GPU\n")
+                .unwrap();
+            let journal = patcher.journal_paths().remove(0);
+            patcher.abandon(); // as if SIGKILLed
+            journal
+        };
+        let journal = patch();
+        let restore = restore_line(&journal).unwrap();
+        // `unwatch` does not drop it; `done` means nothing to do.
+        let mut input = restore.clone();
+        input.extend_from_slice(b"unwatch\ndone\n");
+        assert_eq!(guard_loop(&input[..], Duration::ZERO), 0);
+        assert_ne!(std::fs::read_to_string(&config).unwrap(), original);
+        // EOF without goodbye: restored, twice named or not.
+        let mut input = restore.clone();
+        input.extend_from_slice(b"unwatch\n");
+        input.extend_from_slice(&restore);
+        assert_eq!(guard_loop(&input[..], Duration::ZERO), 0);
+        assert_eq!(std::fs::read_to_string(&config).unwrap(), original);
     }
 
     #[test]

@@ -58,29 +58,28 @@ pub fn plan(settings: &RunSettings, cause: Cause) -> String {
 
 /// The command, variables and file lines of one attempt with knob `values`.
 fn describe_input(out: &mut String, settings: &RunSettings, knobs: &KnobSet, values: &[Value]) {
-    let input = knobs.input(&settings.command, values);
-    let mut argv = input.argv;
-    for (file, text) in knobs.files.iter().zip(&input.file_texts) {
-        if *text == file.text {
-            continue;
-        }
-        let how = match &file.in_command {
-            Some(token) => {
-                let copy = patch_copy_name(&file.path, "PID");
-                let edit = token.redirect(&settings.command, &copy);
-                argv = crate::knobs::argv::apply_edits(&argv, &[edit]);
-                format!("a patched copy, {}, beside it", copy.to_string_lossy())
-            }
-            None => "patched in place, restored when the run ends".to_string(),
-        };
-        let _ = writeln!(out, "  file {} ({how}):", file.path.display());
-        for (n, (old, new)) in file.text.lines().zip(text.lines()).enumerate() {
-            if old != new {
-                let _ = writeln!(out, "    line {}: {} → {}", n + 1, old.trim(), new.trim());
+    let texts = knobs.file_texts(values);
+    let mut copies = Vec::new();
+    for (file, text) in knobs.files.iter().zip(&texts) {
+        let changed = *text != file.text;
+        let copy = (changed && file.in_command.is_some())
+            .then(|| file.path.with_file_name(patch_copy_name(&file.path, "PID")));
+        if changed {
+            let how = match &copy {
+                Some(copy) => format!("a patched copy, {}, beside it", copy.display()),
+                None => "patched in place, restored when the run ends".to_string(),
+            };
+            let _ = writeln!(out, "  file {} ({how}):", file.path.display());
+            for (n, (old, new)) in file.text.lines().zip(text.lines()).enumerate() {
+                if old != new {
+                    let _ = writeln!(out, "    line {}: {} → {}", n + 1, old.trim(), new.trim());
+                }
             }
         }
+        copies.push(copy);
     }
-    let _ = writeln!(out, "  command: {}", words(&argv));
+    let input = knobs.input(&settings.command, values, &copies);
+    let _ = writeln!(out, "  command: {}", words(&input.argv));
     for (name, value) in &input.env {
         let _ = writeln!(out, "  env: {name}={}", value.to_string_lossy());
     }

@@ -62,6 +62,7 @@ use crate::child::{Launch, SpawnError};
 use crate::classify::{AttemptFacts, Cause};
 use crate::cli::{ClassifyArgs, Cli, Command, UsageError};
 use crate::config::{CgroupPlan, RunSettings};
+use crate::knobs::patch::Patcher;
 use crate::knobs::{KnobSet, Value};
 use crate::policy::{Decision, Outcome};
 use crate::report::{
@@ -89,6 +90,12 @@ pub enum Error {
     RunDir(RunDirError),
     #[error("{0}")]
     Cgroup(String),
+    /// A config file cannot be claimed for patching: nothing was started.
+    #[error("{0}")]
+    PatchStart(knobs::patch::PatchError),
+    /// A config file could not be patched for an attempt.
+    #[error("{0}")]
+    Patch(knobs::patch::PatchError),
     #[error("{action}: {source}")]
     Internal {
         action: &'static str,
@@ -99,7 +106,8 @@ pub enum Error {
 impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Usage(_) | Error::Cgroup(_) => EXIT_USAGE,
+            Error::Usage(_) | Error::Cgroup(_) | Error::PatchStart(_) => EXIT_USAGE,
+            Error::Patch(_) => EXIT_INTERNAL,
             Error::Spawn(e) => e.exit_code(),
             // A run directory we cannot create is bad input: nothing was started.
             Error::RunDir(RunDirError::Write { .. }) => EXIT_INTERNAL,
@@ -129,18 +137,38 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         print!("{}", dry_run::plan(&settings, cause));
         return Ok(0);
     }
+    // Before anything else: files an oomguard killed with its guard left patched come back.
+    let state_dir = report::state_dir();
+    if let Some(dir) = &state_dir {
+        for line in knobs::patch::Patcher::recover(dir) {
+            report.warn(&line);
+        }
+    }
     let cgroup = cgroup_setup(settings.cgroup)?;
     let run_dir = RunDir::create(
         settings.run_dir.as_deref(),
         &settings.command[0].to_string_lossy(),
     )
     .map_err(Error::RunDir)?;
+    let mut files = match settings.knobs.open_files(state_dir.as_deref(), run_dir.path()) {
+        Ok(files) => files,
+        Err(e) => {
+            run_dir.discard();
+            return Err(Error::PatchStart(e));
+        }
+    };
     let original = settings.knobs.originals();
     let mut summary = Summary::new(
         &lossy(&settings.command),
         final_sizes(&settings.knobs, &original),
     );
-    let result = run_in(&settings, &run_dir, &mut summary, cgroup, report);
+    let result = run_in(&settings, &run_dir, &mut summary, cgroup, report, files.as_mut());
+    // Every way out passes here (a panic through Patcher's Drop): the user's files come back.
+    if let Some(files) = files.as_mut() {
+        for line in files.finish() {
+            report.warn(&line);
+        }
+    }
     if result.is_err() && summary.attempts().is_empty() {
         // Nothing ran: leave nothing behind, as for any other input we refuse.
         run_dir.discard();
@@ -155,6 +183,7 @@ fn run_in(
     summary: &mut Summary,
     cgroup: Option<(cgroup::Parent, cgroup::Limits)>,
     report: Reporter,
+    files: Option<&mut Patcher>,
 ) -> Result<i32, Error> {
     run_dir.save(summary, false).map_err(Error::RunDir)?;
     let samples = run_dir.open_samples().map_err(Error::RunDir)?;
@@ -205,7 +234,7 @@ fn run_in(
             action: "cannot listen for signals",
             source,
         })?;
-        attempt_loop(supervisor, settings, run_dir, summary, &mut observer).await
+        attempt_loop(supervisor, settings, run_dir, summary, &mut observer, files).await
     });
     // Like `tee`, oomguard ends only once every byte of the job's output is written out; a stop
     // signal (Ctrl-C at a terminal paused with Ctrl-S) or Ctrl-Z acts on that wait as on `tee`'s.
@@ -303,9 +332,13 @@ async fn attempt_loop(
     run_dir: &RunDir,
     summary: &mut Summary,
     observer: &mut RunObserver,
+    mut files: Option<&mut Patcher>,
 ) -> Result<i32, Error> {
     let report = observer.report;
     let knobs = &settings.knobs;
+    if let Some(files) = files.as_deref() {
+        supervisor.guard_files(&files.journal_paths());
+    }
     let (rules, original) = (knobs.rules(), knobs.originals());
     let mut history: Vec<(Cause, Vec<Value>)> = Vec::new();
     let mut values = original.clone();
@@ -314,7 +347,11 @@ async fn attempt_loop(
     let result = loop {
         let attempt = history.len() as u32 + 1;
         let prev_cause = history.last().map(|(cause, _)| *cause);
-        let launch = launch_for(settings, &values, attempt, prev_cause, run_dir.path());
+        let copies = match knobs.place_files(files.as_deref_mut(), &values) {
+            Ok(copies) => copies,
+            Err(e) => break Err(Error::Patch(e)),
+        };
+        let launch = launch_for(settings, &values, &copies, attempt, prev_cause, run_dir.path());
         let log = run_dir.open_log(attempt, &report);
         let end = match supervisor
             .run_attempt(attempt, &launch, log, observer)
@@ -372,6 +409,12 @@ async fn attempt_loop(
             }
         }
     };
+    // The user's files come back while the guard still watches, then the guard is let go.
+    if let Some(files) = files {
+        for line in files.finish() {
+            report.warn(&line);
+        }
+    }
     supervisor.finish();
     close_run(result, summary, run_dir, &report)
 }
@@ -582,11 +625,12 @@ fn final_sizes(knobs: &KnobSet, values: &[Value]) -> FinalSizes {
 fn launch_for(
     settings: &RunSettings,
     values: &[Value],
+    copies: &[Option<std::path::PathBuf>],
     attempt: u32,
     prev: Option<Cause>,
     run_dir: &Path,
 ) -> Launch {
-    let input = settings.knobs.input(&settings.command, values);
+    let input = settings.knobs.input(&settings.command, values, copies);
     let argv = input.argv;
     let mut env: Vec<(String, OsString)> = vec![
         ("OOMGUARD_ATTEMPT".to_string(), attempt.to_string().into()),

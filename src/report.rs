@@ -581,6 +581,15 @@ fn is_writable_dir(path: &Path) -> bool {
 /// when XDG_STATE_HOME is unset, empty or relative (the XDG spec says to ignore a relative
 /// one), and `./oomguard-runs` without a home.
 pub fn default_runs_base() -> PathBuf {
+    state_dir()
+        .map(|state| state.join("runs"))
+        .unwrap_or_else(|| PathBuf::from("oomguard-runs"))
+}
+
+/// oomguard's state directory: `$XDG_STATE_HOME/oomguard`, with `~/.local/state` when
+/// XDG_STATE_HOME is unset, empty or relative; None without a home (no absolute place to keep
+/// state that a later run would find again).
+pub fn state_dir() -> Option<PathBuf> {
     std::env::var_os("XDG_STATE_HOME")
         .map(PathBuf::from)
         .filter(|v| v.is_absolute())
@@ -589,8 +598,7 @@ pub fn default_runs_base() -> PathBuf {
                 .filter(|v| !v.is_empty())
                 .map(|h| PathBuf::from(h).join(".local/state"))
         })
-        .map(|state| state.join("oomguard/runs"))
-        .unwrap_or_else(|| PathBuf::from("oomguard-runs"))
+        .map(|state| state.join("oomguard"))
 }
 
 /// Makes a new `<base>/<UTC time>-<program>[-N]`. The directory is made with mkdir(2), which

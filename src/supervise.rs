@@ -930,6 +930,14 @@ impl Supervisor {
         }
     }
 
+    /// Tells the guard which patch journal entries to restore if oomguard dies (see
+    /// [`Guard::restore_on_death`]); without a guard, the next oomguard start restores them.
+    pub fn guard_files(&mut self, journals: &[std::path::PathBuf]) {
+        if let Some(guard) = self.guard.as_mut() {
+            guard.restore_on_death(journals);
+        }
+    }
+
     /// Ends the run: the guard is told nothing needs killing.
     pub fn finish(mut self) {
         if let Some(guard) = self.guard.take() {

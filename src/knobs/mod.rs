@@ -14,7 +14,7 @@
 pub mod argv;
 pub mod env;
 pub mod file;
-// pub mod patch; (merging)
+pub mod patch;
 pub mod resolve;
 
 use std::ffi::OsString;
@@ -177,14 +177,12 @@ pub struct KnobSet {
     pub kept_by_job: bool,
 }
 
-/// What one attempt gets: its argv (before patched copies are pointed at), the environment
-/// variables set on top of oomguard's, and each config file's text.
+/// What one attempt gets from its knobs: its argv and the environment variables set on top of
+/// oomguard's (its files are [`KnobSet::file_texts`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptInput {
     pub argv: Vec<OsString>,
     pub env: Vec<(String, OsString)>,
-    /// One text per [`KnobSet::files`] entry.
-    pub file_texts: Vec<String>,
 }
 
 impl KnobSet {
@@ -217,12 +215,32 @@ impl KnobSet {
                 .is_some_and(|i| self.knobs[i].rule.partner.is_none())
     }
 
-    /// The argv, environment and file texts that give the knobs `values`. A knob at its
-    /// original value leaves its place exactly as the user wrote it.
-    pub fn input(&self, command: &[OsString], values: &[Value]) -> AttemptInput {
+    /// Each config file's text with the knobs `values` set.
+    pub fn file_texts(&self, values: &[Value]) -> Vec<String> {
+        let mut texts: Vec<String> = self.files.iter().map(|f| f.text.clone()).collect();
+        for (knob, value) in self.knobs.iter().zip(values) {
+            if let (Place::File { file, key }, false) = (&knob.place, knob.original.same(value)) {
+                let scalar = value
+                    .to_scalar()
+                    .expect("resolve checked every value a file knob can take");
+                texts[*file] = file::set(self.files[*file].format, &texts[*file], key, &scalar)
+                    .expect("resolve located every key in the file's text");
+            }
+        }
+        texts
+    }
+
+    /// The argv and environment that give the knobs `values`, the command's file tokens
+    /// pointed at the patched copies in `copies` (one per file: the copy's path, where the job
+    /// reads one). A knob at its original value leaves its place exactly as the user wrote it.
+    pub fn input(
+        &self,
+        command: &[OsString],
+        values: &[Value],
+        copies: &[Option<PathBuf>],
+    ) -> AttemptInput {
         let mut edits = Vec::new();
         let mut env = Vec::new();
-        let mut file_texts: Vec<String> = self.files.iter().map(|f| f.text.clone()).collect();
         for (knob, value) in self.knobs.iter().zip(values) {
             if knob.original.same(value) {
                 continue;
@@ -230,21 +248,67 @@ impl KnobSet {
             match &knob.place {
                 Place::Argv(place) => place.edits(command, value, &mut edits),
                 Place::Env(name) => env.push((name.clone(), env::value_text(value))),
-                Place::File { file, key } => {
-                    let format = self.files[*file].format;
-                    let scalar = value
-                        .to_scalar()
-                        .expect("resolve checked every value a file knob can take");
-                    file_texts[*file] = file::set(format, &file_texts[*file], key, &scalar)
-                        .expect("resolve located every key in the file's text");
-                }
+                Place::File { .. } => {}
+            }
+        }
+        for (file, copy) in self.files.iter().zip(copies) {
+            if let (Some(token), Some(name)) = (&file.in_command, copy.as_ref().and_then(|c| c.file_name())) {
+                edits.push(token.redirect(command, name));
             }
         }
         AttemptInput {
             argv: argv::apply_edits(command, &edits),
             env,
-            file_texts,
         }
+    }
+
+    /// Claims the run's config files: a patched copy for those the command names, in-place
+    /// patching (with a durable backup under `state_dir`) for the others. `None` when the run
+    /// has no file knobs.
+    pub fn open_files(
+        &self,
+        state_dir: Option<&Path>,
+        run_dir: &Path,
+    ) -> Result<Option<patch::Patcher>, patch::PatchError> {
+        if self.files.is_empty() {
+            return Ok(None);
+        }
+        let state_dir = state_dir.ok_or_else(|| patch::PatchError::Io {
+            action: "keep a backup of",
+            path: self.files[0].path.clone(),
+            source: std::io::Error::other(
+                "neither XDG_STATE_HOME nor HOME is set: set one so oomguard has a state directory",
+            ),
+        })?;
+        let files = self
+            .files
+            .iter()
+            .map(|f| {
+                let mode = match f.in_command {
+                    Some(_) => patch::Mode::Copy,
+                    None => patch::Mode::InPlace,
+                };
+                (f.path.clone(), mode)
+            })
+            .collect();
+        patch::Patcher::open(state_dir, run_dir, files).map(Some)
+    }
+
+    /// Puts each file's text for the next attempt where the job reads it; returns the copies'
+    /// paths (see [`KnobSet::input`]).
+    pub fn place_files(
+        &self,
+        patcher: Option<&mut patch::Patcher>,
+        values: &[Value],
+    ) -> Result<Vec<Option<PathBuf>>, patch::PatchError> {
+        let Some(patcher) = patcher else {
+            return Ok(Vec::new());
+        };
+        self.file_texts(values)
+            .iter()
+            .enumerate()
+            .map(|(i, text)| patcher.write(i, text))
+            .collect()
     }
 
     /// Where a knob lives, as messages name it: `--batch_size`, `env PYTORCH_CUDA_ALLOC_CONF`,
@@ -392,10 +456,10 @@ mod tests {
     fn the_original_values_leave_every_place_as_written() {
         let command = argv("python cell_train.py --batch_size 64 --microbatch=16 --use_fp16");
         let set = every_place(&command);
-        let input = set.input(&command, &set.originals());
+        let input = set.input(&command, &set.originals(), &[]);
         assert_eq!(input.argv, command);
         assert!(input.env.is_empty());
-        assert_eq!(input.file_texts, [set.files[0].text.clone()]);
+        assert_eq!(set.file_texts(&set.originals()), [set.files[0].text.clone()]);
     }
 
     #[test]
@@ -408,7 +472,7 @@ mod tests {
             Value::Str("expandable_segments:True".into()),
             Value::Bool(false),
         ];
-        let input = set.input(&command, &to);
+        let input = set.input(&command, &to, &[None]);
         assert_eq!(
             words(&input.argv),
             "python cell_train.py --batch_size 64 --microbatch=8"
@@ -421,7 +485,7 @@ mod tests {
             )]
         );
         assert_eq!(
-            input.file_texts[0],
+            set.file_texts(&to)[0],
             "training:\n  # per step\n  batch_size: 64   # fits a 24G card\n  pin_memory: false\n"
         );
         let line = set.describe_changes(&set.originals(), &to, &[0, 1, 2, 3]);

@@ -589,9 +589,8 @@ mod tests {
         assert_eq!(set.files.len(), 1, "one file, read once");
         assert_eq!(set.files[0].in_command, None);
         assert_eq!(set.originals(), [Value::Int(64), Value::Int(1)]);
-        let input = set.input(&command, &[Value::Int(32), Value::Int(2)]);
         assert_eq!(
-            input.file_texts[0],
+            set.file_texts(&[Value::Int(32), Value::Int(2)])[0],
             YAML.replace("64", "32").replace("steps: 1", "steps: 2")
         );
 
