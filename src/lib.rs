@@ -150,7 +150,10 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         &settings.command[0].to_string_lossy(),
     )
     .map_err(Error::RunDir)?;
-    let mut files = match settings.knobs.open_files(state_dir.as_deref(), run_dir.path()) {
+    let mut files = match settings
+        .knobs
+        .open_files(state_dir.as_deref(), run_dir.path())
+    {
         Ok(files) => files,
         Err(e) => {
             run_dir.discard();
@@ -162,7 +165,14 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         &lossy(&settings.command),
         final_sizes(&settings.knobs, &original),
     );
-    let result = run_in(&settings, &run_dir, &mut summary, cgroup, report, files.as_mut());
+    let result = run_in(
+        &settings,
+        &run_dir,
+        &mut summary,
+        cgroup,
+        report,
+        files.as_mut(),
+    );
     // Every way out passes here (a panic through Patcher's Drop): the user's files come back.
     if let Some(files) = files.as_mut() {
         for line in files.finish() {
@@ -351,7 +361,14 @@ async fn attempt_loop(
             Ok(copies) => copies,
             Err(e) => break Err(Error::Patch(e)),
         };
-        let launch = launch_for(settings, &values, &copies, attempt, prev_cause, run_dir.path());
+        let launch = launch_for(
+            settings,
+            &values,
+            &copies,
+            attempt,
+            prev_cause,
+            run_dir.path(),
+        );
         let log = run_dir.open_log(attempt, &report);
         let end = match supervisor
             .run_attempt(attempt, &launch, log, observer)

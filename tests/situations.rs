@@ -8,64 +8,10 @@
 
 mod util;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
 use serde_json::{json, Value};
-use util::{fixture, stderr_of, Sandbox};
-
-/// A project directory (the job's working directory) inside a sandbox.
-struct Project {
-    sb: Sandbox,
-    dir: PathBuf,
-}
-
-impl Project {
-    fn new() -> Project {
-        let sb = Sandbox::new();
-        let dir = sb.path("project");
-        std::fs::create_dir_all(dir.join("configs")).unwrap();
-        Project { sb, dir }
-    }
-
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    fn record(&self) -> PathBuf {
-        self.sb.path("record.jsonl")
-    }
-
-    /// `oomguard run <extra> -- python3 situation_job.py RECORD <args>` in the project, with
-    /// the job's JOB_* variables.
-    fn command(&self, extra: &[&str], args: &[&str], env: &[(&str, &str)]) -> Command {
-        let script = fixture("situation_job.py");
-        let record = self.record();
-        let mut job = vec!["python3", script.as_str(), record.to_str().unwrap()];
-        job.extend_from_slice(args);
-        let mut cmd = self.sb.run(extra, &job);
-        cmd.current_dir(&self.dir).env_remove("PYTORCH_CUDA_ALLOC_CONF");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        cmd
-    }
-
-    fn run(&self, extra: &[&str], args: &[&str], env: &[(&str, &str)]) -> Output {
-        self.command(extra, args, env).output().expect("oomguard runs")
-    }
-
-    /// What each attempt saw, in order.
-    fn seen(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.record())
-            .expect("the job recorded its attempts")
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).expect("a record is JSON")["settings"].clone())
-            .collect()
-    }
-}
+use util::{stderr_of, Project};
 
 /// One setting across attempts.
 fn column(seen: &[Value], key: &str) -> Vec<Value> {
@@ -89,13 +35,27 @@ fn act_halves_the_batch_and_says_the_effective_batch_shrinks() {
     let p = Project::new();
     let out = p.run(
         &[],
-        &["--task_name", "sim_transfer_cube", "--batch_size", "8", "--chunk_size", "20"],
+        &[
+            "--task_name",
+            "sim_transfer_cube",
+            "--batch_size",
+            "8",
+            "--chunk_size",
+            "20",
+        ],
         &[("JOB_FITS", "s['batch_size'] <= 2")],
     );
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert_eq!(column(&p.seen(), "batch_size"), [json!(8), json!(4), json!(2)]);
-    assert_eq!(stderr.matches("effective batch shrinks").count(), 1, "{stderr}");
+    assert_eq!(
+        column(&p.seen(), "batch_size"),
+        [json!(8), json!(4), json!(2)]
+    );
+    assert_eq!(
+        stderr.matches("effective batch shrinks").count(),
+        1,
+        "{stderr}"
+    );
     assert_eq!(
         knobs_and_changed(&p.sb.summary()),
         [
@@ -114,20 +74,44 @@ fn a_killed_worker_halves_the_workers_before_the_batch() {
     let out = p.run(
         &[],
         &["--batch_size", "8", "--num_workers", "4"],
-        &[("JOB_FITS", "s['num_workers'] <= 1"), ("JOB_DEATH", "worker_killed")],
+        &[
+            ("JOB_FITS", "s['num_workers'] <= 1"),
+            ("JOB_DEATH", "worker_killed"),
+        ],
     );
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let seen = p.seen();
     assert_eq!(column(&seen, "num_workers"), [json!(4), json!(2), json!(1)]);
     assert_eq!(column(&seen, "batch_size"), [json!(8), json!(8), json!(8)]);
-    assert!(stderr.contains("attempt 2 in 0.0s: --num_workers 4→2"), "{stderr}");
+    assert!(
+        stderr.contains("attempt 2 in 0.0s: --num_workers 4→2"),
+        "{stderr}"
+    );
     let summary = p.sb.summary();
-    assert_eq!(summary["attempts"][2]["knobs"], json!({"workers": 1, "batch": 8}));
+    assert_eq!(
+        summary["attempts"][2]["knobs"],
+        json!({"workers": 1, "batch": 8})
+    );
     // The table shows the workers column, since that knob moved.
     assert!(
-        stderr.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()
-            == ["oomguard:", "attempt", "batch", "accum", "workers", "cause", "exit", "duration", "peak", "mem", "peak", "gpu"]),
+        stderr
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == [
+                    "oomguard:",
+                    "attempt",
+                    "batch",
+                    "accum",
+                    "workers",
+                    "cause",
+                    "exit",
+                    "duration",
+                    "peak",
+                    "mem",
+                    "peak",
+                    "gpu"
+                ]),
         "{stderr}"
     );
     // A device OOM does not touch the workers: the batch moves.

@@ -252,7 +252,9 @@ impl KnobSet {
             }
         }
         for (file, copy) in self.files.iter().zip(copies) {
-            if let (Some(token), Some(name)) = (&file.in_command, copy.as_ref().and_then(|c| c.file_name())) {
+            if let (Some(token), Some(name)) =
+                (&file.in_command, copy.as_ref().and_then(|c| c.file_name()))
+            {
                 edits.push(token.redirect(command, name));
             }
         }
@@ -459,7 +461,10 @@ mod tests {
         let input = set.input(&command, &set.originals(), &[]);
         assert_eq!(input.argv, command);
         assert!(input.env.is_empty());
-        assert_eq!(set.file_texts(&set.originals()), [set.files[0].text.clone()]);
+        assert_eq!(
+            set.file_texts(&set.originals()),
+            [set.files[0].text.clone()]
+        );
     }
 
     #[test]

@@ -136,3 +136,68 @@ pub fn causes(summary: &serde_json::Value) -> Vec<String> {
         .map(|a| a["cause"].as_str().expect("cause is a string").to_string())
         .collect()
 }
+
+/// A project directory (the job's working directory) inside a sandbox, for jobs run from
+/// tests/fixtures/situation_job.py.
+pub struct Project {
+    pub sb: Sandbox,
+    pub dir: PathBuf,
+}
+
+impl Project {
+    pub fn new() -> Project {
+        let sb = Sandbox::new();
+        let dir = sb.path("project");
+        std::fs::create_dir_all(dir.join("configs")).unwrap();
+        Project { sb, dir }
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    pub fn record(&self) -> PathBuf {
+        self.sb.path("record.jsonl")
+    }
+
+    /// `oomguard run <extra> -- python3 situation_job.py RECORD <args>` in the project, with
+    /// the job's JOB_* variables.
+    pub fn command(
+        &self,
+        extra: &[&str],
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> std::process::Command {
+        let script = fixture("situation_job.py");
+        let record = self.record();
+        let mut job = vec!["python3", script.as_str(), record.to_str().unwrap()];
+        job.extend_from_slice(args);
+        let mut cmd = self.sb.run(extra, &job);
+        cmd.current_dir(&self.dir)
+            .env_remove("PYTORCH_CUDA_ALLOC_CONF");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    pub fn run(&self, extra: &[&str], args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+        self.command(extra, args, env)
+            .output()
+            .expect("oomguard runs")
+    }
+
+    /// What each attempt saw, in order.
+    pub fn seen(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.record())
+            .expect("the job recorded its attempts")
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).expect("a record is JSON")["settings"]
+                    .clone()
+            })
+            .collect()
+    }
+}

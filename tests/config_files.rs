@@ -1,0 +1,307 @@
+//! The user's config file comes back byte for byte after every way a run can end: success,
+//! a failure of the job's own, giving up, SIGINT, SIGTERM, oomguard SIGKILLed (its guard
+//! restores the file), oomguard and its guard both SIGKILLed (the next `oomguard run` restores it
+//! first and says so). Also: a file the command names gets a patched copy and is never touched;
+//! a second oomguard that would patch a file being patched is refused; someone else's edit during
+//! the run is kept with the original left beside it. The job is tests/fixtures/situation_job.py,
+//! which reads configs/default.yaml itself, so oomguard patches it in place.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use serde_json::json;
+use util::{alive, kill, stderr_of, wait_until, Project};
+
+/// Comments, order, quoting and blank lines an edit must not disturb.
+const YAML: &str = "# EMG training\ntraining:\n  # per step\n  batch_size: 64   # fits 24G\n\n  gradient_accumulation_steps: 1\n  num_workers: 4\n  pin_memory: true\n  optimizer: 'adamw'\n";
+
+const BATCH: &str = "--batch-arg=configs/default.yaml:training.batch_size";
+const ACCUM: &str = "--accum-arg=configs/default.yaml:training.gradient_accumulation_steps";
+
+fn project() -> (Project, PathBuf) {
+    let p = Project::new();
+    let config = p.write("configs/default.yaml", YAML);
+    (p, config)
+}
+
+fn assert_untouched(path: &Path) {
+    assert_eq!(
+        std::fs::read_to_string(path).expect("the user's file is still there"),
+        YAML,
+        "{} changed",
+        path.display()
+    );
+}
+
+/// Nothing of oomguard's is left beside the user's file.
+fn assert_nothing_beside(p: &Project) {
+    let names: Vec<String> = std::fs::read_dir(p.dir.join("configs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["default.yaml"]);
+}
+
+#[test]
+fn the_file_is_identical_after_success_failure_and_giving_up() {
+    // (what happens, extra flags, job variables, exit status)
+    let table: &[(&str, &[&str], &[(&str, &str)], i32)] = &[
+        (
+            "success",
+            &[],
+            &[("JOB_FITS", "s['training.batch_size'] <= 16")],
+            0,
+        ),
+        (
+            "failure",
+            &[],
+            &[("JOB_FITS", "False"), ("JOB_FAIL_AT", "2")],
+            1,
+        ),
+        (
+            "give-up",
+            &["--max-attempts", "3"],
+            &[("JOB_FITS", "False")],
+            75,
+        ),
+        (
+            "floor",
+            &["--min-batch", "32"],
+            &[("JOB_FITS", "False")],
+            75,
+        ),
+    ];
+    for (what, extra, env, code) in table {
+        let (p, config) = project();
+        let mut flags = vec![BATCH, ACCUM];
+        flags.extend_from_slice(extra);
+        let out = p.run(&flags, &[], env);
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(*code), "{what}: {stderr}");
+        assert_untouched(&config);
+        assert_nothing_beside(&p);
+        // The job read the patched values, the effective batch kept.
+        let seen = p.seen();
+        assert_eq!(seen[1]["training.batch_size"], json!(32), "{what}");
+        assert_eq!(
+            seen[1]["training.gradient_accumulation_steps"],
+            json!(2),
+            "{what}"
+        );
+        let summary = p.sb.summary();
+        assert_eq!(
+            summary["attempts"][1]["knobs"],
+            json!({"batch": 32, "accum": 2}),
+            "{what}"
+        );
+        assert_eq!(summary["attempts"][1]["changed"], json!(["batch", "accum"]));
+    }
+}
+
+/// Starts oomguard with attempt 2 (patched in place) holding on the FIFO `hold`; returns once
+/// the job waits there.
+fn start_holding(p: &Project, hold: &Path, extra: &[&str]) -> Child {
+    nix::unistd::mkfifo(hold, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut flags = vec![BATCH, ACCUM];
+    flags.extend_from_slice(extra);
+    let child = p
+        .command(
+            &flags,
+            &[],
+            &[
+                ("JOB_FITS", "s['training.batch_size'] <= 32"),
+                ("JOB_HOLD", hold.to_str().unwrap()),
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waiting = hold.with_extension("waiting");
+    assert!(
+        wait_until(Duration::from_secs(30), || waiting.exists()),
+        "attempt 2 never started"
+    );
+    child
+}
+
+/// The PID of oomguard's guard process (`oomguard __guard`, its child).
+fn guard_of(pid: u32) -> u32 {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    children
+        .split_whitespace()
+        .map(|c| c.parse::<u32>().unwrap())
+        .find(|c| {
+            std::fs::read(format!("/proc/{c}/cmdline"))
+                .is_ok_and(|cmd| cmd.split(|&b| b == 0).any(|arg| arg == b"__guard"))
+        })
+        .expect("oomguard runs a guard")
+}
+
+#[test]
+fn the_file_is_identical_after_sigint_and_sigterm() {
+    for (signal, code) in [(Signal::SIGINT, 130), (Signal::SIGTERM, 143)] {
+        let (p, config) = project();
+        let hold = p.sb.path("hold");
+        let child = start_holding(&p, &hold, &[]);
+        // While attempt 2 runs, the file holds its values.
+        assert!(std::fs::read_to_string(&config)
+            .unwrap()
+            .contains("batch_size: 32   # fits 24G"));
+        kill(child.id(), signal);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{signal}: {}",
+            stderr_of(&out)
+        );
+        assert_untouched(&config);
+        assert_nothing_beside(&p);
+    }
+}
+
+#[test]
+fn the_guard_restores_the_file_when_oomguard_is_sigkilled() {
+    let (p, config) = project();
+    let hold = p.sb.path("hold");
+    let mut child = start_holding(&p, &hold, &[]);
+    kill(child.id(), Signal::SIGKILL);
+    child.wait().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            std::fs::read_to_string(&config).is_ok_and(|t| t == YAML)
+        }),
+        "the guard did not restore {}",
+        config.display()
+    );
+    assert_untouched(&config);
+    assert_nothing_beside(&p);
+}
+
+#[test]
+fn after_oomguard_and_its_guard_are_sigkilled_the_next_start_restores_the_file_first() {
+    let (p, config) = project();
+    let hold = p.sb.path("hold");
+    let mut child = start_holding(&p, &hold, &[]);
+    let guard = guard_of(child.id());
+    kill(guard, Signal::SIGKILL);
+    assert!(wait_until(Duration::from_secs(10), || !alive(guard)));
+    kill(child.id(), Signal::SIGKILL);
+    child.wait().unwrap();
+    assert_ne!(
+        std::fs::read_to_string(&config).unwrap(),
+        YAML,
+        "left patched"
+    );
+    // Any next run, even one with no knob in that file, puts it back before anything else.
+    let next =
+        p.sb.oomguard(&[
+            "run",
+            "--run-dir",
+            p.sb.path("run2").to_str().unwrap(),
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&next);
+    assert_eq!(next.status.code(), Some(0), "{stderr}");
+    assert_untouched(&config);
+    assert!(
+        stderr.contains("restored") && stderr.contains("default.yaml"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.lines().next().map(|l| l.contains("restored")),
+        Some(true),
+        "said first: {stderr}"
+    );
+}
+
+#[test]
+fn a_second_oomguard_patching_the_same_file_is_refused() {
+    let (p, config) = project();
+    let hold = p.sb.path("hold");
+    let first = start_holding(&p, &hold, &[]);
+    let run2 = p.sb.path("run2");
+    let script = util::fixture("situation_job.py");
+    let second =
+        p.sb.oomguard(&[
+            "run",
+            "--run-dir",
+            run2.to_str().unwrap(),
+            BATCH,
+            "--",
+            "python3",
+            &script,
+            "rec",
+        ])
+        .current_dir(&p.dir)
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&second);
+    assert_eq!(second.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("oomguard {}", first.id())) && stderr.contains("default.yaml"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(!p.sb.path("run2").exists(), "nothing created");
+    std::fs::write(&hold, "go\n").unwrap();
+    let out = first.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_untouched(&config);
+}
+
+#[test]
+fn someone_elses_edit_during_the_run_is_kept_and_the_original_left_beside_it() {
+    let (p, config) = project();
+    let hold = p.sb.path("hold");
+    let first = start_holding(&p, &hold, &[]);
+    let theirs = YAML.replace("pin_memory: true", "pin_memory: false");
+    std::fs::write(&config, &theirs).unwrap();
+    std::fs::write(&hold, "go\n").unwrap();
+    let out = first.wait_with_output().unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), theirs);
+    assert_eq!(
+        std::fs::read_to_string(p.dir.join("configs/default.yaml.oomguard-original")).unwrap(),
+        YAML
+    );
+    assert!(
+        stderr.contains("default.yaml.oomguard-original"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_file_named_in_the_command_gets_a_patched_copy_and_is_never_touched() {
+    let (p, config) = project();
+    let mtime = std::fs::metadata(&config).unwrap().modified().unwrap();
+    let out = p.run(
+        &[BATCH, ACCUM],
+        &["--config", "configs/default.yaml"],
+        &[("JOB_FITS", "s['training.batch_size'] <= 32")],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let seen = p.seen();
+    let pid_copy = seen[1]["yaml_path"].as_str().unwrap().to_string();
+    assert!(
+        pid_copy.starts_with("configs/default.oomguard-") && pid_copy.ends_with(".yaml"),
+        "{pid_copy}"
+    );
+    assert_eq!(seen[0]["yaml_path"], json!("configs/default.yaml"));
+    assert_eq!(seen[1]["training.batch_size"], json!(32));
+    assert_untouched(&config);
+    assert_eq!(
+        std::fs::metadata(&config).unwrap().modified().unwrap(),
+        mtime
+    );
+    assert_nothing_beside(&p);
+}
