@@ -305,3 +305,91 @@ fn a_file_named_in_the_command_gets_a_patched_copy_and_is_never_touched() {
     );
     assert_nothing_beside(&p);
 }
+
+/// A file, key or value that cannot be a knob: one line naming file and key, exit 2, nothing
+/// started (the job records nothing) and nothing created.
+#[test]
+fn a_bad_file_knob_is_one_line_and_nothing_starts() {
+    // (--batch-arg, words of the message)
+    let table: &[(&str, &[&str])] = &[
+        (
+            "configs/missing.yaml:training.batch_size",
+            &["configs/missing.yaml"],
+        ),
+        (
+            "configs/default.yaml:training.batch",
+            &["training.batch", "configs/default.yaml"],
+        ),
+        (
+            "configs/default.yaml:training.optimizer",
+            &["training.optimizer", "`adamw`", "whole number"],
+        ),
+        (
+            "env:OOMGUARD_TEST_NO_SUCH_VAR",
+            &["OOMGUARD_TEST_NO_SUCH_VAR", "not set"],
+        ),
+    ];
+    for (arg, words) in table {
+        let (p, config) = project();
+        let flag = format!("--batch-arg={arg}");
+        let out = p.run(&[&flag], &[], &[]);
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{arg}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        for word in *words {
+            assert!(stderr.contains(word), "{arg}: {stderr}");
+        }
+        assert!(!p.record().exists(), "{arg}: the job ran");
+        assert!(!p.sb.run_dir().exists(), "{arg}: a run dir was made");
+        assert_untouched(&config);
+    }
+}
+
+/// `--dry-run` prints every attempt down the ladder and starts and writes nothing: no job, no
+/// run directory, no state, the file untouched.
+#[test]
+fn dry_run_prints_the_ladder_and_touches_nothing() {
+    let (p, config) = project();
+    let out = p.run(
+        &["--dry-run=device_oom", BATCH, ACCUM],
+        &["--num_workers", "2"],
+        &[],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("attempt 1: python3 "), "{stdout}");
+    assert!(
+        lines.contains(&"attempt 2 after device_oom: training.batch_size 64→32 (configs/default.yaml), training.gradient_accumulation_steps 1→2 (configs/default.yaml)"),
+        "{stdout}"
+    );
+    assert!(
+        lines.contains(
+            &"  file configs/default.yaml (patched in place, restored when the run ends):"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        lines.contains(&"    line 4: batch_size: 64   # fits 24G → batch_size: 32   # fits 24G"),
+        "{stdout}"
+    );
+    // Halved down to 1 (64, 32, 16, 8, 4, 2, 1): attempt 7, then it gives up; the workers flag
+    // does not answer a device OOM.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("attempt 7 after device_oom")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("attempt 8"), "{stdout}");
+    assert!(!stdout.contains("--num_workers 2→"), "{stdout}");
+    assert_eq!(
+        lines.last(),
+        Some(&"then: gave_up (no knob can move: batch 1 (floor 1))"),
+        "{stdout}"
+    );
+    assert!(!p.record().exists(), "the job ran");
+    assert!(!p.sb.run_dir().exists());
+    assert!(!p.sb.path("state").exists());
+    assert_untouched(&config);
+}

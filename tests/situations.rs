@@ -134,3 +134,55 @@ fn assert_untouched(path: &Path, before: &[u8]) {
         path.display()
     );
 }
+
+/// Seed 003: settings as class attributes in config.py, read by two rank processes of a
+/// launcher; `--max-rss` as the ceiling. The edit 8→4 keeps the file's size, and runs within the
+/// same second as Python's cached bytecode of it: the ranks must still see it, and after the run
+/// Python must see the restored file again.
+#[test]
+fn config_py_class_attributes_reach_every_rank_and_come_back() {
+    let p = Project::new();
+    let source = "class TrainConfig:\n    batch_size_per_gpu = 8  # per rank\n    gradient_accumulation_steps = 1\n    max_seq_len = 512\n";
+    let config = p.write("config.py", source);
+    // The bytecode cache a previous run left, valid for the original file.
+    let warm = std::process::Command::new("python3")
+        .args(["-c", "import config"])
+        .current_dir(&p.dir)
+        .status()
+        .unwrap();
+    assert!(warm.success());
+    let out = p.run(
+        &[
+            "--max-rss",
+            "10G",
+            "--batch-arg",
+            "config.py:TrainConfig.batch_size_per_gpu",
+            "--accum-arg",
+            "config.py:TrainConfig.gradient_accumulation_steps",
+        ],
+        &[],
+        &[(
+            "JOB_FITS",
+            "s['batch_size_per_gpu'] <= 4 and s['ranks_agree']",
+        )],
+    );
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let seen = p.seen();
+    assert_eq!(column(&seen, "batch_size_per_gpu"), [json!(8), json!(4)]);
+    assert_eq!(
+        column(&seen, "gradient_accumulation_steps"),
+        [json!(1), json!(2)]
+    );
+    assert_eq!(column(&seen, "ranks_agree"), [json!(true), json!(true)]);
+    assert_untouched(&config, source.as_bytes());
+    let now = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "from config import TrainConfig as C; print(C.batch_size_per_gpu)",
+        ])
+        .current_dir(&p.dir)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&now.stdout).trim(), "8");
+}
