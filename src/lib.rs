@@ -32,6 +32,7 @@ pub mod cli;
 pub mod config;
 pub mod doctor;
 pub mod gpu;
+pub mod jobfile;
 pub mod kernel;
 pub mod knobs;
 pub mod mem;

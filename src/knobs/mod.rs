@@ -5,3 +5,15 @@
 //! and accumulation flags are still `rewrite`'s.
 
 pub mod file;
+
+/// A knob's value as oomguard holds it: what a `set = VALUE` knob moves to, and what any knob
+/// reads as. Values are never negative (no batch, count or switch is), so integers are `u64`.
+/// `Unset` is a place holding nothing: an environment variable not set, a switch flag absent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Int(u64),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+    Unset,
+}
