@@ -354,25 +354,8 @@ impl Ctx<'_> {
 
         // Read every present key with its line; its type is checked here, its meaning below.
         let get = |key: &str| table.get(key).map(|item| (item, self.key_line(table, key)));
-        let string = |key: &str, example: &str| -> Result<Option<(String, usize)>, JobFileError> {
-            match get(key) {
-                None => Ok(None),
-                Some((item, line)) => {
-                    let text = self.string(item, line, label, key, example)?;
-                    if text.is_empty() {
-                        return Err(self.invalid(
-                            line,
-                            label,
-                            format!("{key} is empty"),
-                            format!("write {key} = {example}"),
-                        ));
-                    }
-                    Ok(Some((text, line)))
-                }
-            }
-        };
 
-        let place = self.place(table, header_line, label, &string)?;
+        let place = self.place(table, header_line, label)?;
 
         let set = match get("set") {
             None => None,
@@ -409,7 +392,7 @@ impl Ctx<'_> {
                 },
             };
 
-        let partner = string("keep_product_with", "\"accum\"")?;
+        let partner = self.opt_string(table, label, "keep_product_with", "\"accum\"")?;
         let partner_line = partner.as_ref().map_or(header_line, |(_, line)| *line);
         if partner.is_some() && matches!(moves, Moves::Set(_)) {
             return Err(self.invalid(
@@ -445,8 +428,8 @@ impl Ctx<'_> {
         table: &Table,
         header_line: usize,
         label: Option<&str>,
-        string: &dyn Fn(&str, &str) -> Result<Option<(String, usize)>, JobFileError>,
     ) -> Result<PlaceSpec, JobFileError> {
+        let string = |key: &str, example: &str| self.opt_string(table, label, key, example);
         let given: Vec<&str> = PLACE_KEYS
             .into_iter()
             .filter(|key| table.contains_key(key))
@@ -555,6 +538,30 @@ impl Ctx<'_> {
             }
             other => unreachable!("PLACE_KEYS holds only flag, override, env, file, not {other}"),
         })
+    }
+
+    /// The non-empty string at `key` with its line, if present; else a one-line error.
+    fn opt_string(
+        &self,
+        table: &Table,
+        label: Option<&str>,
+        key: &str,
+        example: &str,
+    ) -> Result<Option<(String, usize)>, JobFileError> {
+        let Some(item) = table.get(key) else {
+            return Ok(None);
+        };
+        let line = self.key_line(table, key);
+        let text = self.string(item, line, label, key, example)?;
+        if text.is_empty() {
+            return Err(self.invalid(
+                line,
+                label,
+                format!("{key} is empty"),
+                format!("write {key} = {example}"),
+            ));
+        }
+        Ok(Some((text, line)))
     }
 
     /// A string value, or a one-line type error.
@@ -858,8 +865,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, row) in rows.iter_mut().enumerate() {
         row[0] = i;
     }
-    for j in 0..=b.len() {
-        rows[0][j] = j;
+    for (j, cell) in rows[0].iter_mut().enumerate() {
+        *cell = j;
     }
     for i in 1..=a.len() {
         for j in 1..=b.len() {
@@ -1176,6 +1183,18 @@ keep_product_with = "accum"
             "{message}"
         );
         assert!(message.contains("No such file or directory"), "{message}");
+    }
+
+    #[test]
+    fn the_readme_shows_the_message_as_it_is() {
+        let readme = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .expect("README.md is readable");
+        let text = "[[knob]]\nname = \"batch\"\nflag = \"--batch_size\"\nstpe = -1\n";
+        let message = parse("job.toml", text).unwrap_err().to_string();
+        assert!(
+            readme.contains(&format!("    {message}\n")),
+            "README.md should show: {message}"
+        );
     }
 
     #[test]
