@@ -324,6 +324,11 @@ pub fn reap_ready() -> Vec<ChildEvent> {
 /// (tens of GiB, a GPU context) can take seconds to exit after SIGKILL.
 const GUARD_REMOVE_WAIT: Duration = Duration::from_secs(30);
 
+/// How long the guard waits for a dead oomguard's lock on a patched file to be let go (see
+/// [`crate::knobs::patch::restore_entry`]); the kernel closes a dying process's files within
+/// moments, so this is only a bound.
+const GUARD_LOCK_WAIT: Duration = Duration::from_secs(10);
+
 /// The guard: a second oomguard process (`oomguard __guard`) that holds the read end of a pipe
 /// from us. If we die without saying goodbye, the pipe reads EOF and the guard kills the job's
 /// process group, then everything in the attempt's cgroup, and removes the cgroup.
@@ -512,9 +517,15 @@ fn guard_loop(input: impl BufRead, remove_wait: Duration) -> i32 {
             None => {}
         }
     }
-    let killed = guard_kill(pgid, cgroup, remove_wait);
+    // The group first: it also reaches processes outside the cgroup (or where there is none).
+    if let Some(pgid) = pgid {
+        signal_group(pgid, Signal::SIGKILL);
+    }
+    // The user's files before the cgroup: emptying it can wait on the reaping of zombies that
+    // init now owns (up to `remove_wait`), and the job, SIGKILLed, reads no file any more.
     let restored = guard_restore(&restores);
-    if killed && restored {
+    let removed = guard_remove_cgroup(cgroup, remove_wait);
+    if removed && restored {
         0
     } else {
         1
@@ -526,7 +537,7 @@ fn guard_loop(input: impl BufRead, remove_wait: Duration) -> i32 {
 fn guard_restore(journals: &[PathBuf]) -> bool {
     let mut all = true;
     for journal in journals {
-        match crate::knobs::patch::restore_entry(journal) {
+        match crate::knobs::patch::restore_entry(journal, GUARD_LOCK_WAIT) {
             Ok(Some(line)) => tracing::warn!("oomguard died; its guard {line}"),
             Ok(None) => {}
             Err(err) => {
@@ -538,13 +549,9 @@ fn guard_restore(journals: &[PathBuf]) -> bool {
     all
 }
 
-/// The kill at EOF: the watched group, then the watched cgroup's processes and the cgroup.
-/// Returns false if the cgroup could not be removed.
-fn guard_kill(pgid: Option<u32>, cgroup: Option<PathBuf>, remove_wait: Duration) -> bool {
-    // The group first: it also reaches processes outside the cgroup (or where there is none).
-    if let Some(pgid) = pgid {
-        signal_group(pgid, Signal::SIGKILL);
-    }
+/// The watched cgroup at EOF: every process in it killed, and the cgroup removed. Returns false
+/// if it could not be removed.
+fn guard_remove_cgroup(cgroup: Option<PathBuf>, remove_wait: Duration) -> bool {
     if let Some(dir) = cgroup {
         if let Err(err) = crate::cgroup::kill_and_remove(&dir, remove_wait) {
             tracing::warn!("oomguard died; its guard could not clean up the attempt cgroup: {err}");

@@ -457,8 +457,8 @@ impl Patcher {
         for key in keys {
             let entry = EntryPaths::new(&dir, &key);
             match restore_if_abandoned(&entry) {
-                Ok(Some(line)) => lines.push(line),
-                Ok(None) => {}
+                Ok(Restore::Done(Some(line))) => lines.push(line),
+                Ok(Restore::Done(None) | Restore::Held) => {}
                 Err(e) => lines.push(format!("cannot restore a file left patched: {e}")),
             }
         }
@@ -805,34 +805,55 @@ fn copy_name(target: &Path, pid: u32, n: u32) -> OsString {
 /// Acts on the entry at `journal` as recover and finish would, if its owner is gone (its lock
 /// can be taken); used by the guard after oomguard died. `Ok(None)`: nothing to report (the
 /// owner is alive, the entry is gone or nothing needed undoing).
-pub fn restore_entry(journal: &Path) -> Result<Option<String>, PatchError> {
+///
+/// `wait`: how long a lock still held may take to be let go. The guard waits: it learns of
+/// oomguard's death from EOF on a pipe, which the kernel may close before the lock file's
+/// descriptor in the same exit; a try alone would then take the owner for alive.
+pub fn restore_entry(journal: &Path, wait: Duration) -> Result<Option<String>, PatchError> {
     let entry = EntryPaths::of_journal(journal).ok_or_else(|| PatchError::Journal {
         path: journal.to_path_buf(),
         detail: "not a journal entry's path (…/patches/<key>.json)".to_string(),
     })?;
-    restore_if_abandoned(&entry)
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match restore_if_abandoned(&entry)? {
+            Restore::Held if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Restore::Held => return Ok(None),
+            Restore::Done(line) => return Ok(line),
+        }
+    }
+}
+
+/// What [`restore_if_abandoned`] found.
+enum Restore {
+    /// The owner still holds the lock.
+    Held,
+    /// Acted on (the line to tell), or nothing to do.
+    Done(Option<String>),
 }
 
 /// Takes the entry's lock and finishes it as recovered; `Ok(None)` if its owner still holds the
 /// lock or there is nothing to do.
-fn restore_if_abandoned(entry: &EntryPaths) -> Result<Option<String>, PatchError> {
+fn restore_if_abandoned(entry: &EntryPaths) -> Result<Restore, PatchError> {
     if !entry.lock.exists() && !entry.json.exists() {
         // Nothing there: do not create a lock file only to remove it again.
         if entry.backup.exists() || entry.json_tmp.exists() {
             entry.remove_all();
         }
-        return Ok(None);
+        return Ok(Restore::Done(None));
     }
     let _lock = match EntryLock::try_take(&entry.lock)? {
-        TryLock::Held(_) => return Ok(None),
+        TryLock::Held(_) => return Ok(Restore::Held),
         TryLock::Taken(lock) => lock,
     };
     if !entry.json.exists() {
         // A backup written before its journal, or a lock file alone: the file was not touched.
         entry.remove_all();
-        return Ok(None);
+        return Ok(Restore::Done(None));
     }
-    finish_entry(entry, true)
+    finish_entry(entry, true).map(Restore::Done)
 }
 
 /// Applies the restore rule to the entry (whose lock the caller holds) and removes it.
@@ -1610,16 +1631,18 @@ mod tests {
         let mut p = s.open(&[(&path, Mode::InPlace)]).unwrap();
         let journal = p.journal_paths()[0].clone();
         // Not written yet: nothing to act on.
-        assert_eq!(restore_entry(&journal).unwrap(), None);
+        assert_eq!(restore_entry(&journal, Duration::ZERO).unwrap(), None);
         p.write(0, PATCHED).unwrap();
         // Owner alive: hands off.
-        assert_eq!(restore_entry(&journal).unwrap(), None);
+        assert_eq!(restore_entry(&journal, Duration::ZERO).unwrap(), None);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), PATCHED);
         p.abandon();
-        let line = restore_entry(&journal).unwrap().expect("a restore");
+        let line = restore_entry(&journal, Duration::ZERO)
+            .unwrap()
+            .expect("a restore");
         assert!(line.starts_with("restored "), "{line}");
         assert_eq!(std::fs::read(&path).unwrap(), YAML.as_bytes());
-        assert_eq!(restore_entry(&journal).unwrap(), None);
-        assert!(restore_entry(Path::new("/nowhere/x.txt")).is_err());
+        assert_eq!(restore_entry(&journal, Duration::ZERO).unwrap(), None);
+        assert!(restore_entry(Path::new("/nowhere/x.txt"), Duration::ZERO).is_err());
     }
 }
