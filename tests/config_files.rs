@@ -49,7 +49,8 @@ fn assert_nothing_beside(p: &Project) {
 #[test]
 fn the_file_is_identical_after_success_failure_and_giving_up() {
     // (what happens, extra flags, job variables, exit status)
-    let table: &[(&str, &[&str], &[(&str, &str)], i32)] = &[
+    type Row<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)], i32);
+    let table: &[Row] = &[
         (
             "success",
             &[],
