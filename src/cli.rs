@@ -281,7 +281,7 @@ impl RunArgs {
                 min_batch: self.min_batch,
                 cwd: &cwd,
             },
-            job_file.as_ref(),
+            self.config.as_deref().zip(job_file.as_ref()),
         )?;
         if let Some(bytes) = self.memory_max.filter(|b| *b < MIN_MEMORY_MAX_BYTES) {
             return Err(UsageError::MemoryMaxTooSmall(bytes));

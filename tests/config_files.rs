@@ -394,3 +394,69 @@ fn dry_run_prints_the_ladder_and_touches_nothing() {
     assert!(!p.sb.path("state").exists());
     assert_untouched(&config);
 }
+
+/// In the patched copy the job reads, only the value's text changed: comments, key order,
+/// quoting, indentation and blank lines survive, for each format oomguard edits.
+#[test]
+fn the_patched_copy_keeps_everything_but_the_value_in_every_format() {
+    // (file name, key, text, the same text with the batch halved)
+    let table: &[(&str, &str, &str, &str)] = &[
+        (
+            "train.yaml",
+            "training.batch_size",
+            "# top\ntraining:\n\n  batch_size: 64   # per step\n  name: 'run a'\n",
+            "# top\ntraining:\n\n  batch_size: 32   # per step\n  name: 'run a'\n",
+        ),
+        (
+            "train.json",
+            "training.batch_size",
+            "{\n  // JSONC comment\n  \"training\": { \"name\": \"run a\", \"batch_size\": 64 },\n  \"z\": [1, 2]\n}\n",
+            "{\n  // JSONC comment\n  \"training\": { \"name\": \"run a\", \"batch_size\": 32 },\n  \"z\": [1, 2]\n}\n",
+        ),
+        (
+            "train.toml",
+            "training.batch_size",
+            "# top\n[training]\nname = 'run a'\nbatch_size = 64 # per step\n\n[data]\nstride = 2\n",
+            "# top\n[training]\nname = 'run a'\nbatch_size = 32 # per step\n\n[data]\nstride = 2\n",
+        ),
+        (
+            "train_config.py",
+            "TrainConfig.batch_size",
+            "# settings\nclass TrainConfig:\n    name = \"run a\"\n    batch_size = 64  # per rank\n\n    lr = 3e-4\n",
+            "# settings\nclass TrainConfig:\n    name = \"run a\"\n    batch_size = 32  # per rank\n\n    lr = 3e-4\n",
+        ),
+    ];
+    for (name, key, text, want) in table {
+        let p = Project::new();
+        let config = p.write(&format!("configs/{name}"), text);
+        let outdir = p.sb.path("seen");
+        std::fs::create_dir(&outdir).unwrap();
+        let batch = format!("--batch-arg=configs/{name}:{key}");
+        let script = util::fixture("copy_config.py");
+        let relative = format!("configs/{name}");
+        let out =
+            p.sb.run(
+                &[&batch],
+                &[
+                    "python3",
+                    &script,
+                    outdir.to_str().unwrap(),
+                    "--config",
+                    &relative,
+                ],
+            )
+            .current_dir(&p.dir)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr_of(&out));
+        let read = |f: &str| std::fs::read_to_string(outdir.join(f)).unwrap();
+        assert_eq!(read("attempt-1"), *text, "{name}");
+        assert_eq!(read("attempt-2"), *want, "{name}");
+        assert_ne!(
+            read("attempt-2.path"),
+            relative,
+            "{name}: attempt 2 read a copy"
+        );
+        assert_eq!(std::fs::read_to_string(&config).unwrap(), *text, "{name}");
+    }
+}

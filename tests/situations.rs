@@ -396,4 +396,18 @@ fn a_bad_config_file_is_one_line_and_nothing_starts() {
     );
     assert!(!p.record().exists(), "the job ran");
     assert!(!p.sb.run_dir().exists());
+    // Valid TOML naming a place that is not there: the same shape of line.
+    let toml = p.write(
+        "job.toml",
+        "# ladder\n[[knob]]\nname = \"batch\"\nfile = \"configs/default.yaml\"\nkey = \"training.batch_size\"\n",
+    );
+    let out = p.run(&["--config", toml.to_str().unwrap()], &[], &[]);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("job.toml:2: knob \"batch\": cannot open config file configs/default.yaml"),
+        "{stderr}"
+    );
+    assert!(!p.record().exists(), "the job ran");
 }

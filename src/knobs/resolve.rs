@@ -71,9 +71,10 @@ impl<'a> ArgSpec<'a> {
 }
 
 /// Builds the knobs of a run.
-pub fn resolve(request: &Request, config: Option<&JobFile>) -> Result<KnobSet, KnobError> {
-    match config.filter(|c| !c.knobs.is_empty()) {
-        Some(config) => from_config(request, config),
+/// `config`: the `--config` file's path (for messages) and its contents.
+pub fn resolve(request: &Request, config: Option<(&Path, &JobFile)>) -> Result<KnobSet, KnobError> {
+    match config.filter(|(_, c)| !c.knobs.is_empty()) {
+        Some((path, config)) => from_config(request, path, config),
         None => automatic(request),
     }
 }
@@ -338,7 +339,7 @@ fn label_of(place: &Place, files: &[ConfigFile]) -> String {
 }
 
 /// From `[[knob]]` entries, in file order.
-fn from_config(request: &Request, config: &JobFile) -> Result<KnobSet, KnobError> {
+fn from_config(request: &Request, path: &Path, config: &JobFile) -> Result<KnobSet, KnobError> {
     if let Some(flag) = [
         ("--batch-arg", request.batch_arg),
         ("--accum-arg", request.accum_arg),
@@ -360,7 +361,7 @@ fn from_config(request: &Request, config: &JobFile) -> Result<KnobSet, KnobError
     let mut knobs = Vec::new();
     for spec in &config.knobs {
         let is_partner = partners.contains(&spec.name.as_str());
-        knobs.push(config_knob(&mut reader, spec, is_partner)?);
+        knobs.push(config_knob(&mut reader, path, spec, is_partner)?);
     }
     for (i, spec) in config.knobs.iter().enumerate() {
         let Some(partner) = &spec.keep_product_with else {
@@ -381,7 +382,7 @@ fn from_config(request: &Request, config: &JobFile) -> Result<KnobSet, KnobError
             .is_some_and(|n| n <= i64::MAX as u64);
         if !fits {
             return Err(KnobError::Knob {
-                where_: format!("line {}: knob \"{}\"", spec.line, spec.name),
+                where_: format!("{}:{}: knob \"{}\"", path.display(), spec.line, spec.name),
                 problem: format!(
                     "{} × {} (the product kept) does not fit in 64 bits: lower them",
                     knobs[i].original, knobs[p].original
@@ -399,8 +400,13 @@ fn from_config(request: &Request, config: &JobFile) -> Result<KnobSet, KnobError
 }
 
 /// One `[[knob]]` entry read where it lives.
-fn config_knob(reader: &mut Reader, spec: &KnobSpec, is_partner: bool) -> Result<Knob, KnobError> {
-    let who = format!("line {}: knob \"{}\"", spec.line, spec.name);
+fn config_knob(
+    reader: &mut Reader,
+    path: &Path,
+    spec: &KnobSpec,
+    is_partner: bool,
+) -> Result<Knob, KnobError> {
+    let who = format!("{}:{}: knob \"{}\"", path.display(), spec.line, spec.name);
     let moves = if is_partner {
         Moves::Partner
     } else {
@@ -487,14 +493,18 @@ fn argv_knob(
         None if is_partner => Value::Int(1),
         None if matches!(moves, Moves::Set(_)) => Value::Unset,
         None => {
+            let name = place.name();
+            let sample = if name.starts_with('-') {
+                format!("{name} 8")
+            } else {
+                format!("{name}=8")
+            };
             return Err(KnobError::Knob {
                 where_: who.to_string(),
                 problem: format!(
-                    "{} is not in the command: add it (e.g. `{} 8`) or fix the name",
-                    place.name(),
-                    place.name()
+                    "{name} is not in the command: add it (e.g. `{sample}`) or fix the name"
                 ),
-            })
+            });
         }
     };
     Ok((Place::Argv(place), value))
@@ -696,7 +706,11 @@ mod tests {
                 ),
             ],
         };
-        let set = resolve(&request(&command, dir.path()), Some(&config)).unwrap();
+        let set = resolve(
+            &request(&command, dir.path()),
+            Some((Path::new("job.toml"), &config)),
+        )
+        .unwrap();
         assert!(!set.automatic);
         assert_eq!(set.knobs[0].rule.partner, Some(1));
         assert_eq!(set.knobs[1].rule.moves, Moves::Partner);
@@ -711,7 +725,9 @@ mod tests {
         );
         let mut req = request(&command, dir.path());
         req.batch_arg = Some("--bs");
-        let message = resolve(&req, Some(&config)).unwrap_err().to_string();
+        let message = resolve(&req, Some((Path::new("job.toml"), &config)))
+            .unwrap_err()
+            .to_string();
         assert!(
             message.starts_with("--batch-arg: --config has [[knob]] entries"),
             "{message}"
@@ -768,7 +784,11 @@ mod tests {
                 ),
             ],
         };
-        let set = resolve(&request(&command, cwd), Some(&config)).unwrap();
+        let set = resolve(
+            &request(&command, cwd),
+            Some((Path::new("job.toml"), &config)),
+        )
+        .unwrap();
         assert_eq!(
             set.originals(),
             [
@@ -788,12 +808,54 @@ mod tests {
                 None,
             )],
         };
-        let message = resolve(&request(&command, cwd), Some(&missing))
-            .unwrap_err()
-            .to_string();
+        let message = resolve(
+            &request(&command, cwd),
+            Some((Path::new("job.toml"), &missing)),
+        )
+        .unwrap_err()
+        .to_string();
         assert_eq!(
             message,
-            "line 1: knob \"batch\": --bsz is not in the command: add it (e.g. `--bsz 8`) or fix the name"
+            "job.toml:1: knob \"batch\": --bsz is not in the command: add it (e.g. `--bsz 8`) or fix the name"
+        );
+    }
+
+    /// A Hydra/OmegaConf override token as a knob, with its partner absent from the command:
+    /// inserted as `key=value` once it moves.
+    #[test]
+    fn an_override_knob_and_an_absent_partner() {
+        let command = argv("python train.py training.batch_size=64 model=t5");
+        let config = JobFile {
+            knobs: vec![
+                spec(
+                    "batch",
+                    PlaceSpec::Override("training.batch_size".into()),
+                    halve(1),
+                    Some("accum"),
+                ),
+                spec(
+                    "accum",
+                    PlaceSpec::Override("+training.accumulate".into()),
+                    halve(1),
+                    None,
+                ),
+            ],
+        };
+        let set = resolve(
+            &request(&command, Path::new("/")),
+            Some((Path::new("job.toml"), &config)),
+        )
+        .unwrap();
+        assert_eq!(set.originals(), [Value::Int(64), Value::Int(1)]);
+        let input = set.input(&command, &[Value::Int(32), Value::Int(2)], &[]);
+        let words: Vec<String> = input
+            .argv
+            .iter()
+            .map(|t| t.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            words.join(" "),
+            "python train.py training.batch_size=32 model=t5 +training.accumulate=2"
         );
     }
 }
