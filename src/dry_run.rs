@@ -25,23 +25,18 @@ pub fn plan(settings: &RunSettings, cause: Cause) -> String {
         }
         history.push((cause, values.clone()));
         match policy::decide(&history, &rules, &original, &settings.limits) {
-            Decision::Relaunch {
-                values: next,
-                changed,
-                effective_note,
-                ..
-            } => {
+            Decision::Relaunch(next) => {
                 let _ = writeln!(
                     out,
                     "attempt {} after {cause}: {}",
                     attempt + 1,
-                    knobs.describe_changes(&values, &next, &changed)
+                    knobs.describe_changes(&values, &next.values, &next.changed)
                 );
-                describe_input(&mut out, settings, knobs, &next);
-                if let Some(note) = effective_note {
+                describe_input(&mut out, settings, knobs, &next.values);
+                if let Some(note) = next.effective_note {
                     let _ = writeln!(out, "  note: {note}");
                 }
-                values = next;
+                values = next.values;
             }
             Decision::Stop { outcome, reason } => {
                 let _ = writeln!(

@@ -69,14 +69,8 @@ pub enum Moves {
     Set(Value),
 }
 
-/// One step of an integer knob.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    /// `step = "halve"` (the default).
-    Halve,
-    /// `step = -N`: subtract N; `Minus(1)` for `step = -1`.
-    Minus(u64),
-}
+/// One step of an integer knob: `step = "halve"` (the default) or `step = -N`.
+pub use crate::policy::Step;
 
 /// Why a `--config` file cannot be used. Each displays as one line; the caller exits 2.
 #[derive(Debug, thiserror::Error)]

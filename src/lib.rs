@@ -335,6 +335,17 @@ impl Observer for RunObserver {
     }
 }
 
+/// Where the run stands on the ladder: the values of the knobs for the next attempt, what moved
+/// for it, and every attempt's cause with the values it ran with.
+struct Ladder {
+    rules: Vec<policy::Rule>,
+    original: Vec<Value>,
+    values: Vec<Value>,
+    changed: Vec<usize>,
+    history: Vec<(Cause, Vec<Value>)>,
+    warned_effective: bool,
+}
+
 /// The attempt loop: launch, supervise, classify, record, decide.
 async fn attempt_loop(
     mut supervisor: Supervisor,
@@ -349,26 +360,21 @@ async fn attempt_loop(
     if let Some(files) = files.as_deref() {
         supervisor.guard_files(&files.journal_paths());
     }
-    let (rules, original) = (knobs.rules(), knobs.originals());
-    let mut history: Vec<(Cause, Vec<Value>)> = Vec::new();
-    let mut values = original.clone();
-    let mut changed: Vec<usize> = Vec::new();
-    let mut warned_effective = false;
+    let original = knobs.originals();
+    let mut ladder = Ladder {
+        rules: knobs.rules(),
+        values: original.clone(),
+        original,
+        changed: Vec::new(),
+        history: Vec::new(),
+        warned_effective: false,
+    };
     let result = loop {
-        let attempt = history.len() as u32 + 1;
-        let prev_cause = history.last().map(|(cause, _)| *cause);
-        let copies = match knobs.place_files(files.as_deref_mut(), &values) {
-            Ok(copies) => copies,
-            Err(e) => break Err(Error::Patch(e)),
+        let attempt = ladder.history.len() as u32 + 1;
+        let launch = match launch_for(settings, &ladder, files.as_deref_mut(), run_dir.path()) {
+            Ok(launch) => launch,
+            Err(e) => break Err(e),
         };
-        let launch = launch_for(
-            settings,
-            &values,
-            &copies,
-            attempt,
-            prev_cause,
-            run_dir.path(),
-        );
         let log = run_dir.open_log(attempt, &report);
         let end = match supervisor
             .run_attempt(attempt, &launch, log, observer)
@@ -381,42 +387,24 @@ async fn attempt_loop(
         let ran = Ran {
             attempt,
             launch: &launch,
-            values: &values,
-            changed: &changed,
+            values: &ladder.values,
+            changed: &ladder.changed,
         };
         record(summary, run_dir, &report, knobs, &ran, &verdict, &end);
-        history.push((verdict.cause, values.clone()));
-        match policy::decide(&history, &rules, &original, &settings.limits) {
-            Decision::Relaunch {
-                values: next,
-                changed: moved,
-                effective_note,
-                delay,
-            } => {
-                let timeout = settings.gpu_free_timeout;
-                if let Some(signal) =
-                    wait_gpu_free(&mut supervisor, attempt, &end.pids, timeout, &report).await
-                {
+        ladder.history.push((verdict.cause, ladder.values.clone()));
+        let decision = policy::decide(
+            &ladder.history,
+            &ladder.rules,
+            &ladder.original,
+            &settings.limits,
+        );
+        match decision {
+            Decision::Relaunch(next) => {
+                let between =
+                    between_attempts(&mut supervisor, settings, &report, &end, &mut ladder, next);
+                if let Some(signal) = between.await {
                     break Ok((Outcome::Interrupted, 128 + signal as i32));
                 }
-                let relaunch = Relaunch {
-                    attempt: attempt + 1,
-                    changes: knobs.describe_changes(&values, &next, &moved),
-                    delay,
-                };
-                announce_relaunch(&report, &relaunch, effective_note);
-                let batch_moved = knobs.index("batch").is_some_and(|b| moved.contains(&b));
-                if batch_moved
-                    && knobs.effective_shrinks()
-                    && !std::mem::replace(&mut warned_effective, true)
-                {
-                    warn_effective_shrinks(&report, knobs, &original, &next);
-                }
-                if let Some(signal) = supervisor.pause(delay).await {
-                    break Ok((Outcome::Interrupted, 128 + signal as i32));
-                }
-                values = next;
-                changed = moved;
             }
             Decision::Stop { outcome, reason } => {
                 if let Some(reason) = reason {
@@ -434,6 +422,45 @@ async fn attempt_loop(
     }
     supervisor.finish();
     close_run(result, summary, run_dir, &report)
+}
+
+/// Between an attempt and the next: wait for the GPU to let go of the last one, say what moves,
+/// wait the backoff, and move the ladder to `next`. Returns the user's stop signal if one came.
+async fn between_attempts(
+    supervisor: &mut Supervisor,
+    settings: &RunSettings,
+    report: &Reporter,
+    end: &AttemptEnd,
+    ladder: &mut Ladder,
+    next: policy::Next,
+) -> Option<Signal> {
+    let knobs = &settings.knobs;
+    let attempt = ladder.history.len() as u32;
+    let timeout = settings.gpu_free_timeout;
+    if let Some(signal) = wait_gpu_free(supervisor, attempt, &end.pids, timeout, report).await {
+        return Some(signal);
+    }
+    let relaunch = Relaunch {
+        attempt: attempt + 1,
+        changes: knobs.describe_changes(&ladder.values, &next.values, &next.changed),
+        delay: next.delay,
+    };
+    announce_relaunch(report, &relaunch, next.effective_note);
+    let batch_moved = knobs
+        .index("batch")
+        .is_some_and(|b| next.changed.contains(&b));
+    if batch_moved
+        && knobs.effective_shrinks()
+        && !std::mem::replace(&mut ladder.warned_effective, true)
+    {
+        warn_effective_shrinks(report, knobs, &ladder.original, &next.values);
+    }
+    if let Some(signal) = supervisor.pause(next.delay).await {
+        return Some(signal);
+    }
+    ladder.values = next.values;
+    ladder.changed = next.changed;
+    None
 }
 
 /// Why the attempt ended, from everything the supervisor gathered.
@@ -638,16 +665,21 @@ fn final_sizes(knobs: &KnobSet, values: &[Value]) -> FinalSizes {
     }
 }
 
-/// The argv and environment of one attempt.
+/// The argv and environment of the next attempt, its config files put where it reads them.
 fn launch_for(
     settings: &RunSettings,
-    values: &[Value],
-    copies: &[Option<std::path::PathBuf>],
-    attempt: u32,
-    prev: Option<Cause>,
+    ladder: &Ladder,
+    files: Option<&mut Patcher>,
     run_dir: &Path,
-) -> Launch {
-    let input = settings.knobs.input(&settings.command, values, copies);
+) -> Result<Launch, Error> {
+    let values = &ladder.values;
+    let attempt = ladder.history.len() as u32 + 1;
+    let prev = ladder.history.last().map(|(cause, _)| *cause);
+    let copies = settings
+        .knobs
+        .place_files(files, values)
+        .map_err(Error::Patch)?;
+    let input = settings.knobs.input(&settings.command, values, &copies);
     let argv = input.argv;
     let mut env: Vec<(String, OsString)> = vec![
         ("OOMGUARD_ATTEMPT".to_string(), attempt.to_string().into()),
@@ -679,7 +711,7 @@ fn launch_for(
     if std::env::var_os("PYTHONUNBUFFERED").is_none() {
         env.push(("PYTHONUNBUFFERED".into(), "1".into()));
     }
-    Launch { argv, env }
+    Ok(Launch { argv, env })
 }
 
 /// `oomguard classify`: one line per file (with `--explain`, a few lines saying why); exit 1 if

@@ -116,17 +116,21 @@ pub fn default_causes() -> Vec<Cause> {
     Cause::ALL.into_iter().filter(|c| c.is_memory()).collect()
 }
 
+/// The next attempt: the knobs' values, what moved, and the wait before it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Next {
+    pub values: Vec<Value>,
+    /// The indices of the knobs that moved, the stepped one first (empty for a retry).
+    pub changed: Vec<usize>,
+    /// Set when knob × partner could not equal the original exactly.
+    pub effective_note: Option<String>,
+    pub delay: Duration,
+}
+
 /// What to do after an attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
-    Relaunch {
-        values: Vec<Value>,
-        /// The indices of the knobs that moved, the stepped one first.
-        changed: Vec<usize>,
-        /// Set when knob × partner could not equal the original exactly.
-        effective_note: Option<String>,
-        delay: Duration,
-    },
+    Relaunch(Next),
     Stop {
         outcome: Outcome,
         /// Why, in a few words, when it is not plain from the outcome.
@@ -170,23 +174,23 @@ pub fn decide(
     if !memory {
         let failures = history.iter().filter(|(c, _)| !c.is_memory()).count() as u32;
         if failures <= limits.retries {
-            return Decision::Relaunch {
+            return Decision::Relaunch(Next {
                 values: current.clone(),
                 changed: Vec::new(),
                 effective_note: None,
                 delay,
-            };
+            });
         }
         let reason = (limits.retries > 0).then(|| format!("--retries {} used up", limits.retries));
         return stop(Outcome::Failed, reason);
     }
     match step(cause, rules, original, current) {
-        Ok(stepped) => Decision::Relaunch {
+        Ok(stepped) => Decision::Relaunch(Next {
             values: stepped.values,
             changed: stepped.changed,
             effective_note: stepped.effective_note,
             delay,
-        },
+        }),
         Err(reason) => stop(Outcome::GaveUp, Some(reason)),
     }
 }
@@ -327,12 +331,7 @@ mod tests {
 
     fn relaunch(d: Decision) -> (Vec<Value>, Vec<usize>, Option<String>) {
         match d {
-            Decision::Relaunch {
-                values,
-                changed,
-                effective_note,
-                ..
-            } => (values, changed, effective_note),
+            Decision::Relaunch(next) => (next.values, next.changed, next.effective_note),
             other => panic!("{other:?}"),
         }
     }
@@ -477,8 +476,8 @@ mod tests {
         for (cause, current, want) in table {
             let history = [(*cause, current.to_vec())];
             match (decide(&history, &rules, &original, &LIMITS), want) {
-                (Decision::Relaunch { values, .. }, Ok(want)) => {
-                    assert_eq!(values, want.to_vec(), "{cause:?} {current:?}")
+                (Decision::Relaunch(next), Ok(want)) => {
+                    assert_eq!(next.values, want.to_vec(), "{cause:?} {current:?}")
                 }
                 (Decision::Stop { reason, .. }, Err(want)) => assert!(
                     reason.clone().unwrap_or_default().starts_with(want),

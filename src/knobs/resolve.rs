@@ -412,10 +412,7 @@ fn config_knob(
     } else {
         match &spec.moves {
             jobfile::Moves::Step { step, min } => Moves::Step {
-                step: match step {
-                    jobfile::Step::Halve => Step::Halve,
-                    jobfile::Step::Minus(n) => Step::Minus(*n),
-                },
+                step: *step,
                 min: *min,
             },
             jobfile::Moves::Set(value) => Moves::Set(value.clone()),
