@@ -141,36 +141,6 @@ const KEY_SYNONYMS: [(&str, &str); 14] = [
     ("hydra", "override"),
 ];
 
-/// Every cause, so `on` can name them; the match in [`all_causes_listed`] breaks the build when a
-/// cause is added without being listed here.
-const ALL_CAUSES: [Cause; 9] = [
-    Cause::Ok,
-    Cause::DeviceOom,
-    Cause::HostOom,
-    Cause::WorkerKilled,
-    Cause::OomKilled,
-    Cause::Killed,
-    Cause::Failed,
-    Cause::Interrupted,
-    Cause::MemoryLimit,
-];
-
-#[allow(dead_code)]
-fn all_causes_listed(cause: Cause) {
-    // Not called: exists so that a new `Cause` variant fails to compile until ALL_CAUSES has it.
-    match cause {
-        Cause::Ok
-        | Cause::DeviceOom
-        | Cause::HostOom
-        | Cause::WorkerKilled
-        | Cause::OomKilled
-        | Cause::Killed
-        | Cause::Failed
-        | Cause::Interrupted
-        | Cause::MemoryLimit => {}
-    }
-}
-
 /// Reads and validates the `--config` file at `path`; a read error is one line with the path
 /// and the OS's reason.
 pub fn load(path: &Path) -> Result<JobFile, JobFileError> {
@@ -652,7 +622,7 @@ impl Ctx<'_> {
         line: usize,
         label: Option<&str>,
     ) -> Result<Vec<Cause>, JobFileError> {
-        let memory: Vec<&str> = ALL_CAUSES
+        let memory: Vec<&str> = Cause::ALL
             .iter()
             .filter(|cause| cause.is_memory())
             .map(|cause| cause.as_str())
@@ -684,7 +654,7 @@ impl Ctx<'_> {
                     format!("write names in double quotes; {known}"),
                 ));
             };
-            let Some(cause) = ALL_CAUSES.into_iter().find(|cause| cause.as_str() == text) else {
+            let Some(cause) = Cause::from_name(text) else {
                 let hint = match closest(text, &memory) {
                     Some(near) => format!("did you mean {near:?}? "),
                     None => String::new(),
@@ -1213,8 +1183,8 @@ keep_product_with = "accum"
 
     #[test]
     fn all_causes_lists_each_once() {
-        for (i, cause) in ALL_CAUSES.iter().enumerate() {
-            assert!(!ALL_CAUSES[..i].contains(cause), "{cause} twice");
+        for (i, cause) in Cause::ALL.iter().enumerate() {
+            assert!(!Cause::ALL[..i].contains(cause), "{cause} twice");
         }
     }
 

@@ -207,27 +207,10 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
         on: default_causes(),
         partner,
     };
-    // The batch: a flag found in the command, or the file key / variable named.
-    let batch = match &batch_spec {
-        Some(ArgSpec::Env(name)) => {
-            let who = format!("--batch-arg env:{name}");
-            let value = env_value(name, &who)?;
-            Some((Place::Env(name.to_string()), count(&value, 1, name, &who)?))
-        }
-        Some(ArgSpec::File { path, key }) => {
-            let who = format!("--batch-arg {path}:{key}");
-            let i = reader.file(Path::new(path), &who)?;
-            let value = reader.file_value(i, key, &who)?;
-            let n = count(&value, 1, key, &who)?;
-            Some((
-                Place::File {
-                    file: i,
-                    key: key.to_string(),
-                },
-                n,
-            ))
-        }
-        _ => {
+    // The batch: the file key or variable named, or a flag found in the command.
+    let batch = match named_place(&mut reader, "--batch-arg", batch_spec.as_ref(), false)? {
+        Some((place, value)) => Some((place, value.expect("required above"))),
+        None => {
             set.notes = found.choice_notes();
             set.kept_by_job = matches!(found.accum, argv::Accum::KeptByJob { .. });
             found
@@ -236,30 +219,9 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
                 .map(|k| (Place::Argv(k.place()), k.value))
         }
     };
-    let accum = match &accum_spec {
-        Some(ArgSpec::Env(name)) => {
-            let who = format!("--accum-arg env:{name}");
-            let value = env_value(name, &who)?;
-            let n = match value {
-                Value::Unset => None,
-                v => Some(count(&v, 1, name, &who)?),
-            };
-            Some((Place::Env(name.to_string()), n))
-        }
-        Some(ArgSpec::File { path, key }) => {
-            let who = format!("--accum-arg {path}:{key}");
-            let i = reader.file(Path::new(path), &who)?;
-            let value = reader.file_value(i, key, &who)?;
-            let n = count(&value, 1, key, &who)?;
-            Some((
-                Place::File {
-                    file: i,
-                    key: key.to_string(),
-                },
-                Some(n),
-            ))
-        }
-        _ => found.accum.place().map(|place| {
+    let accum = match named_place(&mut reader, "--accum-arg", accum_spec.as_ref(), true)? {
+        Some(named) => Some(named),
+        None => found.accum.place().map(|place| {
             let value = match &found.accum {
                 argv::Accum::Present(k) => Some(k.value),
                 _ => None,
@@ -318,6 +280,39 @@ fn argv_name<'a>(spec: &Option<ArgSpec<'a>>) -> Option<&'a str> {
     match spec {
         Some(ArgSpec::Argv(name)) => Some(name),
         _ => None,
+    }
+}
+
+/// The place and value `flag` (`--batch-arg` / `--accum-arg`) names as `env:NAME` or
+/// `FILE:KEY`, read and checked to be a whole number above 0; `None` for a flag of the command.
+/// A variable that is not set has no value where `unset_ok` (an accumulation starts at 1).
+fn named_place(
+    reader: &mut Reader,
+    flag: &str,
+    spec: Option<&ArgSpec>,
+    unset_ok: bool,
+) -> Result<Option<(Place, Option<u64>)>, KnobError> {
+    match spec {
+        Some(ArgSpec::Env(name)) => {
+            let who = format!("{flag} env:{name}");
+            let value = match env_value(name, &who)? {
+                Value::Unset if unset_ok => None,
+                v => Some(count(&v, 1, name, &who)?),
+            };
+            Ok(Some((Place::Env(name.to_string()), value)))
+        }
+        Some(ArgSpec::File { path, key }) => {
+            let who = format!("{flag} {path}:{key}");
+            let i = reader.file(Path::new(path), &who)?;
+            let value = reader.file_value(i, key, &who)?;
+            let n = count(&value, 1, key, &who)?;
+            let place = Place::File {
+                file: i,
+                key: key.to_string(),
+            };
+            Ok(Some((place, Some(n))))
+        }
+        Some(ArgSpec::Argv(_)) | None => Ok(None),
     }
 }
 
