@@ -126,6 +126,19 @@ pub struct RunArgs {
     /// default the job then gets a pseudo-terminal, so progress bars draw as without oomguard).
     #[arg(long)]
     pub no_pty: bool,
+    /// The job this run belongs to: runs of one job remember what worked, and the next starts
+    /// from it [default: derived from the command without its knob values, and the working
+    /// directory]. Letters, digits, '.', '_' and '-'.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Where job memory is kept, as DIR/jobs/NAME.json [default: $XDG_STATE_HOME/oomguard,
+    /// i.e. ~/.local/state/oomguard].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Start from the command's own knob values, not from what worked in the job's last run
+    /// (this run is still remembered).
+    #[arg(long)]
+    pub fresh: bool,
     /// The window over which steady memory growth is judged.
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration, hide = true)]
     pub trend_window: Duration,
@@ -237,6 +250,9 @@ pub enum UsageError {
     IntervalTooShort(Duration),
     #[error("--backoff-max {max:?} is shorter than --backoff {backoff:?}: raise --backoff-max")]
     BackoffMax { backoff: Duration, max: Duration },
+    /// `--name` is not a file name, or `--state-dir` not a path.
+    #[error("{0}")]
+    Job(String),
     #[error("--memory-max {} is too small for any job to start (an empty python3 needs about 7 MiB): use at least 32M", crate::units::human_bytes(*.0))]
     MemoryMaxTooSmall(u64),
 }
@@ -283,6 +299,15 @@ impl RunArgs {
             },
             self.config.as_deref().zip(job_file.as_ref()),
         )?;
+        let job = crate::jobs::JobSettings::new(
+            self.name,
+            self.state_dir,
+            self.fresh,
+            &self.command,
+            &knobs,
+            &cwd,
+        )
+        .map_err(UsageError::Job)?;
         if let Some(bytes) = self.memory_max.filter(|b| *b < MIN_MEMORY_MAX_BYTES) {
             return Err(UsageError::MemoryMaxTooSmall(bytes));
         }
@@ -316,6 +341,7 @@ impl RunArgs {
             gpu_free_timeout: self.gpu_free_timeout,
             trend_window: self.trend_window,
             pty: !self.no_pty,
+            job,
             command: self.command,
             knobs,
             run_dir: self.run_dir,

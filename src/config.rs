@@ -36,6 +36,9 @@ pub struct RunSettings {
     /// Give the job a pseudo-terminal when oomguard's stdout and stderr are terminals (not
     /// `--no-pty`).
     pub pty: bool,
+    /// The job this run belongs to, and where its memory is kept (`--name`, `--state-dir`,
+    /// `--fresh`).
+    pub job: crate::jobs::JobSettings,
 }
 
 /// Whether attempts run in their own memory cgroup.

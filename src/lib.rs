@@ -34,6 +34,7 @@ pub mod doctor;
 pub mod dry_run;
 pub mod gpu;
 pub mod jobfile;
+pub mod jobs;
 pub mod kernel;
 pub mod knobs;
 pub mod mem;
@@ -204,6 +205,7 @@ fn run_in(
     if settings.knobs.automatic && settings.knobs.index("batch").is_none() {
         report.warn("no batch flag found in the command: an out-of-memory death will not be relaunched smaller (name the flag with --batch-arg)");
     }
+    let mut job = open_job(settings, summary, &report);
     let (gpu, gpu_off) = gpu::open();
     if let Some(reason) = gpu_off {
         report.say(&reason);
@@ -244,13 +246,31 @@ fn run_in(
             action: "cannot listen for signals",
             source,
         })?;
-        attempt_loop(supervisor, settings, run_dir, summary, &mut observer, files).await
+        attempt_loop(
+            supervisor,
+            settings,
+            run_dir,
+            summary,
+            &mut observer,
+            files,
+            &mut job,
+        )
+        .await
     });
     // Like `tee`, oomguard ends only once every byte of the job's output is written out; a stop
     // signal (Ctrl-C at a terminal paused with Ctrl-S) or Ctrl-Z acts on that wait as on `tee`'s.
     signals::default_stops();
     stream::finish();
     result
+}
+
+/// The run's job: loads what its earlier runs learned (saying where attempt 1 starts) and
+/// names it in summary.json.
+fn open_job(settings: &RunSettings, summary: &mut Summary, report: &Reporter) -> jobs::JobRun {
+    let job = jobs::JobRun::open(&settings.job, &settings.knobs, report);
+    summary.job = Some(job.name().to_string());
+    summary.started_from = job.start().map(|start| start.knob_values(&settings.knobs));
+    job
 }
 
 /// Finds where attempt cgroups can be made. `--memory-max` without a writable memory cgroup is
@@ -354,6 +374,7 @@ async fn attempt_loop(
     summary: &mut Summary,
     observer: &mut RunObserver,
     mut files: Option<&mut Patcher>,
+    job: &mut jobs::JobRun,
 ) -> Result<i32, Error> {
     let report = observer.report;
     let knobs = &settings.knobs;
@@ -363,7 +384,11 @@ async fn attempt_loop(
     let original = knobs.originals();
     let mut ladder = Ladder {
         rules: knobs.rules(),
-        values: original.clone(),
+        // What worked in the job's last run, else the command's own; `original` stays the
+        // command's, so the effective batch kept on the way down is the command's.
+        values: job
+            .start()
+            .map_or_else(|| original.clone(), |start| start.values.clone()),
         original,
         changed: Vec::new(),
         history: Vec::new(),
@@ -391,6 +416,11 @@ async fn attempt_loop(
             changed: &ladder.changed,
         };
         record(summary, run_dir, &report, knobs, &ran, &verdict, &end);
+        let recorded = summary
+            .attempts()
+            .last()
+            .expect("record added this attempt");
+        job.remember(recorded, run_dir.path(), &report);
         ladder.history.push((verdict.cause, ladder.values.clone()));
         let decision = policy::decide(
             &ladder.history,

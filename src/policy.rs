@@ -252,8 +252,8 @@ pub fn step(
 
 /// The partner value that keeps the original product at `new`, and a note when only the
 /// nearest product above the original is possible. A partner absent from the command counts
-/// as 1 (no accumulation).
-fn keep_product(original: &Value, partner: &Value, new: u64) -> (Value, Option<String>) {
+/// as 1 (no accumulation). Also used by `jobs` to start a run from remembered values.
+pub fn keep_product(original: &Value, partner: &Value, new: u64) -> (Value, Option<String>) {
     let Value::Int(knob0) = *original else {
         return (partner.clone(), None);
     };

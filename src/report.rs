@@ -136,8 +136,33 @@ impl Serialize for KnobValues {
     }
 }
 
-/// An attempt's memory peaks in summary.json; null where unknown.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+/// Read back from a job's memory (`jobs`), in the order written.
+impl<'de> serde::Deserialize<'de> for KnobValues {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Entries;
+        impl<'de> serde::de::Visitor<'de> for Entries {
+            type Value = KnobValues;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of knob values")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<KnobValues, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry::<String, serde_json::Value>()? {
+                    entries.push(entry);
+                }
+                Ok(KnobValues(entries))
+            }
+        }
+        deserializer.deserialize_map(Entries)
+    }
+}
+
+/// An attempt's memory peaks in summary.json (and in a job's memory, read back); null where
+/// unknown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct PeakRecord {
     pub peak_rss_bytes: Option<u64>,
     pub peak_pss_bytes: Option<u64>,
@@ -256,6 +281,12 @@ pub struct Summary {
     attempts: Vec<AttemptRecord>,
     #[serde(rename = "final")]
     pub final_sizes: FinalSizes,
+    /// The job this run belongs to (`jobs`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<String>,
+    /// The knob values attempt 1 started from when they came from the job's last success.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_from: Option<KnobValues>,
     /// The attempts as summary.json holds them, one JSON object per line, each rendered once
     /// when it is added: saving after attempt N costs no re-encoding of the N-1 before it.
     #[serde(skip)]
@@ -269,6 +300,8 @@ impl Summary {
             command: command.to_vec(),
             attempts: Vec::new(),
             final_sizes: sizes,
+            job: None,
+            started_from: None,
             attempts_json: Vec::new(),
         }
     }
@@ -307,6 +340,14 @@ impl Summary {
         }
         out.extend_from_slice(b"],\n  \"final\": ");
         encode(&mut out, &self.final_sizes);
+        if let Some(job) = &self.job {
+            out.extend_from_slice(b",\n  \"job\": ");
+            encode(&mut out, job);
+        }
+        if let Some(start) = &self.started_from {
+            out.extend_from_slice(b",\n  \"started_from\": ");
+            encode(&mut out, start);
+        }
         out.extend_from_slice(b"\n}\n");
         out
     }
@@ -882,6 +923,27 @@ mod tests {
             text.lines().filter(|l| l.contains("\"attempt\":")).count(),
             3
         );
+    }
+
+    #[test]
+    fn the_job_and_its_start_render_as_serde_encodes_them() {
+        let mut summary = Summary::new(
+            &["t.py".into()],
+            FinalSizes {
+                batch_size: Some(8),
+                accum: None,
+            },
+        );
+        summary.job = Some("t-0123456789abcdef".into());
+        summary.started_from = Some(KnobValues(vec![("batch".into(), 2.into())]));
+        let parsed: serde_json::Value = serde_json::from_slice(&summary.render()).unwrap();
+        assert_eq!(parsed, serde_json::to_value(&summary).unwrap());
+        assert_eq!(parsed["job"], "t-0123456789abcdef");
+        assert_eq!(parsed["started_from"], serde_json::json!({"batch": 2}));
+        // Read back in the order written.
+        let back: KnobValues = serde_json::from_str(r#"{"z": 1, "a": null, "m": "x"}"#).unwrap();
+        let names: Vec<&str> = back.0.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["z", "a", "m"]);
     }
 
     #[test]
