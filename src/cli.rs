@@ -526,6 +526,32 @@ mod tests {
     }
 
     #[test]
+    fn job_flags_parse_and_a_name_must_be_a_file_name() {
+        let settings = run_args("run -- python t.py --batch_size 8")
+            .validate()
+            .unwrap();
+        assert!(!settings.job.fresh);
+        assert!(settings.job.name.starts_with("t-"), "{}", settings.job.name);
+        assert_eq!(
+            settings.job.command,
+            ["python", "t.py", "--batch_size", "<batch>"]
+        );
+        let settings = run_args("run --name nightly --state-dir /tmp/s --fresh -- python t.py")
+            .validate()
+            .unwrap();
+        assert_eq!(settings.job.name, "nightly");
+        assert_eq!(settings.job.state_dir, Some(PathBuf::from("/tmp/s")));
+        assert!(settings.job.fresh);
+        for bad in ["a/b", ".x", "x%y"] {
+            let err = run_args(&format!("run --name {bad} -- python t.py"))
+                .validate()
+                .unwrap_err();
+            assert!(matches!(err, UsageError::Job(_)), "{bad}: {err}");
+            assert!(err.to_string().starts_with("--name "), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn durations_are_bounded() {
         // (flags, accepted, or the words of the refusal)
         let table: &[(&str, Result<(), &str>)] = &[

@@ -23,6 +23,9 @@
 //! 5. [`policy`] decides: relaunch (smaller, after a backoff) or stop with an outcome.
 //!
 //! [`knobs`] holds the format-preserving config-file editors the next knob model builds on.
+//!
+//! [`jobs`] remembers, per job, what each attempt ran with and how it ended: a run starts from
+//! the knob values that worked in its job's last run.
 
 pub mod cgroup;
 pub mod cgroup_chain;

@@ -321,6 +321,52 @@ fn an_unusable_job_file_is_moved_aside_and_the_run_goes_on() {
 }
 
 #[test]
+fn job_memory_that_cannot_be_used_costs_one_warning_and_never_stops_the_run() {
+    // (what is in the way, the words of the one warning)
+    type Block = fn(&Path);
+    let cases: [(Block, &str); 2] = [
+        // A file where the state directory should be: nothing can be read or written there.
+        (
+            |state| std::fs::write(state, "").unwrap(),
+            "cannot read job memory",
+        ),
+        // A directory where the job's lock file should be: it reads, but every write fails.
+        (
+            |state| std::fs::create_dir_all(state.join("jobs/nightly.lock")).unwrap(),
+            "cannot open the job lock",
+        ),
+    ];
+    for (block, words) in cases {
+        let p = Project::new();
+        let state = p.sb.path("blocked");
+        block(&state);
+        let out = run(
+            &p,
+            "run-1",
+            &["--name", "nightly", "--state-dir", state.to_str().unwrap()],
+            &["--batch_size", "8", "--grad_accum", "1"],
+        );
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert_eq!(
+            causes(&summary(&p, "run-1")),
+            ["device_oom", "device_oom", "ok"]
+        );
+        let warnings: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("oomguard: warning:"))
+            .collect();
+        assert_eq!(
+            warnings.len(),
+            1,
+            "one warning for three attempts: {stderr}"
+        );
+        assert!(warnings[0].contains(words), "{stderr}");
+        assert!(warnings[0].contains(state.to_str().unwrap()), "{stderr}");
+    }
+}
+
+#[test]
 fn a_bad_name_is_refused_before_anything_starts() {
     let p = Project::new();
     let out = run(
