@@ -36,6 +36,8 @@ pub struct RunSettings {
     /// Give the job a pseudo-terminal when oomguard's stdout and stderr are terminals (not
     /// `--no-pty`).
     pub pty: bool,
+    /// `--resume-arg` / `--checkpoint`: hand a relaunch the newest complete checkpoint.
+    pub resume: Option<crate::resume::Resume>,
 }
 
 /// Whether attempts run in their own memory cgroup.

@@ -239,7 +239,19 @@ impl KnobSet {
         values: &[Value],
         copies: &[Option<PathBuf>],
     ) -> AttemptInput {
-        let mut edits = Vec::new();
+        self.input_with(command, values, copies, Vec::new())
+    }
+
+    /// [`KnobSet::input`] with `extra` edits of the command made too, by indices into the
+    /// original command like the knobs' own (the checkpoint to resume from: [`crate::resume`]).
+    pub fn input_with(
+        &self,
+        command: &[OsString],
+        values: &[Value],
+        copies: &[Option<PathBuf>],
+        extra: Vec<argv::Edit>,
+    ) -> AttemptInput {
+        let mut edits = extra;
         let mut env = Vec::new();
         for (knob, value) in self.knobs.iter().zip(values) {
             if knob.original.same(value) {
