@@ -68,7 +68,7 @@ pub struct RunArgs {
         allow_hyphen_values = true
     )]
     pub accum_arg: Option<String>,
-    /// A TOML file whose [[knob]] entries give the ladder of knobs to step (batch, workers,
+    /// A TOML file whose `[[knob]]` entries give the ladder of knobs to step (batch, workers,
     /// pin_memory, fp16, sequence length...), each where the job keeps it. See README.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -139,6 +139,20 @@ pub struct RunArgs {
     /// (this run is still remembered).
     #[arg(long)]
     pub fresh: bool,
+    /// With --checkpoint: on a relaunch, pass the newest complete checkpoint to the job as
+    /// FLAG PATH (replacing FLAG's value where the command has it, else added with the batch
+    /// flag). A flag (--resume), a Hydra key (ckpt_path), or NAME@N for part N of the command.
+    #[arg(long, value_name = "FLAG", allow_hyphen_values = true)]
+    pub resume_arg: Option<String>,
+    /// The checkpoint files, as a glob relative to the working directory (`ckpt/*.pt`,
+    /// `out/**/*.ckpt`; quote it): the newest one written since the run started, once its size
+    /// held for one --interval, goes to --resume-arg.
+    #[arg(long, value_name = "GLOB")]
+    pub checkpoint: Option<String>,
+    /// Attempt 1 also resumes, and every attempt takes the newest matching file however old
+    /// (not only those written since the run started).
+    #[arg(long)]
+    pub resume_first: bool,
     /// The window over which steady memory growth is judged.
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration, hide = true)]
     pub trend_window: Duration,
@@ -253,6 +267,10 @@ pub enum UsageError {
     /// `--name` is not a file name, or `--state-dir` not a path.
     #[error("{0}")]
     Job(String),
+    #[error("{0}")]
+    Resume(#[from] crate::resume::ResumeError),
+    #[error("resuming from a checkpoint needs {0} too")]
+    ResumeHalf(&'static str),
     #[error("--memory-max {} is too small for any job to start (an empty python3 needs about 7 MiB): use at least 32M", crate::units::human_bytes(*.0))]
     MemoryMaxTooSmall(u64),
 }
@@ -308,6 +326,18 @@ impl RunArgs {
             &cwd,
         )
         .map_err(UsageError::Job)?;
+        let resume = match (self.resume_arg.as_deref(), self.checkpoint.as_deref()) {
+            (Some(flag), Some(pattern)) => Some(crate::resume::Resume::new(
+                &self.command,
+                flag,
+                pattern,
+                self.resume_first,
+                &knobs,
+            )?),
+            (None, None) if !self.resume_first => None,
+            (None, _) => return Err(UsageError::ResumeHalf("--resume-arg FLAG (the job's flag that takes the checkpoint's path, e.g. --resume-arg --resume)")),
+            (Some(_), None) => return Err(UsageError::ResumeHalf("--checkpoint GLOB (the checkpoint files, e.g. --checkpoint 'ckpt/*.pt')")),
+        };
         if let Some(bytes) = self.memory_max.filter(|b| *b < MIN_MEMORY_MAX_BYTES) {
             return Err(UsageError::MemoryMaxTooSmall(bytes));
         }
@@ -342,6 +372,7 @@ impl RunArgs {
             trend_window: self.trend_window,
             pty: !self.no_pty,
             job,
+            resume,
             command: self.command,
             knobs,
             run_dir: self.run_dir,
@@ -509,6 +540,16 @@ mod tests {
             ("run --memory-max 100 -- python t.py", "use at least 32M"),
             ("run --memory-max 1k -- python t.py", "use at least 32M"),
             ("run --memory-max 31M -- python t.py", "use at least 32M"),
+            (
+                "run --checkpoint ckpt/*.pt -- python t.py",
+                "needs --resume-arg FLAG",
+            ),
+            (
+                "run --resume-first --checkpoint ckpt/*.pt -- python t.py",
+                "needs --resume-arg FLAG",
+            ),
+            ("run --resume-arg --resume -- python t.py", "needs --checkpoint GLOB"),
+            ("run --resume-first -- python t.py", "needs --resume-arg FLAG"),
         ];
         for (args, want) in table {
             let err = run_args(args).validate().unwrap_err().to_string();

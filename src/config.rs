@@ -39,6 +39,8 @@ pub struct RunSettings {
     /// The job this run belongs to, and where its memory is kept (`--name`, `--state-dir`,
     /// `--fresh`).
     pub job: crate::jobs::JobSettings,
+    /// `--resume-arg` / `--checkpoint`: hand a relaunch the newest complete checkpoint.
+    pub resume: Option<crate::resume::Resume>,
 }
 
 /// Whether attempts run in their own memory cgroup.

@@ -13,7 +13,7 @@
 //!
 //! One run is a loop of attempts, each in named steps:
 //!
-//! 1. [`rewrite`] builds the attempt's argv from the original command and the current sizes;
+//! 1. [`knobs`] builds the attempt's argv, environment and config files from the knobs' values;
 //! 2. [`supervise`] spawns it ([`child`]; on a pseudo-terminal from [`terminal`] when oomguard
 //!    runs under one), records and forwards its output ([`stream`]), acts on signals counted
 //!    per delivery ([`signals`]), samples its memory ([`sampler`], [`mem`], [`gpu`], [`cgroup`]),
@@ -22,10 +22,13 @@
 //! 4. [`report`] saves summary.json and tells the user;
 //! 5. [`policy`] decides: relaunch (smaller, after a backoff) or stop with an outcome.
 //!
-//! [`knobs`] holds the format-preserving config-file editors the next knob model builds on.
-//!
+//! What moves between attempts are [`knobs`]: flags, switches, overrides, environment variables
+//! and keys in config files ([`jobfile`] reads the `--config` ladder); [`knobs::patch`] gives the
+//! user's files back however the run ends, and `--dry-run` prints the ladder ([`dry_run`]).
 //! [`jobs`] remembers, per job, what each attempt ran with and how it ended: a run starts from
-//! the knob values that worked in its job's last run.
+//! the knob values that worked in its job's last run. Before a relaunch, [`resume`] picks the
+//! newest complete checkpoint to hand the job (`--resume-arg FLAG --checkpoint GLOB`), looking
+//! at it while the backoff is waited.
 
 pub mod cgroup;
 pub mod cgroup_chain;
@@ -44,7 +47,7 @@ pub mod mem;
 pub mod outcome;
 pub mod policy;
 pub mod report;
-
+pub mod resume;
 pub mod sampler;
 pub mod scan;
 pub mod signals;
@@ -57,8 +60,8 @@ pub mod watch;
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::io::Read;
-use std::path::Path;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::Signal;
 
@@ -367,6 +370,10 @@ struct Ladder {
     changed: Vec<usize>,
     history: Vec<(Cause, Vec<Value>)>,
     warned_effective: bool,
+    /// The checkpoint the next attempt resumes from (`--resume-arg`), and when the run started
+    /// (only checkpoints written since count for a relaunch).
+    resume_from: Option<PathBuf>,
+    started: SystemTime,
 }
 
 /// The attempt loop: launch, supervise, classify, record, decide.
@@ -396,9 +403,17 @@ async fn attempt_loop(
         changed: Vec::new(),
         history: Vec::new(),
         warned_effective: false,
+        resume_from: None,
+        started: SystemTime::now(),
     };
     let result = loop {
         let attempt = ladder.history.len() as u32 + 1;
+        if let (1, Some(resume)) = (attempt, settings.resume.as_ref().filter(|r| r.first)) {
+            match resume_first(&mut supervisor, settings, resume, &report).await {
+                Ok(path) => ladder.resume_from = path,
+                Err(signal) => break Ok((Outcome::Interrupted, 128 + signal as i32)),
+            }
+        }
         let launch = match launch_for(settings, &ladder, files.as_deref_mut(), run_dir.path()) {
             Ok(launch) => launch,
             Err(e) => break Err(e),
@@ -417,6 +432,7 @@ async fn attempt_loop(
             launch: &launch,
             values: &ladder.values,
             changed: &ladder.changed,
+            resumed_from: ladder.resume_from.as_deref(),
         };
         record(summary, run_dir, &report, knobs, &ran, &verdict, &end);
         let recorded = summary
@@ -470,13 +486,39 @@ async fn between_attempts(
     let knobs = &settings.knobs;
     let attempt = ladder.history.len() as u32;
     let timeout = settings.gpu_free_timeout;
+    // Checkpoints written since the run started; any, with --resume-first (a relaunch should
+    // not start over where attempt 1 did not).
+    let since = settings
+        .resume
+        .as_ref()
+        .and_then(|r| (!r.first).then_some(ladder.started));
+    // The first look at the checkpoints as the attempt ends: the GPU wait counts towards the
+    // interval over which their sizes must hold.
+    let watch = settings.resume.as_ref().map(|resume| {
+        let files = resume.scan(since);
+        resume::Watch::start(files, Instant::now(), settings.interval)
+    });
     if let Some(signal) = wait_gpu_free(supervisor, attempt, &end.pids, timeout, report).await {
         return Some(signal);
+    }
+    let mut delay = next.delay;
+    let mut checkpoint = None;
+    if let (Some(resume), Some(watch)) = (&settings.resume, watch) {
+        let backoff_end = deadline_after(delay);
+        let pick = match settle(supervisor, report, resume, since, watch, backoff_end).await {
+            Ok(pick) => pick,
+            Err(signal) => return Some(signal),
+        };
+        // The looks were part of the backoff: what is left of it follows.
+        delay = backoff_end.saturating_duration_since(Instant::now());
+        checkpoint = Some(pick.clause(&resume.pattern, since.is_some()));
+        ladder.resume_from = pick.chosen;
     }
     let relaunch = Relaunch {
         attempt: attempt + 1,
         changes: knobs.describe_changes(&ladder.values, &next.values, &next.changed),
-        delay: next.delay,
+        delay,
+        checkpoint,
     };
     announce_relaunch(report, &relaunch, next.effective_note);
     let batch_moved = knobs
@@ -488,12 +530,63 @@ async fn between_attempts(
     {
         warn_effective_shrinks(report, knobs, &ladder.original, &next.values);
     }
-    if let Some(signal) = supervisor.pause(next.delay).await {
+    if let Some(signal) = supervisor.pause(delay).await {
         return Some(signal);
     }
     ladder.values = next.values;
     ladder.changed = next.changed;
     None
+}
+
+/// `now + delay`, or far in the future where that overflows.
+fn deadline_after(delay: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(delay)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
+
+/// Looks at the checkpoints again whenever the [`resume::Watch`] asks, until it can pick;
+/// returns the user's stop signal if one came during a wait.
+async fn settle(
+    supervisor: &mut Supervisor,
+    report: &Reporter,
+    resume: &resume::Resume,
+    newer_than: Option<SystemTime>,
+    mut watch: resume::Watch,
+    backoff_end: Instant,
+) -> Result<resume::Pick, Signal> {
+    let mut told = false;
+    while let Some(wait) = watch.wait(Instant::now(), backoff_end) {
+        if let (Some(path), false) = (watch.changing(), told) {
+            told = true;
+            report.say(&format!(
+                "{} is still being written: waiting up to {} (the rest of the backoff) for it to be complete",
+                path.display(),
+                report::short_duration(backoff_end.saturating_duration_since(Instant::now()))
+            ));
+        }
+        if let Some(signal) = supervisor.pause(wait).await {
+            return Err(signal);
+        }
+        watch.look(resume.scan(newer_than), Instant::now());
+    }
+    Ok(watch.pick())
+}
+
+/// `--resume-first`: the newest complete checkpoint of any age, for attempt 1.
+async fn resume_first(
+    supervisor: &mut Supervisor,
+    settings: &RunSettings,
+    resume: &resume::Resume,
+    report: &Reporter,
+) -> Result<Option<PathBuf>, Signal> {
+    let watch = resume::Watch::start(resume.scan(None), Instant::now(), settings.interval);
+    let pick = settle(supervisor, report, resume, None, watch, Instant::now()).await?;
+    report.say(&format!(
+        "attempt 1: {}",
+        pick.clause(&resume.pattern, false)
+    ));
+    Ok(pick.chosen)
 }
 
 /// Why the attempt ended, from everything the supervisor gathered.
@@ -519,6 +612,8 @@ struct Ran<'a> {
     launch: &'a Launch,
     values: &'a [Value],
     changed: &'a [usize],
+    /// The checkpoint it was given (`--resume-arg`).
+    resumed_from: Option<&'a Path>,
 }
 
 /// Writes the attempt into summary.json and, unless it succeeded, tells the user how it died.
@@ -557,6 +652,7 @@ fn record(
         started_at: report::rfc3339(end.started_at),
         duration_s: end.duration.as_secs_f64(),
         peaks: end.peaks.into(),
+        resumed_from: ran.resumed_from.map(|p| p.to_string_lossy().into_owned()),
     });
     summary.final_sizes = final_sizes(knobs, ran.values);
     if let Err(e) = run_dir.save(summary, false) {
@@ -579,13 +675,20 @@ struct Relaunch {
     /// What moved: `--batch_size 16→8, --grad_accum 4→8`.
     changes: String,
     delay: Duration,
+    /// With `--resume-arg`: `resuming from ckpt/epoch_4.pt`, or why not.
+    checkpoint: Option<String>,
 }
 
 /// `attempt 3 in 20.0s: --batch_size 16→8, --grad_accum 4→8`, and the note when the effective
 /// batch could not be kept exactly.
 fn announce_relaunch(report: &Reporter, next: &Relaunch, effective_note: Option<String>) {
+    let checkpoint = next
+        .checkpoint
+        .as_ref()
+        .map(|c| format!("; {c}"))
+        .unwrap_or_default();
     report.say(&format!(
-        "attempt {} in {}: {}",
+        "attempt {} in {}: {}{checkpoint}",
         next.attempt,
         report::short_duration(next.delay),
         next.changes
@@ -712,7 +815,15 @@ fn launch_for(
         .knobs
         .place_files(files, values)
         .map_err(Error::Patch)?;
-    let input = settings.knobs.input(&settings.command, values, &copies);
+    let resume = settings
+        .resume
+        .as_ref()
+        .zip(ladder.resume_from.as_deref())
+        .map(|(resume, path)| resume.edits(&settings.command, path))
+        .unwrap_or_default();
+    let input = settings
+        .knobs
+        .input_with(&settings.command, values, &copies, resume);
     let argv = input.argv;
     let mut env: Vec<(String, OsString)> = vec![
         ("OOMGUARD_ATTEMPT".to_string(), attempt.to_string().into()),

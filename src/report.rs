@@ -119,6 +119,8 @@ pub struct AttemptRecord {
     pub duration_s: f64,
     #[serde(flatten)]
     pub peaks: PeakRecord,
+    /// The checkpoint it resumed from (`--resume-arg`); null when none.
+    pub resumed_from: Option<String>,
 }
 
 /// Knob values by name, in ladder order (a JSON object keeps the order it is written in).
@@ -784,6 +786,7 @@ mod tests {
                 peak_pss_bytes: Some((attempt as u64 * 1536) << 20),
                 ..PeakRecord::default()
             },
+            resumed_from: None,
         }
     }
 

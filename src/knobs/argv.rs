@@ -895,6 +895,17 @@ pub fn find_path(argv: &[OsString], canonical: &Path, cwd: &Path) -> Option<Path
     })
 }
 
+/// The end (exclusive argv index) of the part holding argv index `index`: where a flag that
+/// belongs with the one at `index` is added (the resume flag goes with the batch flag).
+pub fn part_end(argv: &[OsString], index: usize) -> usize {
+    let parts = parts(argv);
+    parts
+        .iter()
+        .find(|range| range.contains(&index) || range.end == index)
+        .unwrap_or(&parts[parts.len() - 1])
+        .end
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

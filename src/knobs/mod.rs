@@ -4,7 +4,7 @@
 //! The batch and accumulation pair found automatically are two knobs of this model, named
 //! `batch` and `accum`.
 //!
-//! A module per place: [`argv`] finds and rewrites flags, [`env`] variables, [`file`] edits a
+//! A module per place: [`argv`] finds and rewrites flags, [`env`](mod@env) variables, [`file`](mod@file) edits a
 //! key's value in YAML, JSON, TOML or Python text, [`patch`] puts an edited file where the job
 //! reads it and always gives the user's file back. [`resolve`] builds a run's knobs from the
 //! command line and `--config`. Which knob moves when is [`crate::policy`]'s decision, made
@@ -239,7 +239,19 @@ impl KnobSet {
         values: &[Value],
         copies: &[Option<PathBuf>],
     ) -> AttemptInput {
-        let mut edits = Vec::new();
+        self.input_with(command, values, copies, Vec::new())
+    }
+
+    /// [`KnobSet::input`] with `extra` edits of the command made too, by indices into the
+    /// original command like the knobs' own (the checkpoint to resume from: [`crate::resume`]).
+    pub fn input_with(
+        &self,
+        command: &[OsString],
+        values: &[Value],
+        copies: &[Option<PathBuf>],
+        extra: Vec<argv::Edit>,
+    ) -> AttemptInput {
+        let mut edits = extra;
         let mut env = Vec::new();
         for (knob, value) in self.knobs.iter().zip(values) {
             if knob.original.same(value) {
