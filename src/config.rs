@@ -36,6 +36,8 @@ pub struct RunSettings {
     /// Give the job a pseudo-terminal when oomguard's stdout and stderr are terminals (not
     /// `--no-pty`).
     pub pty: bool,
+    /// `--hang-timeout` and `--stall-timeout` (`None` where off).
+    pub quiet: crate::quiet::Timeouts,
 }
 
 /// Whether attempts run in their own memory cgroup.
