@@ -10,6 +10,7 @@
 
 use crate::cgroup_chain::ChainKill;
 use crate::outcome::Ending;
+use crate::quiet::QuietStop;
 use crate::scan::{self, Family, Finding};
 use regex::Regex;
 use std::sync::OnceLock;
@@ -36,12 +37,18 @@ pub enum Cause {
     Interrupted,
     /// oomguard stopped the job itself for crossing a configured memory bound.
     MemoryLimit,
+    /// oomguard stopped the job itself: after its output showed an out-of-memory error, it
+    /// neither exited nor wrote a byte for `--hang-timeout` (ranks waiting on a dead neighbour,
+    /// a DataLoader that never returns).
+    HungAfterOom,
+    /// oomguard stopped the job itself: it wrote nothing and used no CPU for `--stall-timeout`.
+    Stalled,
 }
 
 impl Cause {
     /// Every cause, in the order they are documented (the match in `all_listed` stops the build
     /// when a cause is added without being listed here).
-    pub const ALL: [Cause; 9] = [
+    pub const ALL: [Cause; 11] = [
         Cause::Ok,
         Cause::DeviceOom,
         Cause::HostOom,
@@ -51,6 +58,8 @@ impl Cause {
         Cause::Failed,
         Cause::Interrupted,
         Cause::MemoryLimit,
+        Cause::HungAfterOom,
+        Cause::Stalled,
     ];
 
     #[allow(dead_code)]
@@ -65,7 +74,9 @@ impl Cause {
             | Cause::Killed
             | Cause::Failed
             | Cause::Interrupted
-            | Cause::MemoryLimit => {}
+            | Cause::MemoryLimit
+            | Cause::HungAfterOom
+            | Cause::Stalled => {}
         }
     }
 
@@ -86,6 +97,8 @@ impl Cause {
             Cause::Failed => "failed",
             Cause::Interrupted => "interrupted",
             Cause::MemoryLimit => "memory_limit",
+            Cause::HungAfterOom => "hung_after_oom",
+            Cause::Stalled => "stalled",
         }
     }
 
@@ -101,6 +114,7 @@ impl Cause {
                 | Cause::OomKilled
                 | Cause::Killed
                 | Cause::MemoryLimit
+                | Cause::HungAfterOom
         )
     }
 }
@@ -145,6 +159,9 @@ pub struct AttemptFacts<'a> {
     /// SIGKILL (before oomguard sent any SIGKILL itself): what makes a wrapper's exit status
     /// 137 a SIGKILL.
     pub sigkilled_descendant: Option<u32>,
+    /// `Some` when oomguard itself stopped the job for going quiet (`--hang-timeout`,
+    /// `--stall-timeout`): the verdict is that stop's cause.
+    pub quiet_stop: Option<&'a QuietStop>,
 }
 
 /// A cause with one short line of human-readable evidence.
@@ -587,6 +604,9 @@ pub fn classify(facts: &AttemptFacts) -> Verdict {
     if let Some(limit) = facts.memory_limit {
         return Verdict::new(Cause::MemoryLimit, format!("{ending}; {limit}"));
     }
+    if let Some(stop) = facts.quiet_stop {
+        return quiet_verdict(ending, stop);
+    }
     if ending.is_success() {
         // Frameworks catch OOMs and carry on (accelerate, fairseq, TF's BFC warnings): a clean
         // exit is a success whatever the output said on the way.
@@ -659,6 +679,29 @@ pub fn classify(facts: &AttemptFacts) -> Verdict {
         None => ending_note,
     };
     Verdict::new(Cause::Failed, evidence)
+}
+
+/// The verdict on a job oomguard stopped for going quiet: `signal 15 (SIGTERM); no output for
+/// 1m after an out-of-memory error; output: "torch.OutOfMemoryError: CUDA out of memory..."`.
+fn quiet_verdict(ending: Ending, stop: &QuietStop) -> Verdict {
+    let evidence = match stop {
+        QuietStop::HungAfterOom { oom_line, .. } => {
+            format!("{ending}; {stop}; output: {}", quote(oom_line))
+        }
+        QuietStop::Stalled { .. } => format!("{ending}; {stop}"),
+    };
+    Verdict::new(stop.cause(), evidence)
+}
+
+/// The out-of-memory error a still-running job's output shows, read as [`classify`] reads a
+/// dead job's output: a device or host OOM the job did not survive (not one it said it skipped
+/// and went on from, nor one followed by a fatal error of its own), a killed DataLoader worker,
+/// or the kernel's or Slurm's OOM kill. Returns its line. What `--hang-timeout` waits on after.
+pub fn memory_error_shown(text: &str) -> Option<String> {
+    match read_text(text).sign? {
+        Sign::Memory(_, f) | Sign::Worker(f) | Sign::OomKillText(f) => Some(f.line),
+        Sign::CaughtOom { .. } | Sign::ShellKill(_) | Sign::LauncherKill(_) => None,
+    }
 }
 
 /// Text alone (the `oomguard classify FILE` command): None means no OOM sign ("none").
@@ -1167,6 +1210,7 @@ mod tests {
                 user_stopped: row.user_stopped,
                 memory_limit: row.memory_limit,
                 sigkilled_descendant: row.descendant,
+                quiet_stop: None,
             };
             let v = classify(&facts);
             if v.cause != row.want || !v.evidence.contains(row.evidence_has) {
@@ -1190,8 +1234,93 @@ mod tests {
             );
             assert_eq!(
                 c.is_memory(),
-                !matches!(c, Cause::Ok | Cause::Failed | Cause::Interrupted)
+                !matches!(
+                    c,
+                    Cause::Ok | Cause::Failed | Cause::Interrupted | Cause::Stalled
+                )
             );
         }
+    }
+
+    #[test]
+    fn memory_error_shown_reads_as_the_classifier_does() {
+        // (output of a job still running, the OOM line it shows or None)
+        let table: &[(&str, Option<&str>)] = &[
+            (
+                "Traceback (most recent call last):\n  File \"train.py\", line 88, in <module>\n    loss = model(x).sum()\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n",
+                Some("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."),
+            ),
+            (
+                "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n[rank0]: step 12\n",
+                Some("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."),
+            ),
+            ("MemoryError\n", Some("MemoryError")),
+            (
+                "RuntimeError: DataLoader worker (pid 19597) is killed by signal: Killed.\n",
+                Some("RuntimeError: DataLoader worker (pid 19597) is killed by signal: Killed."),
+            ),
+            // fairseq caught it, said it skipped the batch, and went on.
+            (
+                "| WARNING: ran out of memory with exception: CUDA out of memory. Tried to allocate 20.00 MiB;\n Skipping batch\nepoch 001 | loss 4.2\n",
+                None,
+            ),
+            // Caught, then an error of the job's own: not an out-of-memory death.
+            (
+                "RuntimeError: CUDA out of memory. Tried to allocate 1 GiB\nValueError: checkpoint dir is not writable\n",
+                None,
+            ),
+            // The program's own source echoed in a traceback is not an event.
+            (
+                "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n    except MemoryError:\nKeyboardInterrupt\n",
+                None,
+            ),
+            // A launcher's report of a SIGKILL is not an out-of-memory error shown.
+            ("failed (exitcode: -9) local_rank: 3 (pid: 812917)\n", None),
+            ("epoch 1 loss 0.3\n", None),
+            ("", None),
+        ];
+        for (text, want) in table {
+            assert_eq!(memory_error_shown(text).as_deref(), *want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_quiet_stop_decides_after_the_user_and_the_memory_bounds() {
+        let hung = QuietStop::HungAfterOom {
+            after: std::time::Duration::from_secs(60),
+            oom_line: "torch.OutOfMemoryError: CUDA out of memory.".into(),
+        };
+        let stalled = QuietStop::Stalled {
+            after: std::time::Duration::from_secs(300),
+        };
+        let kernel = KernelEvidence::default();
+        let sigterm = Ending::Signaled {
+            signal: 15,
+            core_dumped: false,
+        };
+        let facts = |quiet_stop, user_stopped, memory_limit| AttemptFacts {
+            ending: sigterm,
+            tail: "torch.OutOfMemoryError: CUDA out of memory.\n",
+            kernel: &kernel,
+            user_stopped,
+            memory_limit,
+            sigkilled_descendant: None,
+            quiet_stop,
+        };
+        let v = classify(&facts(Some(&hung), false, None));
+        assert_eq!(v.cause, Cause::HungAfterOom);
+        assert_eq!(
+            v.evidence,
+            "SIGTERM; no output for 1m after an out-of-memory error; output: \"torch.OutOfMemoryError: CUDA out of memory.\""
+        );
+        let v = classify(&facts(Some(&stalled), false, None));
+        assert_eq!(
+            (v.cause, v.evidence.as_str()),
+            (Cause::Stalled, "SIGTERM; no output and no CPU time for 5m")
+        );
+        let v = classify(&facts(Some(&hung), true, None));
+        assert_eq!(v.cause, Cause::Interrupted);
+        let v = classify(&facts(Some(&hung), false, Some("over --max-rss")));
+        assert_eq!(v.cause, Cause::MemoryLimit);
     }
 }

@@ -122,6 +122,15 @@ pub struct RunArgs {
     /// After an attempt, wait at most this long for the GPU to release its processes.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub gpu_free_timeout: Duration,
+    /// After the job's output shows an out-of-memory error, stop it (SIGTERM, --grace, SIGKILL)
+    /// and relaunch it smaller when it has neither exited nor written a byte for this long
+    /// (cause hung_after_oom); 0 turns this off.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub hang_timeout: Duration,
+    /// Stop the job the same way when it wrote nothing and used no CPU for this long (cause
+    /// stalled, relaunched unchanged only within --retries) [default: off].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub stall_timeout: Option<Duration>,
     /// Give the job pipes for its stdout and stderr even when oomguard's are a terminal (by
     /// default the job then gets a pseudo-terminal, so progress bars draw as without oomguard).
     #[arg(long)]
@@ -373,6 +382,11 @@ impl RunArgs {
             pty: !self.no_pty,
             job,
             resume,
+            quiet: crate::quiet::Timeouts {
+                // `0` turns a watch off: a zero timeout would stop every job at its first tick.
+                hang: Some(self.hang_timeout).filter(|d| !d.is_zero()),
+                stall: self.stall_timeout.filter(|d| !d.is_zero()),
+            },
             command: self.command,
             knobs,
             run_dir: self.run_dir,
@@ -427,6 +441,13 @@ mod tests {
         assert!(!run.no_pty);
         let settings = run.validate().unwrap();
         assert!(settings.pty);
+        assert_eq!(
+            settings.quiet,
+            crate::quiet::Timeouts {
+                hang: Some(Duration::from_secs(60)),
+                stall: None
+            }
+        );
         assert_eq!(settings.cgroup, CgroupPlan::IfAvailable);
         assert_eq!(settings.bounds, Bounds::default());
     }
@@ -484,6 +505,39 @@ mod tests {
         assert!(
             matches!(cli.command, Command::Classify(ClassifyArgs { json: true, ref files, .. }) if files.len() == 2)
         );
+    }
+
+    #[test]
+    fn quiet_timeouts_parse_and_zero_turns_them_off() {
+        // (flags, --hang-timeout, --stall-timeout)
+        let table: &[(&str, Option<u64>, Option<u64>)] = &[
+            ("", Some(60_000), None),
+            ("--hang-timeout 1s", Some(1_000), None),
+            ("--hang-timeout 0", None, None),
+            ("--hang-timeout 0s", None, None),
+            ("--stall-timeout 5m", Some(60_000), Some(300_000)),
+            ("--hang-timeout 0 --stall-timeout 250ms", None, Some(250)),
+            ("--stall-timeout 0", Some(60_000), None),
+        ];
+        for &(flags, hang_ms, stall_ms) in table {
+            let settings = run_args(&format!("run {flags} -- python t.py"))
+                .validate()
+                .unwrap();
+            let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+            assert_eq!(ms(settings.quiet.hang), hang_ms, "{flags}");
+            assert_eq!(ms(settings.quiet.stall), stall_ms, "{flags}");
+        }
+        for bad in [
+            "--hang-timeout 60",
+            "--hang-timeout soon",
+            "--stall-timeout 5",
+            "--stall-timeout 8d",
+        ] {
+            assert!(
+                parse(&format!("run {bad} -- python t.py")).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

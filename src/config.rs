@@ -41,6 +41,8 @@ pub struct RunSettings {
     pub job: crate::jobs::JobSettings,
     /// `--resume-arg` / `--checkpoint`: hand a relaunch the newest complete checkpoint.
     pub resume: Option<crate::resume::Resume>,
+    /// `--hang-timeout` and `--stall-timeout` (`None` where off).
+    pub quiet: crate::quiet::Timeouts,
 }
 
 /// Whether attempts run in their own memory cgroup.

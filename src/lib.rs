@@ -46,6 +46,7 @@ pub mod knobs;
 pub mod mem;
 pub mod outcome;
 pub mod policy;
+pub mod quiet;
 pub mod report;
 pub mod resume;
 pub mod sampler;
@@ -227,6 +228,7 @@ fn run_in(
         bounds: settings.bounds,
         trend_window: settings.trend_window,
         pty: settings.pty && terminal::wanted(),
+        quiet: settings.quiet,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -337,6 +339,9 @@ impl Observer for RunObserver {
             )),
             Notice::MemoryStop(crossing) => self.report.say(&format!(
                 "{crossing}: stopping the job (SIGTERM, then SIGKILL after --grace)"
+            )),
+            Notice::QuietStop(stop) => self.report.say(&format!(
+                "{stop}: stopping the job (SIGTERM, then SIGKILL after --grace)"
             )),
             Notice::NoCgroup(why) if !self.warned_no_cgroup => {
                 self.warned_no_cgroup = true;
@@ -603,6 +608,7 @@ fn judge(end: &AttemptEnd) -> classify::Verdict {
             .is_some_and(|stop| !(stop.after_exit && end.ending.is_success())),
         memory_limit: memory_limit.as_deref(),
         sigkilled_descendant: end.sigkilled_descendant,
+        quiet_stop: end.quiet_stop.as_ref(),
     })
 }
 

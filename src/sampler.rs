@@ -19,7 +19,7 @@ use crate::cgroup::JobCgroup;
 use crate::gpu::{self, GpuProbe, JobGpu};
 use crate::mem::process::ProcReader;
 use crate::mem::system::{SystemMem, SystemReader};
-use crate::mem::tree_mem::{read_tree_when, TreeMem};
+use crate::mem::tree_mem::{read_tree_cpu_ticks, read_tree_when, TreeMem};
 use crate::watch::Reading;
 
 /// The share of the interval a PSS pass may take before it is spread over several ticks.
@@ -42,6 +42,9 @@ pub struct Sample {
     pub cgroup_bytes: Option<u64>,
     /// The job cgroup's usage less the inactive file cache the kernel can drop for free.
     pub cgroup_working_set_bytes: Option<u64>,
+    /// The tree's CPU time, user plus system, in clock ticks (USER_HZ): read only when asked
+    /// for (`--stall-timeout`, see [`Sampler::read_cpu_time`]), `None` otherwise.
+    pub cpu_ticks: Option<u64>,
 }
 
 impl Sample {
@@ -181,6 +184,8 @@ pub struct Sampler {
     gpu_failing: bool,
     interval: Duration,
     pss: PssSchedule,
+    /// Whether samples read the tree's CPU time (one more small read per process).
+    read_cpu: bool,
 }
 
 impl Sampler {
@@ -192,7 +197,14 @@ impl Sampler {
             gpu_failing: false,
             interval,
             pss: PssSchedule::new(),
+            read_cpu: false,
         }
+    }
+
+    /// Whether samples read the tree's CPU time ([`Sample::cpu_ticks`]): only the stall watch
+    /// needs it, so it costs nothing without `--stall-timeout`.
+    pub fn read_cpu_time(&mut self, on: bool) {
+        self.read_cpu = on;
     }
 
     /// Starts a new attempt: the tree is new, so PSS is read on its first tick.
@@ -231,6 +243,10 @@ impl Sampler {
             gpu,
             cgroup_bytes: cgroup.and_then(JobCgroup::usage_bytes),
             cgroup_working_set_bytes: cgroup.and_then(JobCgroup::working_set_bytes),
+            cpu_ticks: self
+                .read_cpu
+                .then(|| read_tree_cpu_ticks(&self.procs, pids))
+                .flatten(),
         }
     }
 

@@ -25,7 +25,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
@@ -193,6 +193,9 @@ impl RecordOut {
 pub struct Sinks {
     record: Arc<Mutex<Record>>,
     bytes_read: Arc<AtomicU64>,
+    /// Readers handing a chunk to oomguard's own stdout or stderr right now (waiting for room
+    /// there while a slow reader of oomguard's output holds the job back).
+    forwarding: Arc<AtomicUsize>,
 }
 
 impl Sinks {
@@ -211,6 +214,7 @@ impl Sinks {
                 },
             })),
             bytes_read: Arc::new(AtomicU64::new(0)),
+            forwarding: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -233,6 +237,13 @@ impl Sinks {
     /// carries output from one held open by a stray process.
     pub fn bytes_read(&self) -> u64 {
         self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    /// Whether a reader holds a chunk of the job's output it is still handing to oomguard's own
+    /// stdout or stderr (waiting for room there): the job is writing, oomguard's reader is slow.
+    /// The quiet watch (`--hang-timeout`) does not count that as silence.
+    pub fn output_waiting(&self) -> bool {
+        self.forwarding.load(Ordering::Relaxed) > 0
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Record> {
@@ -322,7 +333,9 @@ fn pump(
         // or the classifier a byte.
         sinks.record(stream, &buf[..n]);
         buf.truncate(n);
+        sinks.forwarding.fetch_add(1, Ordering::Relaxed);
         buf = forward(buf);
+        sinks.forwarding.fetch_sub(1, Ordering::Relaxed);
         total += n as u64;
     }
     sinks.end_stream(stream);
@@ -711,6 +724,18 @@ mod tests {
         sinks.record(Target::Stdout, b"step 9\n");
         sinks.record(Target::Stderr, b"MemoryError");
         assert_eq!(sinks.tail_text(), "step 9\nMemoryError");
+    }
+
+    #[test]
+    fn a_chunk_being_forwarded_is_output_waiting() {
+        let sinks = Sinks::new(None);
+        let mut seen_waiting = Vec::new();
+        pump(&b"step 1\nstep 2\n"[..], Target::Stdout, &sinks, |chunk| {
+            seen_waiting.push(sinks.output_waiting());
+            refill(chunk)
+        });
+        assert_eq!(seen_waiting, [true]);
+        assert!(!sinks.output_waiting(), "nothing held once forwarded");
     }
 
     #[test]

@@ -3,13 +3,16 @@
 //! process group (SIGWINCH after resizing that terminal; job control stops the job, then
 //! oomguard), samples its memory every interval, stops it on the user's SIGINT, SIGTERM, SIGHUP
 //! or SIGQUIT (grace, then SIGKILL; a second SIGINT kills at once) or when a soft memory bound
-//! holds for several samples, reaps everything below us, cleans up processes the job left
-//! behind, and hands back a plain record of what happened.
+//! holds for several samples, or the same way when the job goes quiet (see `quiet`: silent after
+//! an out-of-memory error its output shows, as the classifier reads it, or silent and idle),
+//! reaps everything below us, cleans up processes the job left behind, and hands back a plain
+//! record of what happened.
 //! The async side of oomguard (signal streams, timers) lives here; `lib` only builds the
 //! runtime and awaits these methods.
 //!
 //! It does not classify, decide or print: `classify`, `policy` and `report` do (samples and
-//! notices go to an [`Observer`] the caller provides).
+//! notices go to an [`Observer`] the caller provides); it only asks `classify` whether a silent
+//! job's output shows an out-of-memory error.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -25,10 +28,11 @@ use tokio::time::{sleep_until, Instant as TokioInstant};
 use crate::cgroup::{self, JobCgroup, Parent};
 use crate::cgroup_chain;
 use crate::child::{self, ChildEvent, Guard, JobOutput, Launch, SpawnError};
-use crate::classify::KernelEvidence;
+use crate::classify::{self, KernelEvidence};
 use crate::kernel::{self, Kmsg};
 use crate::mem::tree::ProcTree;
 use crate::outcome::Ending;
+use crate::quiet::{self, QuietStop, QuietWatch};
 use crate::sampler::{Peaks, Sample, Sampler};
 use crate::scan;
 use crate::signals::Deliveries;
@@ -72,6 +76,8 @@ pub struct Setup {
     /// Give the job a pseudo-terminal for its stdout and stderr (oomguard's own are terminals
     /// and `--no-pty` was not given); pipes otherwise.
     pub pty: bool,
+    /// `--hang-timeout` and `--stall-timeout`: how long the job may stay quiet.
+    pub quiet: quiet::Timeouts,
 }
 
 /// Something the user should hear about while an attempt runs.
@@ -93,6 +99,8 @@ pub enum Notice {
     /// The GPU driver lists processes, none of them the job's (a PID namespace, e.g. a
     /// container): the job's GPU memory is unknown, and `--max-gpu` cannot act.
     GpuUnattributed { pids: Vec<u32> },
+    /// The job went quiet (see [`QuietStop`]): it is being stopped gracefully.
+    QuietStop(QuietStop),
 }
 
 /// How the wait for a free GPU ended.
@@ -133,6 +141,8 @@ pub struct AttemptEnd {
     /// A process of the job other than the main one that died of SIGKILL and was reaped
     /// before oomguard stopped the job's leftovers (so oomguard did not send that SIGKILL).
     pub sigkilled_descendant: Option<u32>,
+    /// Why oomguard stopped the job for going quiet, if it did.
+    pub quiet_stop: Option<QuietStop>,
 }
 
 /// The user asked the job to stop (SIGINT, SIGTERM, SIGHUP or SIGQUIT to oomguard).
@@ -383,6 +393,10 @@ struct AttemptState {
     /// continued it: a job stopped by SIGTTIN on its own is the one to tell the user about.
     stopped_by_us: bool,
     told_terminal_stop: bool,
+    /// When the job's output and CPU time last moved (`--hang-timeout`, `--stall-timeout`).
+    quiet: QuietWatch,
+    /// Set when oomguard asked the job to stop for going quiet.
+    quiet_stop: Option<QuietStop>,
 }
 
 impl AttemptState {
@@ -397,6 +411,8 @@ impl AttemptState {
             sigkilled_descendant: None,
             stopped_by_us: false,
             told_terminal_stop: false,
+            quiet: QuietWatch::new(setup.quiet, Instant::now()),
+            quiet_stop: None,
         }
     }
 }
@@ -481,7 +497,8 @@ enum Phase {
 }
 
 impl Supervisor {
-    pub fn new(setup: Setup, sampler: Sampler) -> std::io::Result<Supervisor> {
+    pub fn new(setup: Setup, mut sampler: Sampler) -> std::io::Result<Supervisor> {
+        sampler.read_cpu_time(setup.quiet.stall.is_some());
         let signals = Deliveries::register()?;
         if let Err(e) = child::become_subreaper() {
             tracing::warn!("cannot become child subreaper, orphaned grandchildren may escape: {e}");
@@ -699,6 +716,7 @@ impl Supervisor {
             }
             Signal::SIGCONT => {
                 state.stopped_by_us = false;
+                state.quiet.restart(Instant::now());
                 child::signal_group(pgid, Signal::SIGCONT);
             }
             // Our terminal was resized: the job's pseudo-terminal follows first.
@@ -837,7 +855,8 @@ impl Supervisor {
     ) {
         let sample = self.sampler.sample(job.attempt, alive, job.cgroup.as_ref());
         observer.sample(&sample);
-        let stopping = state.memory_stop.is_some() || state.user_stop.is_some();
+        let stopping =
+            state.memory_stop.is_some() || state.user_stop.is_some() || state.quiet_stop.is_some();
         if let Some(crossing) = state.watch.observe(
             &sample,
             job.started.elapsed(),
@@ -852,6 +871,41 @@ impl Supervisor {
                 .get_or_insert(deadline_after(self.setup.grace));
             state.memory_stop = Some(crossing);
         }
+        self.watch_quiet(&sample, job, state, observer);
+    }
+
+    /// One tick of the quiet watch: a job silent for `--hang-timeout` after an out-of-memory
+    /// error, or silent and idle for `--stall-timeout`, is asked to stop as for a soft memory
+    /// bound (SIGTERM, then SIGKILL after `--grace`). The tail is read only when the job has been
+    /// silent that long (see [`QuietWatch::tick`]): a tick costs the same however much it printed.
+    fn watch_quiet(
+        &self,
+        sample: &Sample,
+        job: &StartedJob,
+        state: &mut AttemptState,
+        observer: &mut dyn Observer,
+    ) {
+        let stopping =
+            state.memory_stop.is_some() || state.user_stop.is_some() || state.quiet_stop.is_some();
+        if stopping || !state.quiet.is_on() {
+            return;
+        }
+        let sinks = &job.sinks;
+        let Some(stop) = state.quiet.tick(
+            Instant::now(),
+            sinks.bytes_read(),
+            sinks.output_waiting(),
+            sample.cpu_ticks,
+            || classify::memory_error_shown(&sinks.tail_text()),
+        ) else {
+            return;
+        };
+        observer.notice(&Notice::QuietStop(stop.clone()));
+        terminate_group(job.pgid);
+        state
+            .kill_at
+            .get_or_insert(deadline_after(self.setup.grace));
+        state.quiet_stop = Some(stop);
     }
 
     /// Last step: the guard released, the kernel's evidence read, the attempt cgroup emptied and
@@ -887,6 +941,7 @@ impl Supervisor {
             peaks,
             pids: state.known,
             sigkilled_descendant: state.sigkilled_descendant,
+            quiet_stop: state.quiet_stop,
         }
     }
 

@@ -67,6 +67,17 @@ pub fn read_tree_when(
     out
 }
 
+/// The CPU time `pids` have used, user plus system, summed in clock ticks; `None` when none of
+/// them could be read (all vanished). A process that ends leaves the sum (its time goes to
+/// whoever reaps it), so the sum may drop: it is compared for change, not growth.
+pub fn read_tree_cpu_ticks(reader: &ProcReader, pids: &[u32]) -> Option<u64> {
+    pids.iter()
+        .filter_map(|&pid| reader.read_cpu_ticks(pid))
+        .fold(None, |sum, ticks| {
+            Some(sum.unwrap_or(0u64).saturating_add(ticks))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +134,22 @@ mod tests {
             }
         );
         assert_eq!(read_tree(&reader, &[], true), TreeMem::default());
+    }
+
+    #[test]
+    fn sums_cpu_ticks_of_a_fixture_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        for (pid, utime, stime) in [(10, 120, 30), (11, 5, 0)] {
+            let proc_dir = dir.path().join(pid.to_string());
+            std::fs::create_dir_all(&proc_dir).unwrap();
+            let stat = format!("{pid} (python3) S 1 10 10 0 -1 4194560 5 0 0 0 {utime} {stime} 0 0 20 0 1 0 9 1 1\n");
+            std::fs::write(proc_dir.join("stat"), stat).unwrap();
+        }
+        let reader = ProcReader::new(dir.path());
+        // 12 vanished before it was read.
+        assert_eq!(read_tree_cpu_ticks(&reader, &[10, 11, 12]), Some(155));
+        assert_eq!(read_tree_cpu_ticks(&reader, &[12]), None);
+        assert_eq!(read_tree_cpu_ticks(&reader, &[]), None);
     }
 
     #[test]
