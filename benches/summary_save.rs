@@ -45,6 +45,7 @@ fn record(attempt: u32) -> AttemptRecord {
             peak_pss_bytes: Some(100 << 20),
             ..PeakRecord::default()
         },
+        hint: None,
     }
 }
 

@@ -32,11 +32,13 @@ pub mod cli;
 pub mod config;
 pub mod doctor;
 pub mod dry_run;
+pub mod fit;
 pub mod gpu;
 pub mod jobfile;
 pub mod kernel;
 pub mod knobs;
 pub mod mem;
+pub mod oom_numbers;
 pub mod outcome;
 pub mod policy;
 pub mod report;
@@ -344,6 +346,13 @@ struct Ladder {
     changed: Vec<usize>,
     history: Vec<(Cause, Vec<Value>)>,
     warned_effective: bool,
+    /// The fit's view of each attempt, in history order.
+    evidence: Vec<Option<fit::Evidence>>,
+    /// The fragmentation hint: may still be given; given (every later attempt gets the
+    /// variable); to be recorded on the next attempt.
+    hint_available: bool,
+    hint_given: bool,
+    hint_pending: Option<policy::Hint>,
 }
 
 /// The attempt loop: launch, supervise, classify, record, decide.
@@ -368,6 +377,10 @@ async fn attempt_loop(
         changed: Vec::new(),
         history: Vec::new(),
         warned_effective: false,
+        evidence: Vec::new(),
+        hint_available: settings.allocator_hint && !allocator_conf_set(knobs),
+        hint_given: false,
+        hint_pending: None,
     };
     let result = loop {
         let attempt = ladder.history.len() as u32 + 1;
@@ -389,14 +402,25 @@ async fn attempt_loop(
             launch: &launch,
             values: &ladder.values,
             changed: &ladder.changed,
+            hint: ladder.hint_pending.take(),
         };
         record(summary, run_dir, &report, knobs, &ran, &verdict, &end);
         ladder.history.push((verdict.cause, ladder.values.clone()));
-        let decision = policy::decide(
+        ladder
+            .evidence
+            .push(fit::observe(&observed(settings, verdict.cause, &end)));
+        let plan = policy::StepPlan {
+            strategy: settings.strategy,
+            margin: settings.margin,
+            evidence: ladder.evidence.clone(),
+            allocator_hint: ladder.hint_available,
+        };
+        let decision = policy::decide_with(
             &ladder.history,
             &ladder.rules,
             &ladder.original,
             &settings.limits,
+            &plan,
         );
         match decision {
             Decision::Relaunch(next) => {
@@ -440,10 +464,19 @@ async fn between_attempts(
     if let Some(signal) = wait_gpu_free(supervisor, attempt, &end.pids, timeout, report).await {
         return Some(signal);
     }
+    let changes = match next.hint {
+        Some(policy::Hint::AllocatorFragmentation) => format!(
+            "{}={} (knobs unchanged)",
+            policy::ALLOCATOR_HINT_VAR,
+            policy::ALLOCATOR_HINT_VALUE
+        ),
+        None => knobs.describe_changes(&ladder.values, &next.values, &next.changed),
+    };
     let relaunch = Relaunch {
         attempt: attempt + 1,
-        changes: knobs.describe_changes(&ladder.values, &next.values, &next.changed),
+        changes,
         delay: next.delay,
+        reason: next.reason,
     };
     announce_relaunch(report, &relaunch, next.effective_note);
     let batch_moved = knobs
@@ -460,7 +493,48 @@ async fn between_attempts(
     }
     ladder.values = next.values;
     ladder.changed = next.changed;
+    if let Some(hint) = next.hint {
+        ladder.hint_available = false;
+        ladder.hint_given = true;
+        ladder.hint_pending = Some(hint);
+    }
     None
+}
+
+/// The numbers of an attempt the fit reads.
+fn observed<'a>(settings: &RunSettings, cause: Cause, end: &'a AttemptEnd) -> fit::Observed<'a> {
+    let cgroup_limit_bytes = match settings.cgroup {
+        config::CgroupPlan::Required(limits) => limits.memory_max_bytes,
+        _ => None,
+    };
+    fit::Observed {
+        cause: Some(cause),
+        tail: &end.tail,
+        peak_gpu_bytes: end.peaks.gpu_bytes,
+        peak_cgroup_bytes: end.peaks.cgroup_bytes,
+        peak_host_bytes: end.peaks.pss_bytes.or(end.peaks.rss_bytes),
+        cgroup_limit_bytes,
+        max_gpu_bytes: settings.bounds.max_gpu_bytes,
+        memory_stop: end
+            .memory_stop
+            .as_ref()
+            .map(|c| (c.bound, c.value_bytes, c.limit_bytes)),
+    }
+}
+
+/// The user set PyTorch's allocator configuration, in oomguard's environment or as a knob:
+/// the fragmentation hint would override it, so it is not given.
+fn allocator_conf_set(knobs: &KnobSet) -> bool {
+    const NAMES: [&str; 3] = [
+        policy::ALLOCATOR_HINT_VAR,
+        "PYTORCH_HIP_ALLOC_CONF",
+        "PYTORCH_ALLOC_CONF",
+    ];
+    NAMES.iter().any(|name| std::env::var_os(name).is_some())
+        || knobs
+            .knobs
+            .iter()
+            .any(|k| matches!(&k.place, knobs::Place::Env(name) if NAMES.contains(&name.as_str())))
 }
 
 /// Why the attempt ended, from everything the supervisor gathered.
@@ -486,6 +560,8 @@ struct Ran<'a> {
     launch: &'a Launch,
     values: &'a [Value],
     changed: &'a [usize],
+    /// The hint this attempt was relaunched with.
+    hint: Option<policy::Hint>,
 }
 
 /// Writes the attempt into summary.json and, unless it succeeded, tells the user how it died.
@@ -524,6 +600,7 @@ fn record(
         started_at: report::rfc3339(end.started_at),
         duration_s: end.duration.as_secs_f64(),
         peaks: end.peaks.into(),
+        hint: ran.hint.map(policy::Hint::as_str),
     });
     summary.final_sizes = final_sizes(knobs, ran.values);
     if let Err(e) = run_dir.save(summary, false) {
@@ -546,16 +623,22 @@ struct Relaunch {
     /// What moved: `--batch_size 16→8, --grad_accum 4→8`.
     changes: String,
     delay: Duration,
+    /// What the step rests on: the fit's estimate, or why it halved.
+    reason: Option<String>,
 }
 
 /// `attempt 3 in 20.0s: --batch_size 16→8, --grad_accum 4→8`, and the note when the effective
 /// batch could not be kept exactly.
 fn announce_relaunch(report: &Reporter, next: &Relaunch, effective_note: Option<String>) {
     report.say(&format!(
-        "attempt {} in {}: {}",
+        "attempt {} in {}: {}{}",
         next.attempt,
         report::short_duration(next.delay),
-        next.changes
+        next.changes,
+        next.reason
+            .as_ref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
     ));
     if let Some(note) = effective_note {
         report.warn(&note);
@@ -707,6 +790,12 @@ fn launch_for(
             .filter_map(|(k, v)| Some((k.to_string(), v?.into()))),
     );
     env.extend(input.env);
+    if ladder.hint_given {
+        env.push((
+            policy::ALLOCATOR_HINT_VAR.to_string(),
+            policy::ALLOCATOR_HINT_VALUE.into(),
+        ));
+    }
     // Python block-buffers a pipe; the user expects live output.
     if std::env::var_os("PYTHONUNBUFFERED").is_none() {
         env.push(("PYTHONUNBUFFERED".into(), "1".into()));

@@ -119,6 +119,9 @@ pub struct AttemptRecord {
     pub duration_s: f64,
     #[serde(flatten)]
     pub peaks: PeakRecord,
+    /// The hint this attempt was relaunched with (`allocator_fragmentation`), absent if none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<&'static str>,
 }
 
 /// Knob values by name, in ladder order (a JSON object keeps the order it is written in).
@@ -743,6 +746,7 @@ mod tests {
                 peak_pss_bytes: Some((attempt as u64 * 1536) << 20),
                 ..PeakRecord::default()
             },
+            hint: None,
         }
     }
 
