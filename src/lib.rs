@@ -20,7 +20,9 @@
 //!    reaps every descendant and gathers kernel evidence ([`kernel`], [`cgroup_chain`]);
 //! 3. [`classify`] names the cause from the ending, the output tail ([`scan`]) and that evidence;
 //! 4. [`report`] saves summary.json and tells the user;
-//! 5. [`policy`] decides: relaunch (smaller, after a backoff) or stop with an outcome.
+//! 5. [`policy`] decides: relaunch (smaller, after a backoff; how much smaller from the
+//!    attempts' out-of-memory numbers, [`oom_numbers`], through the model in [`fit`]) or stop
+//!    with an outcome.
 //!
 //! [`knobs`] holds the format-preserving config-file editors the next knob model builds on.
 

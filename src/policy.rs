@@ -771,6 +771,112 @@ mod tests {
         ));
     }
 
+    fn gpu_failure(need_gib: u64, fragmented: Option<(u64, u64)>) -> Option<fit::Evidence> {
+        Some(fit::Evidence {
+            memory: fit::Memory::Gpu,
+            failed: true,
+            bytes: need_gib << 30,
+            limit: Some((24 << 30, "GPU")),
+            fragmented,
+        })
+    }
+
+    #[test]
+    fn strategies_move_a_halving_batch() {
+        // (strategy, evidence of the one failure at 120 × 1, expected (batch, accum), reason start)
+        type Row = (
+            Strategy,
+            Option<fit::Evidence>,
+            (u64, u64),
+            Option<&'static str>,
+        );
+        let table: Vec<Row> = vec![
+            (Strategy::Halve, gpu_failure(63, None), (60, 2), None),
+            (Strategy::Factor(0.9), None, (108, 2), None),
+            (Strategy::Factor(0.999), None, (119, 2), None),
+            (
+                Strategy::Fit,
+                gpu_failure(63, None),
+                (40, 3),
+                Some("GPU 24.0 GiB, need at 120"),
+            ),
+            (
+                Strategy::Fit,
+                None,
+                (60, 2),
+                Some("halving: the attempt left no numbers"),
+            ),
+            // Just over the card: no scale to read.
+            (
+                Strategy::Fit,
+                gpu_failure(25, None),
+                (60, 2),
+                Some("halving: GPU 24.0 GiB, need at 120 ≥ 25.0 GiB"),
+            ),
+        ];
+        for (strategy, evidence, want, reason) in table {
+            let plan = StepPlan {
+                strategy,
+                margin: 0.10,
+                evidence: vec![evidence],
+                allocator_hint: false,
+            };
+            let history = [(Cause::DeviceOom, vec![int(120), int(1)])];
+            let d = decide_with(
+                &history,
+                &batch_accum(1),
+                &[int(120), int(1)],
+                &LIMITS,
+                &plan,
+            );
+            let Decision::Relaunch(next) = d else {
+                panic!("{strategy:?}: {d:?}")
+            };
+            assert_eq!(next.values, [int(want.0), int(want.1)], "{strategy:?}");
+            match (reason, &next.reason) {
+                (None, None) => {}
+                (Some(start), Some(got)) => assert!(got.starts_with(start), "{got}"),
+                other => panic!("{strategy:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn fragmentation_relaunches_unchanged_once_when_allowed() {
+        let history = [(Cause::DeviceOom, vec![int(16), int(1)])];
+        // (cause, hint allowed, fragmented, expect the hint)
+        let table = [
+            (Cause::DeviceOom, true, true, true),
+            (Cause::DeviceOom, false, true, false),
+            (Cause::DeviceOom, true, false, false),
+            (Cause::OomKilled, true, true, false),
+        ];
+        for (cause, allowed, fragmented, want) in table {
+            let plan = StepPlan {
+                strategy: Strategy::Fit,
+                margin: 0.10,
+                evidence: vec![gpu_failure(30, fragmented.then_some((3 << 30, 512 << 20)))],
+                allocator_hint: allowed,
+            };
+            let history = [(cause, history[0].1.clone())];
+            let Decision::Relaunch(next) = decide_with(
+                &history,
+                &batch_accum(1),
+                &[int(16), int(1)],
+                &LIMITS,
+                &plan,
+            ) else {
+                panic!("relaunches")
+            };
+            assert_eq!(
+                next.hint.is_some(),
+                want,
+                "{cause:?} {allowed} {fragmented}"
+            );
+            assert_eq!(next.values == [int(16), int(1)], want);
+        }
+    }
+
     #[test]
     fn backoff_doubles_up_to_the_cap() {
         let secs: Vec<u64> = (0..8)
