@@ -46,6 +46,7 @@ fn record(attempt: u32) -> AttemptRecord {
             ..PeakRecord::default()
         },
         resumed_from: None,
+        hint: None,
     }
 }
 

@@ -162,6 +162,20 @@ pub struct RunArgs {
     /// (not only those written since the run started).
     #[arg(long)]
     pub resume_first: bool,
+    /// How a halving knob (the batch) moves after an out-of-memory death: `fit` picks the
+    /// largest batch the attempt's numbers (an out-of-memory message's sizes, a cgroup kill's
+    /// peak and limit) say will fit, halving where they cannot tell; `halve`; or `factor:F`,
+    /// times F (0 < F < 1), at least one down.
+    #[arg(long, value_name = "fit|halve|factor:F", default_value = "fit", value_parser = crate::policy::Strategy::parse)]
+    pub strategy: crate::policy::Strategy,
+    /// The share of the limit `--strategy fit` keeps free, in percent (0 to 90).
+    #[arg(long, value_name = "PERCENT", default_value = "10", value_parser = parse_margin)]
+    pub margin: f64,
+    /// Never relaunch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True after a PyTorch
+    /// message that shows fragmentation (reserved-but-unallocated memory at least the failed
+    /// allocation).
+    #[arg(long)]
+    pub no_allocator_hint: bool,
     /// The window over which steady memory growth is judged.
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration, hide = true)]
     pub trend_window: Duration,
@@ -231,6 +245,17 @@ fn parse_duration_up_to(text: &str, max: Duration) -> Result<Duration, String> {
 /// Parses `8G`, `512MiB` (binary units).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     crate::units::parse_size(text)
+}
+
+/// Parses `--margin`: a percentage from 0 to 90, `%` optional; returned as a share (0.1).
+pub fn parse_margin(text: &str) -> Result<f64, String> {
+    let number = text.trim().trim_end_matches('%').trim();
+    match number.parse::<f64>() {
+        Ok(p) if (0.0..=90.0).contains(&p) => Ok(p / 100.0),
+        _ => Err(format!(
+            "`{text}` is not a margin: use a percentage from 0 to 90, e.g. 10"
+        )),
+    }
 }
 
 /// Parses `--min-available`: a size, or a percentage of RAM such as `10%`.
@@ -398,6 +423,9 @@ impl RunArgs {
                 backoff_max: self.backoff_max,
             },
             grace: self.grace,
+            strategy: self.strategy,
+            margin: self.margin,
+            allocator_hint: !self.no_allocator_hint,
         })
     }
 }
@@ -643,6 +671,39 @@ mod tests {
                 .unwrap_err();
             assert!(matches!(err, UsageError::Job(_)), "{bad}: {err}");
             assert!(err.to_string().starts_with("--name "), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn strategy_and_margin() {
+        use crate::policy::Strategy;
+        let run = run_args("run -- python t.py");
+        assert_eq!((run.strategy, run.margin), (Strategy::Fit, 0.10));
+        assert!(!run.no_allocator_hint);
+        let run =
+            run_args("run --strategy factor:0.9 --margin 25% --no-allocator-hint -- python t.py");
+        assert_eq!((run.strategy, run.margin), (Strategy::Factor(0.9), 0.25));
+        let settings = run.validate().unwrap();
+        assert!(!settings.allocator_hint);
+        assert_eq!(
+            run_args("run --strategy halve -- t").strategy,
+            Strategy::Halve
+        );
+        for (args, words) in [
+            (
+                "run --strategy factor:1 -- t",
+                "use fit, halve, or factor:F",
+            ),
+            (
+                "run --strategy factor:0 -- t",
+                "use fit, halve, or factor:F",
+            ),
+            ("run --strategy double -- t", "use fit, halve, or factor:F"),
+            ("run --margin 95 -- t", "percentage from 0 to 90"),
+            ("run --margin -1 -- t", "percentage from 0 to 90"),
+        ] {
+            let err = parse(args).unwrap_err().to_string();
+            assert!(err.contains(words), "{args}: {err}");
         }
     }
 

@@ -33,6 +33,12 @@ pub struct RunSettings {
     pub gpu_free_timeout: Duration,
     /// The window of the steady-growth warning.
     pub trend_window: Duration,
+    /// How a halving knob moves after an out-of-memory death (`--strategy`).
+    pub strategy: crate::policy::Strategy,
+    /// The share of the limit `--strategy fit` keeps free (`--margin`, 0.10 for 10%).
+    pub margin: f64,
+    /// The fragmentation hint may be given (not `--no-allocator-hint`).
+    pub allocator_hint: bool,
     /// Give the job a pseudo-terminal when oomguard's stdout and stderr are terminals (not
     /// `--no-pty`).
     pub pty: bool,

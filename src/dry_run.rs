@@ -24,7 +24,12 @@ pub fn plan(settings: &RunSettings, cause: Cause) -> String {
             let _ = writeln!(out, "attempt 1: {}", words(&settings.command));
         }
         history.push((cause, values.clone()));
-        match policy::decide(&history, &rules, &original, &settings.limits) {
+        let plan = policy::StepPlan {
+            strategy: settings.strategy,
+            margin: settings.margin,
+            ..policy::StepPlan::default()
+        };
+        match policy::decide_with(&history, &rules, &original, &settings.limits, &plan) {
             Decision::Relaunch(next) => {
                 let _ = writeln!(
                     out,

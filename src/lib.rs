@@ -20,7 +20,9 @@
 //!    reaps every descendant and gathers kernel evidence ([`kernel`], [`cgroup_chain`]);
 //! 3. [`classify`] names the cause from the ending, the output tail ([`scan`]) and that evidence;
 //! 4. [`report`] saves summary.json and tells the user;
-//! 5. [`policy`] decides: relaunch (smaller, after a backoff) or stop with an outcome.
+//! 5. [`policy`] decides: relaunch (smaller, after a backoff; how much smaller from the
+//!    attempts' out-of-memory numbers, [`oom_numbers`], through the model in [`fit`]) or stop
+//!    with an outcome.
 //!
 //! What moves between attempts are [`knobs`]: flags, switches, overrides, environment variables
 //! and keys in config files ([`jobfile`] reads the `--config` ladder); [`knobs::patch`] gives the
@@ -38,12 +40,14 @@ pub mod cli;
 pub mod config;
 pub mod doctor;
 pub mod dry_run;
+pub mod fit;
 pub mod gpu;
 pub mod jobfile;
 pub mod jobs;
 pub mod kernel;
 pub mod knobs;
 pub mod mem;
+pub mod oom_numbers;
 pub mod outcome;
 pub mod policy;
 pub mod quiet;
@@ -379,6 +383,13 @@ struct Ladder {
     /// (only checkpoints written since count for a relaunch).
     resume_from: Option<PathBuf>,
     started: SystemTime,
+    /// The fit's view of each attempt, in history order.
+    evidence: Vec<Option<fit::Evidence>>,
+    /// The fragmentation hint: may still be given; given (every later attempt gets the
+    /// variable); to be recorded on the next attempt.
+    hint_available: bool,
+    hint_given: bool,
+    hint_pending: Option<policy::Hint>,
 }
 
 /// The attempt loop: launch, supervise, classify, record, decide.
@@ -410,6 +421,10 @@ async fn attempt_loop(
         warned_effective: false,
         resume_from: None,
         started: SystemTime::now(),
+        evidence: Vec::new(),
+        hint_available: settings.allocator_hint && !allocator_conf_set(knobs),
+        hint_given: false,
+        hint_pending: None,
     };
     let result = loop {
         let attempt = ladder.history.len() as u32 + 1;
@@ -438,6 +453,7 @@ async fn attempt_loop(
             values: &ladder.values,
             changed: &ladder.changed,
             resumed_from: ladder.resume_from.as_deref(),
+            hint: ladder.hint_pending.take(),
         };
         record(summary, run_dir, &report, knobs, &ran, &verdict, &end);
         let recorded = summary
@@ -446,11 +462,21 @@ async fn attempt_loop(
             .expect("record added this attempt");
         job.remember(recorded, run_dir.path(), &report);
         ladder.history.push((verdict.cause, ladder.values.clone()));
-        let decision = policy::decide(
+        ladder
+            .evidence
+            .push(fit::observe(&observed(settings, verdict.cause, &end)));
+        let plan = policy::StepPlan {
+            strategy: settings.strategy,
+            margin: settings.margin,
+            evidence: ladder.evidence.clone(),
+            allocator_hint: ladder.hint_available,
+        };
+        let decision = policy::decide_with(
             &ladder.history,
             &ladder.rules,
             &ladder.original,
             &settings.limits,
+            &plan,
         );
         match decision {
             Decision::Relaunch(next) => {
@@ -519,10 +545,19 @@ async fn between_attempts(
         checkpoint = Some(pick.clause(&resume.pattern, since.is_some()));
         ladder.resume_from = pick.chosen;
     }
+    let changes = match next.hint {
+        Some(policy::Hint::AllocatorFragmentation) => format!(
+            "{}={} (knobs unchanged)",
+            policy::ALLOCATOR_HINT_VAR,
+            policy::ALLOCATOR_HINT_VALUE
+        ),
+        None => knobs.describe_changes(&ladder.values, &next.values, &next.changed),
+    };
     let relaunch = Relaunch {
         attempt: attempt + 1,
-        changes: knobs.describe_changes(&ladder.values, &next.values, &next.changed),
+        changes,
         delay,
+        reason: next.reason,
         checkpoint,
     };
     announce_relaunch(report, &relaunch, next.effective_note);
@@ -540,6 +575,11 @@ async fn between_attempts(
     }
     ladder.values = next.values;
     ladder.changed = next.changed;
+    if let Some(hint) = next.hint {
+        ladder.hint_available = false;
+        ladder.hint_given = true;
+        ladder.hint_pending = Some(hint);
+    }
     None
 }
 
@@ -594,6 +634,42 @@ async fn resume_first(
     Ok(pick.chosen)
 }
 
+/// The numbers of an attempt the fit reads.
+fn observed<'a>(settings: &RunSettings, cause: Cause, end: &'a AttemptEnd) -> fit::Observed<'a> {
+    let cgroup_limit_bytes = match settings.cgroup {
+        config::CgroupPlan::Required(limits) => limits.memory_max_bytes,
+        _ => None,
+    };
+    fit::Observed {
+        cause: Some(cause),
+        tail: &end.tail,
+        peak_gpu_bytes: end.peaks.gpu_bytes,
+        peak_cgroup_bytes: end.peaks.cgroup_bytes,
+        peak_host_bytes: end.peaks.pss_bytes.or(end.peaks.rss_bytes),
+        cgroup_limit_bytes,
+        max_gpu_bytes: settings.bounds.max_gpu_bytes,
+        memory_stop: end
+            .memory_stop
+            .as_ref()
+            .map(|c| (c.bound, c.value_bytes, c.limit_bytes)),
+    }
+}
+
+/// The user set PyTorch's allocator configuration, in oomguard's environment or as a knob:
+/// the fragmentation hint would override it, so it is not given.
+fn allocator_conf_set(knobs: &KnobSet) -> bool {
+    const NAMES: [&str; 3] = [
+        policy::ALLOCATOR_HINT_VAR,
+        "PYTORCH_HIP_ALLOC_CONF",
+        "PYTORCH_ALLOC_CONF",
+    ];
+    NAMES.iter().any(|name| std::env::var_os(name).is_some())
+        || knobs
+            .knobs
+            .iter()
+            .any(|k| matches!(&k.place, knobs::Place::Env(name) if NAMES.contains(&name.as_str())))
+}
+
 /// Why the attempt ended, from everything the supervisor gathered.
 fn judge(end: &AttemptEnd) -> classify::Verdict {
     let memory_limit = end.memory_stop.as_ref().map(ToString::to_string);
@@ -620,6 +696,8 @@ struct Ran<'a> {
     changed: &'a [usize],
     /// The checkpoint it was given (`--resume-arg`).
     resumed_from: Option<&'a Path>,
+    /// The hint this attempt was relaunched with.
+    hint: Option<policy::Hint>,
 }
 
 /// Writes the attempt into summary.json and, unless it succeeded, tells the user how it died.
@@ -659,6 +737,7 @@ fn record(
         duration_s: end.duration.as_secs_f64(),
         peaks: end.peaks.into(),
         resumed_from: ran.resumed_from.map(|p| p.to_string_lossy().into_owned()),
+        hint: ran.hint.map(policy::Hint::as_str),
     });
     summary.final_sizes = final_sizes(knobs, ran.values);
     if let Err(e) = run_dir.save(summary, false) {
@@ -683,6 +762,8 @@ struct Relaunch {
     delay: Duration,
     /// With `--resume-arg`: `resuming from ckpt/epoch_4.pt`, or why not.
     checkpoint: Option<String>,
+    /// What the step rests on: the fit's estimate, or why it halved.
+    reason: Option<String>,
 }
 
 /// `attempt 3 in 20.0s: --batch_size 16→8, --grad_accum 4→8`, and the note when the effective
@@ -693,11 +774,16 @@ fn announce_relaunch(report: &Reporter, next: &Relaunch, effective_note: Option<
         .as_ref()
         .map(|c| format!("; {c}"))
         .unwrap_or_default();
+    let reason = next
+        .reason
+        .as_ref()
+        .map(|r| format!(" ({r})"))
+        .unwrap_or_default();
     report.say(&format!(
-        "attempt {} in {}: {}{checkpoint}",
+        "attempt {} in {}: {}{reason}{checkpoint}",
         next.attempt,
         report::short_duration(next.delay),
-        next.changes
+        next.changes,
     ));
     if let Some(note) = effective_note {
         report.warn(&note);
@@ -857,6 +943,12 @@ fn launch_for(
             .filter_map(|(k, v)| Some((k.to_string(), v?.into()))),
     );
     env.extend(input.env);
+    if ladder.hint_given {
+        env.push((
+            policy::ALLOCATOR_HINT_VAR.to_string(),
+            policy::ALLOCATOR_HINT_VALUE.into(),
+        ));
+    }
     // Python block-buffers a pipe; the user expects live output.
     if std::env::var_os("PYTHONUNBUFFERED").is_none() {
         env.push(("PYTHONUNBUFFERED".into(), "1".into()));

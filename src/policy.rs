@@ -9,12 +9,19 @@
 //! its floor; a value knob steps once, to its value. A knob with a partner raises the partner so
 //! that knob × partner stays what it was in the original command (the effective batch). A
 //! knob that is only a partner never moves on its own. When no knob can move, the run gives up.
+//!
+//! How far a halving knob moves is the [`Strategy`]'s: halve, multiply by a factor, or (`fit`)
+//! the largest batch the attempts' memory evidence says will fit ([`crate::fit`]), halving
+//! with the reason said where the evidence cannot tell. Before anything moves, a PyTorch
+//! message showing fragmentation gets one relaunch at the same values with the allocator's
+//! expandable segments ([`Hint`]).
 
 use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::classify::Cause;
+use crate::fit;
 use crate::knobs::Value;
 
 /// How the whole run ended.
@@ -125,6 +132,65 @@ pub struct Next {
     /// Set when knob × partner could not equal the original exactly.
     pub effective_note: Option<String>,
     pub delay: Duration,
+    /// What the step rests on, for the relaunch line (the fit's estimate, or why it halved).
+    pub reason: Option<String>,
+    /// A change to the attempt's environment instead of its knobs.
+    pub hint: Option<Hint>,
+}
+
+/// How a halving knob moves (`--strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Strategy {
+    /// The largest batch the evidence says will fit; halving where it cannot tell.
+    Fit,
+    #[default]
+    Halve,
+    /// Times this factor (0 < F < 1), at least one down.
+    Factor(f64),
+}
+
+impl Strategy {
+    /// Parses `fit`, `halve` or `factor:F`.
+    pub fn parse(text: &str) -> Result<Strategy, String> {
+        match text {
+            "fit" => Ok(Strategy::Fit),
+            "halve" => Ok(Strategy::Halve),
+            _ => match text.strip_prefix("factor:").map(str::parse::<f64>) {
+                Some(Ok(f)) if f > 0.0 && f < 1.0 => Ok(Strategy::Factor(f)),
+                _ => Err(format!(
+                    "`{text}` is not a strategy: use fit, halve, or factor:F with 0 < F < 1 (e.g. factor:0.75)"
+                )),
+            },
+        }
+    }
+}
+
+/// A relaunch that changes the attempt's environment, not its knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hint {
+    /// `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`: PyTorch had the memory, in pieces.
+    AllocatorFragmentation,
+}
+
+impl Hint {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hint::AllocatorFragmentation => "allocator_fragmentation",
+        }
+    }
+}
+
+/// What the step may use beyond the ladder.
+#[derive(Debug, Clone, Default)]
+pub struct StepPlan {
+    pub strategy: Strategy,
+    /// The share of the limit the fit keeps free (0.10 for `--margin 10`).
+    pub margin: f64,
+    /// Each attempt's memory evidence, in the order of the history.
+    pub evidence: Vec<Option<fit::Evidence>>,
+    /// The fragmentation hint may still be given (not used yet, the user has not set the
+    /// allocator's variable, not `--no-allocator-hint`).
+    pub allocator_hint: bool,
 }
 
 /// What to do after an attempt.
@@ -139,12 +205,24 @@ pub enum Decision {
 }
 
 /// Decides after the last attempt in `history` (causes with the knob values each ran with).
-/// `original` holds the command's own values: the products to keep are theirs.
+/// `original` holds the command's own values: the products to keep are theirs. Halving knobs
+/// halve; [`decide_with`] takes a strategy and the evidence.
 pub fn decide(
     history: &[(Cause, Vec<Value>)],
     rules: &[Rule],
     original: &[Value],
     limits: &Limits,
+) -> Decision {
+    decide_with(history, rules, original, limits, &StepPlan::default())
+}
+
+/// [`decide`], with halving knobs moved by `plan`'s strategy and the fragmentation hint.
+pub fn decide_with(
+    history: &[(Cause, Vec<Value>)],
+    rules: &[Rule],
+    original: &[Value],
+    limits: &Limits,
+    plan: &StepPlan,
 ) -> Decision {
     let (cause, current) = history
         .last()
@@ -179,21 +257,51 @@ pub fn decide(
                 changed: Vec::new(),
                 effective_note: None,
                 delay,
+                reason: None,
+                hint: None,
             });
         }
         let reason = (limits.retries > 0).then(|| format!("--retries {} used up", limits.retries));
         return stop(Outcome::Failed, reason);
     }
-    match step(cause, rules, original, current) {
+    let last = plan
+        .evidence
+        .get(history.len() - 1)
+        .and_then(Option::as_ref);
+    if let Some((reserved, tried)) = last
+        .and_then(|e| e.fragmented)
+        .filter(|_| plan.allocator_hint && cause == Cause::DeviceOom)
+    {
+        return Decision::Relaunch(Next {
+            values: current.clone(),
+            changed: Vec::new(),
+            effective_note: None,
+            delay,
+            reason: Some(format!(
+                "PyTorch held {} reserved but unallocated, at least the {} it tried to allocate: fragmentation, \
+                 so first the same values with {ALLOCATOR_HINT_VAR}={ALLOCATOR_HINT_VALUE}",
+                crate::units::human_bytes(reserved),
+                crate::units::human_bytes(tried)
+            )),
+            hint: Some(Hint::AllocatorFragmentation),
+        });
+    }
+    match step_with(cause, rules, original, history, plan) {
         Ok(stepped) => Decision::Relaunch(Next {
             values: stepped.values,
             changed: stepped.changed,
             effective_note: stepped.effective_note,
             delay,
+            reason: stepped.reason,
+            hint: None,
         }),
         Err(reason) => stop(Outcome::GaveUp, Some(reason)),
     }
 }
+
+/// The variable and value of the fragmentation hint.
+pub const ALLOCATOR_HINT_VAR: &str = "PYTORCH_CUDA_ALLOC_CONF";
+pub const ALLOCATOR_HINT_VALUE: &str = "expandable_segments:True";
 
 /// One step down the ladder.
 #[derive(Debug, Clone, PartialEq)]
@@ -203,6 +311,8 @@ pub struct Stepped {
     pub changed: Vec<usize>,
     /// Set when knob × partner could not equal the original exactly.
     pub effective_note: Option<String>,
+    /// What a fit's step rests on, or why it halved.
+    pub reason: Option<String>,
 }
 
 /// One step down the ladder after `cause`, or why nothing can move.
@@ -212,6 +322,22 @@ pub fn step(
     original: &[Value],
     current: &[Value],
 ) -> Result<Stepped, String> {
+    let history = [(cause, current.to_vec())];
+    step_with(cause, rules, original, &history, &StepPlan::default())
+}
+
+/// [`step`] from the last values in `history`, a halving knob moved by `plan`'s strategy.
+pub fn step_with(
+    cause: Cause,
+    rules: &[Rule],
+    original: &[Value],
+    history: &[(Cause, Vec<Value>)],
+    plan: &StepPlan,
+) -> Result<Stepped, String> {
+    let current = &history
+        .last()
+        .expect("a step follows at least one attempt")
+        .1;
     let answering: Vec<usize> = (0..rules.len())
         .filter(|&i| rules[i].on.contains(&cause) && rules[i].moves != Moves::Partner)
         .collect();
@@ -231,6 +357,23 @@ pub fn step(
             format!("no knob can move: {}", stuck.join(", "))
         });
     };
+    let (next, reason) = match (&rules[i].moves, &current[i]) {
+        (
+            Moves::Step {
+                step: Step::Halve,
+                min,
+            },
+            Value::Int(now),
+        ) => {
+            let effective = rules[i].partner.and_then(|p| {
+                let knob = original[i].as_int()?;
+                knob.checked_mul(original[p].as_int().unwrap_or(1))
+            });
+            let (to, reason) = strategy_step(i, *now, *min, effective, history, plan);
+            (Value::Int(to), reason)
+        }
+        _ => (next, None),
+    };
     let mut values = current.to_vec();
     let mut changed = vec![i];
     let mut note = None;
@@ -247,6 +390,68 @@ pub fn step(
         values,
         changed,
         effective_note: note,
+        reason,
+    })
+}
+
+/// Where a halving knob `i` goes from `now` (above `min`) under the plan's strategy, and the
+/// reason for the relaunch line where there is one to give.
+fn strategy_step(
+    i: usize,
+    now: u64,
+    min: u64,
+    effective: Option<u64>,
+    history: &[(Cause, Vec<Value>)],
+    plan: &StepPlan,
+) -> (u64, Option<String>) {
+    let halved = (now / 2).max(min);
+    match plan.strategy {
+        Strategy::Halve => (halved, None),
+        Strategy::Factor(f) => {
+            let to = ((now as f64 * f).floor() as u64).min(now - 1).max(min);
+            (to, None)
+        }
+        Strategy::Fit => match fit_step(i, min, effective, history, plan) {
+            Ok(estimate) => (estimate.batch, Some(estimate.reason)),
+            Err(why) => (halved, Some(format!("halving: {why}"))),
+        },
+    }
+}
+
+/// The fit's batch for knob `i` from the attempts' evidence in the last attempt's memory.
+fn fit_step(
+    i: usize,
+    min: u64,
+    effective: Option<u64>,
+    history: &[(Cause, Vec<Value>)],
+    plan: &StepPlan,
+) -> Result<fit::Estimate, String> {
+    let last = plan
+        .evidence
+        .get(history.len() - 1)
+        .and_then(Option::as_ref)
+        .filter(|e| e.failed)
+        .ok_or("the attempt left no numbers to estimate from (no out-of-memory message with sizes, no cgroup limit and peak)")?;
+    let (limit_bytes, limit_name) = last.limit.ok_or("the limit that applied is unknown")?;
+    let points: Vec<fit::Point> = history
+        .iter()
+        .zip(&plan.evidence)
+        .filter_map(|((_, values), evidence)| {
+            let e = evidence.as_ref().filter(|e| e.memory == last.memory)?;
+            Some(fit::Point {
+                batch: values.get(i)?.as_int()?,
+                bytes: e.bytes,
+                failed: e.failed,
+            })
+        })
+        .collect();
+    fit::estimate(&fit::Request {
+        points: &points,
+        limit_bytes,
+        limit_name,
+        margin: plan.margin,
+        min,
+        effective,
     })
 }
 
@@ -564,6 +769,112 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    fn gpu_failure(need_gib: u64, fragmented: Option<(u64, u64)>) -> Option<fit::Evidence> {
+        Some(fit::Evidence {
+            memory: fit::Memory::Gpu,
+            failed: true,
+            bytes: need_gib << 30,
+            limit: Some((24 << 30, "GPU")),
+            fragmented,
+        })
+    }
+
+    #[test]
+    fn strategies_move_a_halving_batch() {
+        // (strategy, evidence of the one failure at 120 × 1, expected (batch, accum), reason start)
+        type Row = (
+            Strategy,
+            Option<fit::Evidence>,
+            (u64, u64),
+            Option<&'static str>,
+        );
+        let table: Vec<Row> = vec![
+            (Strategy::Halve, gpu_failure(63, None), (60, 2), None),
+            (Strategy::Factor(0.9), None, (108, 2), None),
+            (Strategy::Factor(0.999), None, (119, 2), None),
+            (
+                Strategy::Fit,
+                gpu_failure(63, None),
+                (40, 3),
+                Some("GPU 24.0 GiB, need at 120"),
+            ),
+            (
+                Strategy::Fit,
+                None,
+                (60, 2),
+                Some("halving: the attempt left no numbers"),
+            ),
+            // Just over the card: no scale to read.
+            (
+                Strategy::Fit,
+                gpu_failure(25, None),
+                (60, 2),
+                Some("halving: GPU 24.0 GiB, need at 120 ≥ 25.0 GiB"),
+            ),
+        ];
+        for (strategy, evidence, want, reason) in table {
+            let plan = StepPlan {
+                strategy,
+                margin: 0.10,
+                evidence: vec![evidence],
+                allocator_hint: false,
+            };
+            let history = [(Cause::DeviceOom, vec![int(120), int(1)])];
+            let d = decide_with(
+                &history,
+                &batch_accum(1),
+                &[int(120), int(1)],
+                &LIMITS,
+                &plan,
+            );
+            let Decision::Relaunch(next) = d else {
+                panic!("{strategy:?}: {d:?}")
+            };
+            assert_eq!(next.values, [int(want.0), int(want.1)], "{strategy:?}");
+            match (reason, &next.reason) {
+                (None, None) => {}
+                (Some(start), Some(got)) => assert!(got.starts_with(start), "{got}"),
+                other => panic!("{strategy:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn fragmentation_relaunches_unchanged_once_when_allowed() {
+        let history = [(Cause::DeviceOom, vec![int(16), int(1)])];
+        // (cause, hint allowed, fragmented, expect the hint)
+        let table = [
+            (Cause::DeviceOom, true, true, true),
+            (Cause::DeviceOom, false, true, false),
+            (Cause::DeviceOom, true, false, false),
+            (Cause::OomKilled, true, true, false),
+        ];
+        for (cause, allowed, fragmented, want) in table {
+            let plan = StepPlan {
+                strategy: Strategy::Fit,
+                margin: 0.10,
+                evidence: vec![gpu_failure(30, fragmented.then_some((3 << 30, 512 << 20)))],
+                allocator_hint: allowed,
+            };
+            let history = [(cause, history[0].1.clone())];
+            let Decision::Relaunch(next) = decide_with(
+                &history,
+                &batch_accum(1),
+                &[int(16), int(1)],
+                &LIMITS,
+                &plan,
+            ) else {
+                panic!("relaunches")
+            };
+            assert_eq!(
+                next.hint.is_some(),
+                want,
+                "{cause:?} {allowed} {fragmented}"
+            );
+            assert_eq!(next.values == [int(16), int(1)], want);
+        }
     }
 
     #[test]

@@ -121,6 +121,9 @@ pub struct AttemptRecord {
     pub peaks: PeakRecord,
     /// The checkpoint it resumed from (`--resume-arg`); null when none.
     pub resumed_from: Option<String>,
+    /// The hint this attempt was relaunched with (`allocator_fragmentation`), absent if none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<&'static str>,
 }
 
 /// Knob values by name, in ladder order (a JSON object keeps the order it is written in).
@@ -787,6 +790,7 @@ mod tests {
                 ..PeakRecord::default()
             },
             resumed_from: None,
+            hint: None,
         }
     }
 

@@ -45,7 +45,16 @@ fn oomguard(sb: &Sandbox, flags: &[&str], job: &[&str], env: &[(&str, &str)]) ->
 }
 
 const BATCH: &[&str] = &["--batch_size", "8", "--grad_accum", "1"];
-const RESUME: &[&str] = &["--resume-arg", "--resume", "--checkpoint", "ckpt/*.pt"];
+/// The resume flags; halving, so the relaunch lines carry no estimate between the knobs and
+/// the checkpoint clause.
+const RESUME: &[&str] = &[
+    "--resume-arg",
+    "--resume",
+    "--checkpoint",
+    "ckpt/*.pt",
+    "--strategy",
+    "halve",
+];
 
 /// `ckpt/NAME` written before the run, dated `age` ago.
 fn old_checkpoint(sb: &Sandbox, name: &str, age: Duration) -> PathBuf {

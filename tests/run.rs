@@ -125,9 +125,11 @@ fn a_long_line_keeps_oomguard_memory_bounded() {
 fn converges_after_cuda_oom_keeping_the_effective_batch() {
     let sb = Sandbox::new();
     let record = sb.path("record.jsonl");
+    // The halving ladder: fake_cuda_oom.py prints the same sizes at every batch, which no fit
+    // could read (tests/fit.rs has the fit's own).
     let out = sb
         .run(
-            &[],
+            &["--strategy", "halve"],
             &[
                 "python3",
                 &fixture("fake_cuda_oom.py"),
@@ -221,7 +223,15 @@ fn gives_up_at_min_batch_with_its_own_exit_code() {
     let record = sb.path("record.jsonl");
     let out = sb
         .run(
-            &["--min-batch", "2"],
+            // Halving, and no fragmentation hint: at batch 2 the fixed message's 1.12 GiB
+            // reserved-but-unallocated exceeds the 1 GiB it tries to allocate.
+            &[
+                "--min-batch",
+                "2",
+                "--strategy",
+                "halve",
+                "--no-allocator-hint",
+            ],
             &[
                 "python3",
                 &fixture("fake_cuda_oom.py"),

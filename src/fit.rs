@@ -1,0 +1,459 @@
+//! The fit model: a job's memory is `fixed + per_sample × batch`. From what this run's attempts
+//! showed — a failure's lower bound on what it needed (an out-of-memory message's in-use plus
+//! tried-to-allocate, or the cgroup's peak at a kill), a success's measured peak — and the
+//! limit that applied (the card's room from the message, `--max-gpu`, the cgroup limit,
+//! `--max-rss`), it picks the largest batch expected to fit with a margin to spare, and says
+//! in one line what the estimate rests on.
+//!
+//! Pure numbers in, a batch out: [`observe`] turns one attempt's numbers into [`Evidence`],
+//! [`estimate`] fits the line. Which knob moves, and what happens when there is no estimate
+//! (it halves), is `policy`'s decision.
+
+use crate::classify::Cause;
+use crate::oom_numbers;
+use crate::units::human_bytes;
+
+/// Which memory the evidence is about: points of different memories do not share a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Memory {
+    Gpu,
+    Host,
+}
+
+/// What one attempt showed about its memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evidence {
+    pub memory: Memory,
+    /// A failure: `bytes` is a lower bound on what the attempt needed. Otherwise it is the
+    /// measured peak of an attempt that fitted.
+    pub failed: bool,
+    pub bytes: u64,
+    /// The limit that applied, and its name for the user (`GPU`, `cgroup limit`, `--max-rss`).
+    pub limit: Option<(u64, &'static str)>,
+    /// PyTorch's reserved-but-unallocated memory and the allocation that failed, where the
+    /// first is at least the second (fragmentation).
+    pub fragmented: Option<(u64, u64)>,
+}
+
+/// One attempt's numbers, as the supervisor gathered them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Observed<'a> {
+    pub cause: Option<Cause>,
+    pub tail: &'a str,
+    pub peak_gpu_bytes: Option<u64>,
+    pub peak_cgroup_bytes: Option<u64>,
+    /// The tree's peak PSS (or RSS): what `--max-rss` reads without a cgroup.
+    pub peak_host_bytes: Option<u64>,
+    /// `--memory-max`.
+    pub cgroup_limit_bytes: Option<u64>,
+    pub max_gpu_bytes: Option<u64>,
+    /// The soft bound that stopped the attempt: its flag, the value seen, the bound.
+    pub memory_stop: Option<(&'a str, u64, u64)>,
+}
+
+/// What the attempt's numbers say, or `None` when they say nothing about its memory need (a
+/// kill with no cgroup, a failure that was not about memory, a message without sizes).
+pub fn observe(o: &Observed) -> Option<Evidence> {
+    let failure = |memory, bytes, limit| {
+        Some(Evidence {
+            memory,
+            failed: true,
+            bytes,
+            limit: Some(limit),
+            fragmented: None,
+        })
+    };
+    match (o.cause?, o.memory_stop) {
+        (Cause::Ok, _) => {
+            let (memory, bytes) = match (o.peak_gpu_bytes, o.peak_cgroup_bytes) {
+                (Some(gpu), _) => (Memory::Gpu, gpu),
+                (None, Some(host)) => (Memory::Host, host),
+                (None, None) => (Memory::Host, o.peak_host_bytes?),
+            };
+            Some(Evidence {
+                memory,
+                failed: false,
+                bytes,
+                limit: None,
+                fragmented: None,
+            })
+        }
+        (_, Some(("--max-gpu", value, limit))) => failure(
+            Memory::Gpu,
+            value.max(o.peak_gpu_bytes.unwrap_or(0)),
+            (limit, "--max-gpu"),
+        ),
+        (_, Some(("--max-rss", value, limit))) => {
+            failure(Memory::Host, value, (limit, "--max-rss"))
+        }
+        (Cause::DeviceOom, _) => {
+            let numbers = oom_numbers::parse(o.tail)?;
+            let need = numbers.need_bytes()?;
+            let card = numbers.limit_bytes().map(|l| (l, "GPU"));
+            let limit = match (card, o.max_gpu_bytes) {
+                (Some(card), Some(max)) if max < card.0 => (max, "--max-gpu"),
+                (Some(card), _) => card,
+                (None, Some(max)) => (max, "--max-gpu"),
+                (None, None) => return None,
+            };
+            let mut evidence = failure(Memory::Gpu, need, limit)?;
+            evidence.fragmented = numbers.fragmented().then(|| {
+                (
+                    numbers.reserved_unallocated_bytes.unwrap_or(0),
+                    numbers.tried_bytes.unwrap_or(0),
+                )
+            });
+            Some(evidence)
+        }
+        (Cause::OomKilled, _) => {
+            let limit = o.cgroup_limit_bytes?;
+            // The kill came at the limit: the peak is at least the limit, whatever was sampled.
+            let peak = o.peak_cgroup_bytes?.max(limit);
+            failure(Memory::Host, peak, (limit, "cgroup limit"))
+        }
+        _ => None,
+    }
+}
+
+/// One attempt on the line: its batch and bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    pub batch: u64,
+    pub bytes: u64,
+    /// A failure: `bytes` is a lower bound.
+    pub failed: bool,
+}
+
+/// What the estimate needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// This run's attempts at this knob, in the same memory.
+    pub points: &'a [Point],
+    pub limit_bytes: u64,
+    /// How the user knows that limit: `GPU`, `cgroup limit`, `--max-rss`.
+    pub limit_name: &'a str,
+    /// The share of the limit kept free: 0.10 for `--margin 10`.
+    pub margin: f64,
+    /// The knob's floor.
+    pub min: u64,
+    /// batch × partner in the command, where the knob has a partner: divisors of it keep the
+    /// effective batch exact.
+    pub effective: Option<u64>,
+}
+
+/// The batch to try next and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Estimate {
+    pub batch: u64,
+    pub reason: String,
+}
+
+/// A failure's lower bound within this share above the limit says only that the batch did not
+/// fit, not by how much (a cgroup kill's peak is the limit; an allocation that barely crossed
+/// the card): it cannot scale the batch. Measured on the convergence benchmark: 10% keeps fit
+/// from creeping down in 10% steps behind such bounds.
+pub const BARE_BOUND: f64 = 0.10;
+
+/// How far below the estimate a divisor of the effective batch may be and still be preferred
+/// to the estimate itself (which then needs an effective batch above the original).
+pub const DIVISOR_SLACK: f64 = 0.10;
+
+/// The largest batch expected to fit under `limit × (1 − margin)`, never above the smallest
+/// failed batch − 1, never below the floor; or why the evidence cannot tell (the caller
+/// halves and says so).
+pub fn estimate(req: &Request) -> Result<Estimate, String> {
+    let limit = req.limit_bytes as f64;
+    let mut failed: Vec<Point> = req.points.iter().filter(|p| p.failed).copied().collect();
+    // At one batch the largest lower bound holds (a fragmented death shows less than a later
+    // one at the same batch).
+    failed.sort_by_key(|p| (p.batch, std::cmp::Reverse(p.bytes)));
+    failed.dedup_by_key(|p| p.batch);
+    let lowest = *failed.first().ok_or("no failed attempt to fit under")?;
+    let cap = lowest.batch.saturating_sub(1);
+    if cap < req.min {
+        return Err(format!("{} is the floor", req.min));
+    }
+    let usable = |p: &Point| p.bytes as f64 >= limit * (1.0 + BARE_BOUND);
+    let fitted = req
+        .points
+        .iter()
+        .filter(|p| !p.failed && p.batch < lowest.batch)
+        .max_by_key(|p| p.batch);
+    let gib = |b: f64| human_bytes(b.max(0.0) as u64);
+    let (fixed, per_sample, basis) = if let Some(s) = fitted.filter(|s| lowest.bytes > s.bytes) {
+        let per = (lowest.bytes - s.bytes) as f64 / (lowest.batch - s.batch) as f64;
+        let fixed = (s.bytes as f64 - per * s.batch as f64).max(0.0);
+        let basis = format!(
+            "{} at {} fitted, need at {} ≥ {}",
+            gib(s.bytes as f64),
+            s.batch,
+            lowest.batch,
+            gib(lowest.bytes as f64)
+        );
+        (fixed, per, basis)
+    } else {
+        let line = failed.get(1).and_then(|next| {
+            if !usable(&lowest) && !usable(next) {
+                return None;
+            }
+            let per =
+                (next.bytes as f64 - lowest.bytes as f64) / (next.batch - lowest.batch) as f64;
+            let fixed = lowest.bytes as f64 - per * lowest.batch as f64;
+            (per > 0.0 && fixed >= 0.0).then(|| {
+                let basis = format!(
+                    "need at {} ≈ {}, at {} ≈ {}",
+                    lowest.batch,
+                    gib(lowest.bytes as f64),
+                    next.batch,
+                    gib(next.bytes as f64)
+                );
+                (fixed, per, basis)
+            })
+        });
+        match line {
+            Some(line) => line,
+            None => {
+                // One point: as if all of it grew with the batch (the largest guess it allows).
+                // Only the smallest failure's: a larger one's would guess above it.
+                let Some(p) = Some(lowest).filter(usable) else {
+                    return Err(format!(
+                        "{} {}, need at {} ≥ {}: that shows {} does not fit, not by how much",
+                        req.limit_name,
+                        gib(limit),
+                        lowest.batch,
+                        gib(lowest.bytes as f64),
+                        lowest.batch
+                    ));
+                };
+                let per = p.bytes as f64 / p.batch as f64;
+                (
+                    0.0,
+                    per,
+                    format!("need at {} ≈ {}", p.batch, gib(p.bytes as f64)),
+                )
+            }
+        }
+    };
+    let budget = limit * (1.0 - req.margin);
+    let raw = ((budget - fixed) / per_sample).floor();
+    let candidate = if raw.is_finite() && raw >= 1.0 {
+        (raw as u64).clamp(req.min, cap)
+    } else {
+        req.min
+    };
+    let batch = prefer_divisor(candidate, req.effective, req.min);
+    let fixed_part = if fixed > 0.0 {
+        format!(", fixed ≈ {}", gib(fixed))
+    } else {
+        String::new()
+    };
+    Ok(Estimate {
+        batch,
+        reason: format!(
+            "{} {}, {basis}, per sample ≈ {}{fixed_part}: trying {batch}",
+            req.limit_name,
+            gib(limit),
+            gib(per_sample)
+        ),
+    })
+}
+
+/// The largest divisor of `effective` within [`DIVISOR_SLACK`] below `candidate` (and not
+/// below `min`), so batch × partner stays exact; else `candidate`.
+fn prefer_divisor(candidate: u64, effective: Option<u64>, min: u64) -> u64 {
+    let Some(effective) = effective.filter(|e| *e > 0) else {
+        return candidate;
+    };
+    let lowest = ((candidate as f64 * (1.0 - DIVISOR_SLACK)).ceil() as u64).max(min.max(1));
+    (lowest..=candidate)
+        .rev()
+        .find(|d| effective % d == 0)
+        .unwrap_or(candidate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+
+    fn fail(batch: u64, bytes: u64) -> Point {
+        Point {
+            batch,
+            bytes,
+            failed: true,
+        }
+    }
+
+    fn request(points: &[Point], limit_bytes: u64, effective: Option<u64>) -> Request<'_> {
+        Request {
+            points,
+            limit_bytes,
+            limit_name: "GPU",
+            margin: 0.10,
+            min: 1,
+            effective,
+        }
+    }
+
+    #[test]
+    fn the_estimate_from_the_points() {
+        // (points, limit, effective, batch or the start of why not)
+        type Row = (Vec<Point>, u64, Option<u64>, Result<u64, &'static str>);
+        let table: Vec<Row> = vec![
+            // One failure far over the card: as if all of it scaled, 80 × 0.9 / 160 × 64 = 28.8.
+            (vec![fail(64, 160 * GIB)], 80 * GIB, None, Ok(28)),
+            // The effective batch 64 has no divisor in [26, 28]: the estimate itself.
+            (vec![fail(64, 160 * GIB)], 80 * GIB, Some(64), Ok(28)),
+            // 84 has 28.
+            (vec![fail(64, 160 * GIB)], 80 * GIB, Some(84), Ok(28)),
+            // 27 divides 54: kept exact rather than 28 with 56.
+            (vec![fail(64, 160 * GIB)], 80 * GIB, Some(54), Ok(27)),
+            // Two failures fix the line: need = 8 GiB + 1 GiB × batch; (72 − 8) / 1 = 64.
+            (
+                vec![fail(100, 108 * GIB), fail(80, 88 * GIB)],
+                80 * GIB,
+                None,
+                Ok(64),
+            ),
+            // At one batch the largest bound counts.
+            (
+                vec![fail(64, 70 * GIB), fail(64, 160 * GIB)],
+                80 * GIB,
+                None,
+                Ok(28),
+            ),
+            // Never above the smallest failure − 1.
+            (vec![fail(10, 100 * GIB)], 80 * GIB, None, Ok(7)),
+            (
+                vec![fail(100, 108 * GIB), fail(66, 74 * GIB)],
+                80 * GIB,
+                None,
+                Ok(64),
+            ),
+            // The fixed part alone fills the budget: the floor.
+            (
+                vec![fail(4, 100 * GIB), fail(2, 90 * GIB)],
+                80 * GIB,
+                None,
+                Ok(1),
+            ),
+            // A bare bound (a cgroup kill at the limit) cannot scale anything.
+            (
+                vec![fail(16, 100 * MIB)],
+                100 * MIB,
+                None,
+                Err("GPU 100.0 MiB, need at 16 ≥ 100.0 MiB: that shows 16 does not fit"),
+            ),
+            (
+                vec![fail(16, 104 * MIB), fail(32, 101 * MIB)],
+                100 * MIB,
+                None,
+                Err("GPU 100.0 MiB, need at 16"),
+            ),
+            (vec![], 100 * MIB, None, Err("no failed attempt")),
+            (
+                vec![fail(1, 200 * MIB)],
+                100 * MIB,
+                None,
+                Err("1 is the floor"),
+            ),
+        ];
+        for (points, limit, effective, want) in table {
+            let got = estimate(&request(&points, limit, effective));
+            match (&got, want) {
+                (Ok(e), Ok(b)) => assert_eq!(e.batch, b, "{points:?}: {}", e.reason),
+                (Err(why), Err(start)) => assert!(why.starts_with(start), "{why}"),
+                _ => panic!("{points:?}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_success_and_a_failure_fix_the_line() {
+        let points = [
+            fail(64, 70 * GIB),
+            Point {
+                batch: 16,
+                bytes: 22 * GIB,
+                failed: false,
+            },
+        ];
+        // per sample (70 − 22) / 48 = 1 GiB, fixed 6 GiB: (72 − 6) / 1 = 66, capped at 63.
+        let e = estimate(&request(&points, 80 * GIB, None)).unwrap();
+        assert_eq!(e.batch, 63, "{}", e.reason);
+        assert!(e.reason.contains("22.0 GiB at 16 fitted"), "{}", e.reason);
+    }
+
+    #[test]
+    fn the_reason_says_what_it_rests_on() {
+        let e = estimate(&request(&[fail(64, 38 * GIB)], 24 * GIB, None)).unwrap();
+        assert_eq!(
+            e.reason,
+            "GPU 24.0 GiB, need at 64 ≈ 38.0 GiB, per sample ≈ 608.0 MiB: trying 36"
+        );
+    }
+
+    #[test]
+    fn observe_reads_each_kind_of_death() {
+        let cuda = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 32.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.07 GiB memory in use. Of the allocated memory 76.30 GiB is allocated by PyTorch, and 1.12 GiB is reserved by PyTorch but unallocated.";
+        let o = Observed {
+            cause: Some(Cause::DeviceOom),
+            tail: cuda,
+            ..Observed::default()
+        };
+        let e = observe(&o).unwrap();
+        assert_eq!(
+            (e.memory, e.failed, e.fragmented),
+            (Memory::Gpu, true, None)
+        );
+        assert_eq!(e.limit.unwrap().1, "GPU");
+        assert!(e.bytes > 110 * GIB && e.bytes < 111 * GIB, "{}", e.bytes);
+        // --max-gpu below the card is the limit.
+        let e = observe(&Observed {
+            max_gpu_bytes: Some(40 * GIB),
+            ..o
+        })
+        .unwrap();
+        assert_eq!(e.limit, Some((40 * GIB, "--max-gpu")));
+        // A cgroup kill: the peak is at least the limit.
+        let kill = Observed {
+            cause: Some(Cause::OomKilled),
+            peak_cgroup_bytes: Some(95 * MIB),
+            cgroup_limit_bytes: Some(96 * MIB),
+            ..Observed::default()
+        };
+        let e = observe(&kill).unwrap();
+        assert_eq!(
+            (e.memory, e.bytes, e.limit),
+            (Memory::Host, 96 * MIB, Some((96 * MIB, "cgroup limit")))
+        );
+        // Nothing to go on.
+        for o in [
+            Observed {
+                cause: Some(Cause::OomKilled),
+                ..Observed::default()
+            },
+            Observed {
+                cause: Some(Cause::DeviceOom),
+                tail: "RuntimeError: CUDA error: out of memory",
+                ..Observed::default()
+            },
+            Observed {
+                cause: Some(Cause::Failed),
+                ..Observed::default()
+            },
+        ] {
+            assert_eq!(observe(&o), None, "{o:?}");
+        }
+        // A soft bound's stop.
+        let e = observe(&Observed {
+            cause: Some(Cause::HostOom),
+            memory_stop: Some(("--max-rss", 3 * GIB, 2 * GIB)),
+            ..Observed::default()
+        })
+        .unwrap();
+        assert_eq!(e.limit, Some((2 * GIB, "--max-rss")));
+    }
+}
