@@ -197,8 +197,9 @@ fn converge(job: &Job, strategy: Strategy, rng: &mut Lcg) -> (u32, Option<u64>) 
 }
 
 /// The largest batch that fits (without noise) under the effective-batch constraint: the
-/// largest divisor of the effective batch that fits, unless none is within 10% of the largest
-/// batch that fits (then that batch, the effective batch the nearest above).
+/// largest divisor of the effective batch that fits, unless none is within
+/// `fit::DIVISOR_SLACK` (half) of the largest batch that fits (then that batch, the effective
+/// batch the nearest above) — the same rule `fit` chooses by.
 fn best(job: &Job) -> u64 {
     let fits = |b: u64| job.fixed_bytes + job.per_sample_bytes * b as f64 <= job.limit_bytes;
     let largest = (1..=job.start).rev().find(|&b| fits(b)).unwrap_or(1);
@@ -206,7 +207,7 @@ fn best(job: &Job) -> u64 {
         .rev()
         .find(|b| job.start % b == 0)
         .unwrap_or(1);
-    if divisor as f64 >= 0.9 * largest as f64 {
+    if divisor as f64 >= (1.0 - oomguard::fit::DIVISOR_SLACK) * largest as f64 {
         divisor
     } else {
         largest

@@ -86,10 +86,12 @@ while time.time() < deadline:
 print(f"done, held {held.numel()} bytes", flush=True)
 PY
 
-# (4) oomguard.
+# (4) oomguard, with the default strategy (fit): from the real message's numbers it should go
+# straight to a batch that fits (8, the largest divisor of the effective batch 32 under the
+# card), where halving takes 3 attempts (32, 16, 8). STRATEGY=halve checks the halving path.
 run_dir="$tmp/run"
-say "running oomguard (expect 3 attempts, about 15 s)"
-"$bin" run --run-dir "$run_dir" --backoff 1s --interval 200ms -- \
+say "running oomguard --strategy ${STRATEGY:-fit} (at most 3 attempts, about 15 s)"
+"$bin" run --run-dir "$run_dir" --backoff 1s --interval 200ms --strategy "${STRATEGY:-fit}" -- \
     python3 "$tmp/oom_job.py" --batch_size 32 --gradient_accumulation_steps 1 \
     >"$tmp/oomguard.stdout" 2>"$tmp/oomguard.stderr"
 status=$?
@@ -156,6 +158,8 @@ else:
                 "(sampling missed the hold, or the peak counts something else)",
                 file=sys.stderr,
             )
+if len(attempts) > 3:
+    problems.append(f"{len(attempts)} attempts, expected at most 3 (32, 16, 8 when halving)")
 if summary.get("outcome") != "succeeded":
     problems.append(f"outcome is {summary.get('outcome')!r}, expected 'succeeded'")
 
