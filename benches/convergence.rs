@@ -171,6 +171,7 @@ fn converge(job: &Job, strategy: Strategy, rng: &mut Lcg) -> (u32, Option<u64>) 
         strategy,
         margin: 0.10,
         evidence: Vec::new(),
+        past: Vec::new(),
         allocator_hint: false,
     };
     let mut history = Vec::new();

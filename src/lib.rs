@@ -385,6 +385,8 @@ struct Ladder {
     started: SystemTime,
     /// The fit's view of each attempt, in history order.
     evidence: Vec<Option<fit::Evidence>>,
+    /// The fit's view of the attempts of the job's earlier runs, with their knob values.
+    past: Vec<(Vec<Value>, fit::Evidence)>,
     /// The fragmentation hint: may still be given; given (every later attempt gets the
     /// variable); to be recorded on the next attempt.
     hint_available: bool,
@@ -422,6 +424,12 @@ async fn attempt_loop(
         resume_from: None,
         started: SystemTime::now(),
         evidence: Vec::new(),
+        // `--fresh` starts over: neither the values nor the evidence of earlier runs.
+        past: if settings.job.fresh {
+            Vec::new()
+        } else {
+            earlier_runs(job, knobs)
+        },
         hint_available: settings.allocator_hint && !allocator_conf_set(knobs),
         hint_given: false,
         hint_pending: None,
@@ -469,6 +477,7 @@ async fn attempt_loop(
             strategy: settings.strategy,
             margin: settings.margin,
             evidence: ladder.evidence.clone(),
+            past: ladder.past.clone(),
             allocator_hint: ladder.hint_available,
         };
         let decision = policy::decide_with(
@@ -632,6 +641,32 @@ async fn resume_first(
         pick.clause(&resume.pattern, false)
     ));
     Ok(pick.chosen)
+}
+
+/// What the job's earlier runs tell the fit: each remembered attempt's knob values (by this
+/// run's knob names; a knob it did not have is unset) and what its peaks say. Their output is
+/// gone, so only peaks count: a success's measured peak, a kill's cgroup peak.
+fn earlier_runs(job: &jobs::JobRun, knobs: &KnobSet) -> Vec<(Vec<Value>, fit::Evidence)> {
+    job.memory()
+        .attempts()
+        .iter()
+        .filter_map(|past| {
+            let peaks = &past.peaks;
+            let evidence = fit::observe(&fit::Observed {
+                cause: past.cause(),
+                peak_gpu_bytes: peaks.peak_gpu_bytes,
+                peak_cgroup_bytes: peaks.peak_cgroup_bytes,
+                peak_host_bytes: peaks.peak_pss_bytes.or(peaks.peak_rss_bytes),
+                ..fit::Observed::default()
+            })?;
+            let values = knobs
+                .knobs
+                .iter()
+                .map(|k| past.value(&k.name).unwrap_or(Value::Unset))
+                .collect();
+            Some((values, evidence))
+        })
+        .collect()
 }
 
 /// The numbers of an attempt the fit reads.

@@ -188,6 +188,10 @@ pub struct StepPlan {
     pub margin: f64,
     /// Each attempt's memory evidence, in the order of the history.
     pub evidence: Vec<Option<fit::Evidence>>,
+    /// Earlier runs of the same job (`jobs`): each attempt's knob values and evidence. A point
+    /// counts only where every other knob (but the stepped one's partner) had the value it has
+    /// now: a peak at another sequence length says nothing about this one.
+    pub past: Vec<(Vec<Value>, fit::Evidence)>,
     /// The fragmentation hint may still be given (not used yet, the user has not set the
     /// allocator's variable, not `--no-allocator-hint`).
     pub allocator_hint: bool,
@@ -369,7 +373,13 @@ pub fn step_with(
                 let knob = original[i].as_int()?;
                 knob.checked_mul(original[p].as_int().unwrap_or(1))
             });
-            let (to, reason) = strategy_step(i, *now, *min, effective, history, plan);
+            let knob = Knob {
+                i,
+                partner: rules[i].partner,
+                min: *min,
+                effective,
+            };
+            let (to, reason) = strategy_step(&knob, *now, history, plan);
             (Value::Int(to), reason)
         }
         _ => (next, None),
@@ -397,13 +407,12 @@ pub fn step_with(
 /// Where a halving knob `i` goes from `now` (above `min`) under the plan's strategy, and the
 /// reason for the relaunch line where there is one to give.
 fn strategy_step(
-    i: usize,
+    knob: &Knob,
     now: u64,
-    min: u64,
-    effective: Option<u64>,
     history: &[(Cause, Vec<Value>)],
     plan: &StepPlan,
 ) -> (u64, Option<String>) {
+    let min = knob.min;
     let halved = (now / 2).max(min);
     match plan.strategy {
         Strategy::Halve => (halved, None),
@@ -411,21 +420,34 @@ fn strategy_step(
             let to = ((now as f64 * f).floor() as u64).min(now - 1).max(min);
             (to, None)
         }
-        Strategy::Fit => match fit_step(i, min, effective, history, plan) {
+        Strategy::Fit => match fit_step(knob, history, plan) {
             Ok(estimate) => (estimate.batch, Some(estimate.reason)),
             Err(why) => (halved, Some(format!("halving: {why}"))),
         },
     }
 }
 
-/// The fit's batch for knob `i` from the attempts' evidence in the last attempt's memory.
-fn fit_step(
+/// The knob a strategy steps: its index, partner, floor and the product it keeps.
+struct Knob {
     i: usize,
+    partner: Option<usize>,
     min: u64,
     effective: Option<u64>,
+}
+
+/// The fit's batch for the knob from the attempts' evidence in the last attempt's memory: this
+/// run's, and earlier runs' of the same job at the same other settings.
+fn fit_step(
+    knob: &Knob,
     history: &[(Cause, Vec<Value>)],
     plan: &StepPlan,
 ) -> Result<fit::Estimate, String> {
+    let &Knob {
+        i,
+        partner,
+        min,
+        effective,
+    } = knob;
     let last = plan
         .evidence
         .get(history.len() - 1)
@@ -433,11 +455,26 @@ fn fit_step(
         .filter(|e| e.failed)
         .ok_or("the attempt left no numbers to estimate from (no out-of-memory message with sizes, no cgroup limit and peak)")?;
     let (limit_bytes, limit_name) = last.limit.ok_or("the limit that applied is unknown")?;
-    let points: Vec<fit::Point> = history
+    let (_, current) = history.last().expect("decide runs after an attempt");
+    let same_setting = |values: &[Value]| {
+        values.len() == current.len()
+            && (0..current.len())
+                .filter(|&j| j != i && Some(j) != partner)
+                .all(|j| values[j].same(&current[j]))
+    };
+    let this_run = history
         .iter()
         .zip(&plan.evidence)
-        .filter_map(|((_, values), evidence)| {
-            let e = evidence.as_ref().filter(|e| e.memory == last.memory)?;
+        .filter_map(|((_, values), evidence)| Some((values.as_slice(), evidence.as_ref()?)));
+    let earlier = plan
+        .past
+        .iter()
+        .filter(|(values, _)| same_setting(values))
+        .map(|(values, e)| (values.as_slice(), e));
+    let points: Vec<fit::Point> = this_run
+        .chain(earlier)
+        .filter(|(_, e)| e.memory == last.memory)
+        .filter_map(|(values, e)| {
             Some(fit::Point {
                 batch: values.get(i)?.as_int()?,
                 bytes: e.bytes,
@@ -819,6 +856,7 @@ mod tests {
                 strategy,
                 margin: 0.10,
                 evidence: vec![evidence],
+                past: Vec::new(),
                 allocator_hint: false,
             };
             let history = [(Cause::DeviceOom, vec![int(120), int(1)])];
@@ -841,6 +879,54 @@ mod tests {
         }
     }
 
+    /// A failure just over the card has no scale; a success of an earlier run of the job at the
+    /// same other settings fixes the line, so the fit need not halve. A point at another
+    /// sequence length is not taken.
+    #[test]
+    fn earlier_runs_at_the_same_settings_are_points() {
+        let mut rules = batch_alone();
+        rules.push(Rule {
+            name: "seq".into(),
+            moves: Moves::Step {
+                step: Step::Halve,
+                min: 128,
+            },
+            on: default_causes(),
+            partner: None,
+        });
+        let success = |gib: u64| fit::Evidence {
+            memory: fit::Memory::Gpu,
+            failed: false,
+            bytes: gib << 30,
+            limit: None,
+            fragmented: None,
+        };
+        let history = [(Cause::DeviceOom, vec![int(120), int(512)])];
+        let original = [int(120), int(512)];
+        let step = |past: Vec<(Vec<Value>, fit::Evidence)>| {
+            let plan = StepPlan {
+                strategy: Strategy::Fit,
+                margin: 0.10,
+                evidence: vec![gpu_failure(25, None)],
+                past,
+                allocator_hint: false,
+            };
+            match decide_with(&history, &rules, &original, &LIMITS, &plan) {
+                Decision::Relaunch(next) => (next.values[0].as_int().unwrap(), next.reason),
+                other => panic!("{other:?}"),
+            }
+        };
+        // Alone, or with a point at another sequence length: halved.
+        assert_eq!(step(Vec::new()).0, 60);
+        let elsewhere = vec![(vec![int(30), int(256)], success(6))];
+        assert_eq!(step(elsewhere).0, 60);
+        // With the job's earlier success at 30 (12 GiB): the line through both points,
+        // (21.6 − 7.7) / 0.144 ≈ 96, further than halving.
+        let (batch, reason) = step(vec![(vec![int(30), int(512)], success(12))]);
+        assert_eq!(batch, 96, "{reason:?}");
+        assert!(reason.unwrap_or_default().contains("12.0 GiB at 30 fitted"));
+    }
+
     #[test]
     fn fragmentation_relaunches_unchanged_once_when_allowed() {
         let history = [(Cause::DeviceOom, vec![int(16), int(1)])];
@@ -856,6 +942,7 @@ mod tests {
                 strategy: Strategy::Fit,
                 margin: 0.10,
                 evidence: vec![gpu_failure(30, fragmented.then_some((3 << 30, 512 << 20)))],
+                past: Vec::new(),
                 allocator_hint: allowed,
             };
             let history = [(cause, history[0].1.clone())];
