@@ -460,7 +460,11 @@ mod tests {
             ("run --log-format xml -- t", Err(())),
         ];
         for (args, want) in table {
-            assert_eq!(parse(args).map(|c| c.log_format).map_err(|_| ()), want, "{args}");
+            assert_eq!(
+                parse(args).map(|c| c.log_format).map_err(|_| ()),
+                want,
+                "{args}"
+            );
         }
     }
 
