@@ -1039,7 +1039,8 @@ mod tests {
 
     #[test]
     fn the_unsaved_warning_names_each_thing_once_with_its_error() {
-        let table: [(&[(&'static str, String)], Option<&str>); 3] = [
+        type Unsaved = [(&'static str, String)];
+        let table: [(&Unsaved, Option<&str>); 3] = [
             (&[], None),
             (
                 &[("summary.json", "No space left on device".into())],
