@@ -26,6 +26,10 @@ pub struct Cli {
     /// More detail about what oomguard does (repeat for more; RUST_LOG also works).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// How oomguard's own lines look: `text` (`oomguard: ...`), or `json`, one object per line
+    /// (time, level, event, message, fields) for journald and log collectors.
+    #[arg(long, global = true, value_enum, value_name = "FORMAT", default_value_t = crate::report::LogFormat::Text)]
+    pub log_format: crate::report::LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -442,6 +446,25 @@ mod tests {
         match parse(args).unwrap().command {
             Command::Run(run) => *run,
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn log_format_goes_before_or_after_the_subcommand() {
+        use crate::report::LogFormat;
+        let table = [
+            ("run -- t", Ok(LogFormat::Text)),
+            ("--log-format json run -- t", Ok(LogFormat::Json)),
+            ("run --log-format json -- t", Ok(LogFormat::Json)),
+            ("run --log-format text -- t", Ok(LogFormat::Text)),
+            ("run --log-format xml -- t", Err(())),
+        ];
+        for (args, want) in table {
+            assert_eq!(
+                parse(args).map(|c| c.log_format).map_err(|_| ()),
+                want,
+                "{args}"
+            );
         }
     }
 

@@ -371,6 +371,16 @@ pub struct StoreError {
     pub source: io::Error,
 }
 
+impl StoreError {
+    /// The disk (or the user's quota) is full: a passing condition, retried at the next change.
+    pub fn is_out_of_space(&self) -> bool {
+        matches!(
+            self.source.raw_os_error(),
+            Some(nix::libc::ENOSPC | nix::libc::EDQUOT)
+        )
+    }
+}
+
 /// Where one job's file lives, and the only code that touches it.
 #[derive(Debug, Clone)]
 pub struct JobStore {
@@ -645,6 +655,10 @@ pub struct JobRun {
     /// A problem with the store has been told: later ones are only logged, so a read-only
     /// state directory costs one line, not one per attempt.
     warned: bool,
+    /// Attempts (and the success among them) not yet in the file because a write failed (a full
+    /// disk): written with the next attempt's.
+    pending: Vec<PastAttempt>,
+    pending_success: Option<LastSuccess>,
 }
 
 impl JobRun {
@@ -657,6 +671,8 @@ impl JobRun {
             memory: JobMemory::default(),
             start: None,
             warned: false,
+            pending: Vec::new(),
+            pending_success: None,
         };
         let Some(state_dir) = &settings.state_dir else {
             report.warn(&format!(
@@ -726,18 +742,34 @@ impl JobRun {
         let Some(store) = &self.store else {
             return;
         };
+        self.pending.push(past);
+        if success.is_some() {
+            self.pending_success = success;
+        }
         let settings = &self.settings;
+        let (pending, pending_success) = (&self.pending, &self.pending_success);
         let updated = store.update(|memory| {
             memory.command = settings.command.clone();
             memory.cwd = settings.cwd.to_string_lossy().into_owned();
-            memory.push(past);
-            if success.is_some() {
-                memory.last_success = success;
+            for past in pending {
+                memory.push(past.clone());
+            }
+            if pending_success.is_some() {
+                memory.last_success = pending_success.clone();
             }
         });
         match updated {
-            Ok(None) => {}
-            Ok(Some(moved)) => self.warn(report, &moved.to_string()),
+            Ok(moved) => {
+                self.pending.clear();
+                self.pending_success = None;
+                crate::report::saved("job state");
+                if let Some(moved) = moved {
+                    self.warn(report, &moved.to_string());
+                }
+            }
+            // No space (or quota): the attempts stay pending, tried again with the next one;
+            // the run's last warning says so if they never get written.
+            Err(e) if e.is_out_of_space() => crate::report::unsaved("job state", &e),
             Err(e) => self.warn(
                 report,
                 &format!("{e}; the job's next run will not start from this one"),

@@ -132,7 +132,7 @@ impl Error {
 /// Runs a parsed command line; returns the process exit status.
 pub fn run(cli: Cli) -> Result<i32, Error> {
     let report = Reporter { quiet: cli.quiet };
-    report::init_tracing(cli.verbose, cli.quiet);
+    report::init_tracing_as(cli.verbose, cli.quiet, cli.log_format);
     match cli.command {
         Command::Run(args) => run_job(args.validate()?, report),
         Command::Classify(args) => Ok(classify_files(&args)),
@@ -209,7 +209,11 @@ fn run_in(
 ) -> Result<i32, Error> {
     run_dir.save(summary, false).map_err(Error::RunDir)?;
     let samples = run_dir.open_samples().map_err(Error::RunDir)?;
-    report.say(&format!("run directory {}", run_dir.path().display()));
+    report.event(
+        "run_started",
+        serde_json::json!({"run_dir": run_dir.path(), "command": summary.command}),
+        &format!("run directory {}", run_dir.path().display()),
+    );
     for note in &settings.knobs.notes {
         report.say(note);
     }
@@ -325,8 +329,10 @@ struct RunObserver {
 
 impl Observer for RunObserver {
     fn sample(&mut self, sample: &Sample) {
+        // A full disk costs rows, not the run: the row stays buffered and is tried again with
+        // the next one.
         if let Err(e) = self.samples.write(sample) {
-            tracing::warn!("{e}");
+            report::unsaved("samples.csv", &e);
         }
     }
 
@@ -568,6 +574,7 @@ async fn between_attempts(
         delay,
         reason: next.reason,
         checkpoint,
+        knobs: knob_values(knobs, &next.values),
     };
     announce_relaunch(report, &relaunch, next.effective_note);
     let batch_moved = knobs
@@ -751,14 +758,7 @@ fn record(
         command: lossy(&ran.launch.argv),
         batch_size: knobs.int_of("batch", ran.values),
         accum: knobs.int_of("accum", ran.values),
-        knobs: KnobValues(
-            knobs
-                .knobs
-                .iter()
-                .zip(ran.values)
-                .map(|(k, v)| (k.name.clone(), v.to_json()))
-                .collect(),
-        ),
+        knobs: knob_values(knobs, ran.values),
         changed: ran
             .changed
             .iter()
@@ -775,17 +775,34 @@ fn record(
         hint: ran.hint.map(policy::Hint::as_str),
     });
     summary.final_sizes = final_sizes(knobs, ran.values);
-    if let Err(e) = run_dir.save(summary, false) {
-        report.error(&e.to_string());
+    // Not saved now (a full disk) is tried again with the next attempt: the run goes on from
+    // memory.
+    match run_dir.save(summary, false) {
+        Ok(()) => report::saved("summary.json"),
+        Err(e) => report::unsaved("summary.json", &e),
     }
     if verdict.cause != Cause::Ok {
-        report.say(&format!(
-            "attempt {attempt} ended after {}: {} ({}){}",
-            report::short_duration(end.duration),
-            verdict.cause.as_str(),
-            verdict.evidence,
-            report::peaks_clause(&end.peaks)
-        ));
+        let last = summary.attempts().last().expect("pushed above");
+        report.event(
+            "attempt_ended",
+            serde_json::json!({
+                "attempt": attempt,
+                "cause": verdict.cause.as_str(),
+                "evidence": verdict.evidence,
+                "exit_code": last.exit_code,
+                "signal": last.signal,
+                "duration_s": last.duration_s,
+                "knobs": last.knobs,
+                "peaks": last.peaks,
+            }),
+            &format!(
+                "attempt {attempt} ended after {}: {} ({}){}",
+                report::short_duration(end.duration),
+                verdict.cause.as_str(),
+                verdict.evidence,
+                report::peaks_clause(&end.peaks)
+            ),
+        );
     }
 }
 
@@ -799,6 +816,8 @@ struct Relaunch {
     checkpoint: Option<String>,
     /// What the step rests on: the fit's estimate, or why it halved.
     reason: Option<String>,
+    /// Every knob's value for the next attempt (the JSON log's `knobs`).
+    knobs: KnobValues,
 }
 
 /// `attempt 3 in 20.0s: --batch_size 16→8, --grad_accum 4→8`, and the note when the effective
@@ -814,12 +833,23 @@ fn announce_relaunch(report: &Reporter, next: &Relaunch, effective_note: Option<
         .as_ref()
         .map(|r| format!(" ({r})"))
         .unwrap_or_default();
-    report.say(&format!(
-        "attempt {} in {}: {}{reason}{checkpoint}",
-        next.attempt,
-        report::short_duration(next.delay),
-        next.changes,
-    ));
+    report.event(
+        "relaunch",
+        serde_json::json!({
+            "attempt": next.attempt,
+            "delay_s": next.delay.as_secs_f64(),
+            "knobs": next.knobs,
+            "changes": next.changes,
+            "reason": next.reason,
+            "checkpoint": next.checkpoint,
+        }),
+        &format!(
+            "attempt {} in {}: {}{reason}{checkpoint}",
+            next.attempt,
+            report::short_duration(next.delay),
+            next.changes,
+        ),
+    );
     if let Some(note) = effective_note {
         report.warn(&note);
     }
@@ -864,15 +894,37 @@ fn close_run(
         }
     };
     summary.finish(outcome);
-    run_dir.save(summary, true).map_err(Error::RunDir)?;
-    for line in report::table(summary.attempts()) {
-        report.say(&line);
+    // A summary that cannot be written (a full disk) does not turn the job's status into
+    // oomguard's failure: the table below has it all, and the warning says what is missing.
+    match run_dir.save(summary, true) {
+        Ok(()) => report::saved("summary.json"),
+        Err(e) => report::unsaved("summary.json", &e),
     }
-    report.say(&format!(
-        "{}; summary in {}",
-        outcome.as_str(),
-        run_dir.path().join("summary.json").display()
-    ));
+    if report::log_format() == report::LogFormat::Text {
+        for line in report::table(summary.attempts()) {
+            report.say(&line);
+        }
+    }
+    let last = summary.attempts().last();
+    report.event(
+        "run_ended",
+        serde_json::json!({
+            "outcome": outcome.as_str(),
+            "exit_code": code,
+            "attempts": summary.attempts().len(),
+            "cause": last.map(|a| a.cause.as_str()),
+            "knobs": last.map(|a| &a.knobs),
+            "summary": run_dir.path().join("summary.json"),
+        }),
+        &format!(
+            "{}; summary in {}",
+            outcome.as_str(),
+            run_dir.path().join("summary.json").display()
+        ),
+    );
+    if let Some(line) = report::unsaved_summary() {
+        report.warn(&line);
+    }
     Ok(code)
 }
 
@@ -919,6 +971,18 @@ fn lossy(argv: &[OsString]) -> Vec<String> {
     argv.iter()
         .map(|token| token.to_string_lossy().into_owned())
         .collect()
+}
+
+/// Every knob's value by name, in ladder order.
+fn knob_values(knobs: &KnobSet, values: &[Value]) -> KnobValues {
+    KnobValues(
+        knobs
+            .knobs
+            .iter()
+            .zip(values)
+            .map(|(k, v)| (k.name.clone(), v.to_json()))
+            .collect(),
+    )
 }
 
 fn final_sizes(knobs: &KnobSet, values: &[Value]) -> FinalSizes {

@@ -49,13 +49,145 @@ impl Reporter {
 }
 
 fn print_line(line: &str) {
+    if log_format() == LogFormat::Json {
+        // `say`/`warn`/`error` lines: the level is the prefix `warn` and `error` add.
+        let (level, message) = match (line.strip_prefix("warning: "), line.strip_prefix("error: "))
+        {
+            (Some(rest), _) => ("warning", rest),
+            (_, Some(rest)) => ("error", rest),
+            _ => ("info", line),
+        };
+        own_json(level, "message", message, &serde_json::Map::new());
+        return;
+    }
     // Through the stream's stderr writer: ordered after the job's output already queued, and
     // on a line of its own even after an unfinished progress bar.
     crate::stream::own_line(format!("oomguard: {line}\n").as_bytes());
 }
 
+/// How oomguard's own lines look: `oomguard: ...` text for people, or one JSON object per line
+/// for journald and log collectors (`--log-format json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// The format chosen on the command line; set once, before the first line, by [`init_tracing`].
+/// Process-wide rather than a field of [`Reporter`] because the tracing subscriber, the writer
+/// threads and `main`'s last error line all format lines too, and none of them holds a Reporter.
+static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// The format of oomguard's own lines (text until [`init_tracing`] says otherwise).
+pub fn log_format() -> LogFormat {
+    LOG_FORMAT.get().copied().unwrap_or_default()
+}
+
+impl Reporter {
+    /// A line that marks a step of the run (`attempt_ended`, `relaunch`, `run_ended`...): as
+    /// text, `line`; as JSON, `line` as the message and `fields` (attempt, cause, knobs...) kept
+    /// as values a machine can read without parsing the text.
+    pub fn event(&self, event: &str, fields: serde_json::Value, line: &str) {
+        if self.quiet {
+            return;
+        }
+        match log_format() {
+            LogFormat::Text => print_line(line),
+            LogFormat::Json => {
+                let fields = match fields {
+                    serde_json::Value::Object(map) => map,
+                    _ => serde_json::Map::new(),
+                };
+                own_json("info", event, line, &fields);
+            }
+        }
+    }
+}
+
+/// One JSON log line: `{"time", "level", "event", "message", "fields"}`.
+fn own_json(
+    level: &str,
+    event: &str,
+    message: &str,
+    fields: &serde_json::Map<String, serde_json::Value>,
+) {
+    let mut text = json_line(SystemTime::now(), level, event, message, fields);
+    text.push('\n');
+    crate::stream::own_line(text.as_bytes());
+}
+
+/// The text of one JSON log line (without its newline); `time` is RFC 3339 UTC with
+/// milliseconds, so lines of one second keep their order when sorted.
+pub fn json_line(
+    time: SystemTime,
+    level: &str,
+    event: &str,
+    message: &str,
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> String {
+    serde_json::json!({
+        "time": humantime::format_rfc3339_millis(time).to_string(),
+        "level": level,
+        "event": event,
+        "message": message,
+        "fields": fields,
+    })
+    .to_string()
+}
+
+/// What could not be saved during a run, each with the last error: the run goes on from memory
+/// and says so once, at the end ([`unsaved_summary`]). Process-wide because the attempt log is
+/// written by the stream's reader threads, which hold no handle of the run's.
+static UNSAVED: std::sync::Mutex<Vec<(&'static str, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// Notes that `what` (`attempt logs`, `samples.csv`, `summary.json`, `job state`) could not be
+/// written; detail only with `-v`, the warning comes once at the end of the run.
+pub fn unsaved(what: &'static str, error: &dyn std::fmt::Display) {
+    tracing::info!(
+        "cannot save {what}: {error}; going on from memory, trying again at the next change"
+    );
+    let mut list = UNSAVED.lock().unwrap_or_else(|e| e.into_inner());
+    match list.iter_mut().find(|(w, _)| *w == what) {
+        Some(entry) => entry.1 = error.to_string(),
+        None => list.push((what, error.to_string())),
+    }
+}
+
+/// `what` was written in full after all (a retried summary.json or job state): no longer
+/// missing.
+pub fn saved(what: &'static str) {
+    let mut list = UNSAVED.lock().unwrap_or_else(|e| e.into_inner());
+    list.retain(|(w, _)| *w != what);
+}
+
+/// The one warning for what is still missing when the run ends, if anything is.
+pub fn unsaved_summary() -> Option<String> {
+    let list = UNSAVED.lock().unwrap_or_else(|e| e.into_inner());
+    unsaved_line(&list)
+}
+
+/// The warning text for a list of (what, last error).
+fn unsaved_line(list: &[(&'static str, String)]) -> Option<String> {
+    if list.is_empty() {
+        return None;
+    }
+    let items: Vec<String> = list.iter().map(|(w, e)| format!("{w} ({e})")).collect();
+    Some(format!(
+        "could not save: {}; the run went on from memory and its exit status is the job's (free space where the run directory and state live)",
+        items.join(", ")
+    ))
+}
+
 /// Sets up `tracing` for `-v` (or `RUST_LOG`); by default only warnings and errors, printed
-/// like every other oomguard line (`oomguard: warning: ...`).
+/// like every other oomguard line (`oomguard: warning: ...`, or JSON with `--log-format json`).
+/// Colour only on a terminal: under journald or in a file, escape codes are noise.
+pub fn init_tracing_as(verbose: u8, quiet: bool, format: LogFormat) {
+    let _ = LOG_FORMAT.set(format);
+    init_tracing(verbose, quiet);
+}
+
+/// [`init_tracing_as`] with the format already chosen (text by default).
 pub fn init_tracing(verbose: u8, quiet: bool) {
     let default = match (quiet, verbose) {
         (true, _) => "error",
@@ -68,6 +200,7 @@ pub fn init_tracing(verbose: u8, quiet: bool) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| crate::stream::OwnStderr)
+        .with_ansi(colour_wanted())
         .event_format(OomguardFormat)
         .try_init();
 }
@@ -93,9 +226,64 @@ where
             tracing::Level::DEBUG => "debug",
             tracing::Level::TRACE => "trace",
         };
+        if log_format() == LogFormat::Json {
+            let mut fields = JsonFields::default();
+            event.record(&mut fields);
+            let message = fields.message.take().unwrap_or_default();
+            let line = json_line(SystemTime::now(), level, "log", &message, &fields.map);
+            return writeln!(writer, "{line}");
+        }
         write!(writer, "oomguard: {level}: ")?;
         ctx.field_format().format_fields(writer.by_ref(), event)?;
         writeln!(writer)
+    }
+}
+
+/// Colour (tracing's field names) only when stderr is a terminal and NO_COLOR is not set
+/// (<https://no-color.org>), and never in JSON.
+fn colour_wanted() -> bool {
+    use std::io::IsTerminal;
+    log_format() == LogFormat::Text
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && io::stderr().is_terminal()
+}
+
+/// A tracing event's fields as JSON: `message` apart, the rest by name (numbers and booleans as
+/// such, anything else as its Display or Debug text).
+#[derive(Default)]
+struct JsonFields {
+    message: Option<String>,
+    map: serde_json::Map<String, serde_json::Value>,
+}
+
+impl tracing::field::Visit for JsonFields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.put(field, format!("{value:?}").into());
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.put(field, value.into());
+    }
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        self.put(field, value.into());
+    }
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.put(field, value.into());
+    }
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        self.put(field, value.into());
+    }
+}
+
+impl JsonFields {
+    fn put(&mut self, field: &tracing::field::Field, value: serde_json::Value) {
+        if field.name() == "message" {
+            self.message = Some(match value {
+                serde_json::Value::String(s) => s,
+                other => other.to_string(),
+            });
+        } else {
+            self.map.insert(field.name().to_string(), value);
+        }
     }
 }
 
@@ -497,15 +685,17 @@ impl RunDir {
         &self.path
     }
 
-    /// Creates `attempt-N.log`. `None` (with a warning) if it cannot: the job runs regardless.
-    pub fn open_log(&self, attempt: u32, report: &Reporter) -> Option<File> {
+    /// Creates `attempt-N.log`. `None` if it cannot: the job runs regardless, and the run's
+    /// last warning says the log is missing ([`unsaved`]).
+    pub fn open_log(&self, attempt: u32, _report: &Reporter) -> Option<File> {
         let name = format!("attempt-{attempt}.log");
         self.create_file(&name)
+            // Said once at the end of the run, with whatever else could not be saved.
             .map_err(|e| {
-                report.warn(&format!(
-                    "cannot create {}: {e}; this attempt is not logged",
-                    self.path.join(&name).display()
-                ))
+                unsaved(
+                    "attempt logs",
+                    &format!("{}: {e}", self.path.join(&name).display()),
+                )
             })
             .ok()
     }
@@ -845,6 +1035,57 @@ mod tests {
         }
         assert_eq!(a["cause"], "device_oom");
         assert_eq!(a["started_at"], "1970-01-01T00:00:00Z");
+    }
+
+    #[test]
+    fn the_unsaved_warning_names_each_thing_once_with_its_error() {
+        type Unsaved = [(&'static str, String)];
+        let table: [(&Unsaved, Option<&str>); 3] = [
+            (&[], None),
+            (
+                &[("summary.json", "No space left on device".into())],
+                Some("could not save: summary.json (No space left on device);"),
+            ),
+            (
+                &[
+                    ("attempt logs", "full".into()),
+                    ("job state", "quota".into()),
+                ],
+                Some("could not save: attempt logs (full), job state (quota);"),
+            ),
+        ];
+        for (list, want) in table {
+            let got = unsaved_line(list);
+            match want {
+                None => assert_eq!(got, None),
+                Some(start) => assert!(got.as_deref().unwrap().starts_with(start), "{got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_json_log_line_has_its_keys() {
+        let mut fields = serde_json::Map::new();
+        fields.insert("attempt".into(), 2.into());
+        let line = json_line(
+            SystemTime::UNIX_EPOCH + Duration::from_millis(1500),
+            "warning",
+            "relaunch",
+            "attempt 2 in 0.0s",
+            &fields,
+        );
+        assert!(!line.contains('\n'));
+        let parsed: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            parsed,
+            serde_json::json!({
+                "time": "1970-01-01T00:00:01.500Z",
+                "level": "warning",
+                "event": "relaunch",
+                "message": "attempt 2 in 0.0s",
+                "fields": {"attempt": 2},
+            })
+        );
     }
 
     #[test]

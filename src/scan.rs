@@ -607,7 +607,8 @@ const SHELL_PID_KILLED: &str = concat!(
 
 /// Log prefixes that hide where a message starts. Removed (repeatedly) before whole-line
 /// signatures are tried and before a line is kept as evidence. Samples, one per alternative:
-/// `[rank3]: `, `[default3]:` (torchrun `--tee`), `[1] `, `(raylet) `, `2025-11-12T11:25:13.4961658Z `,
+/// `[rank3]: `, `[default3]:` (torchrun `--tee`), `  3: ` (srun `--label`, padded to the widest
+/// task number), `[1] `, `(raylet) `, `2025-11-12T11:25:13.4961658Z `,
 /// `2024-04-29T14:55:41,678628+02:00 `, `2021-03-15 15:35:08.060367: `,
 /// `[2023-10-13 17:40:02,544] `, `May 15 23:09:27 host kernel: `, `[  514.682838] `,
 /// `[Thu Dec  7 00:05:14 2017] `, `E0325 20:57:27.620000 2606 api.py:869] `,
@@ -617,6 +618,7 @@ const SHELL_PID_KILLED: &str = concat!(
 /// a tqdm bar the message was glued to: `100%|██████| 1135/1136 [25:31<00:01,  1.11s/it]`.
 const PREFIX: &str = r"(?x)^(?:
     \[(?:rank|default)\s*\d+\]:\s*
+  | \d{1,6}:\x20
   | \[\d+\]\s+
   | \([a-z_]+(?:=\d+)?(?:,\s*ip=[\d.]+)?\)\s+
   | \d{4}-\d\d-\d\d[T\x20]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?:?\s+
@@ -929,14 +931,16 @@ pub fn scan(text: &str) -> Vec<Finding> {
 
 /// The distributed rank a line of output came from, when a launcher tagged it: torchrun's
 /// `[rank1]: RuntimeError: ...` and `--tee`'s `[default1]:Traceback ...`, possibly behind a
-/// timestamp. `None` for untagged lines.
+/// timestamp, and srun `--label`'s task number (`1: RuntimeError: ...`, ` 1: ...` when padded).
+/// `None` for untagged lines.
 pub(crate) fn rank_of(line: &str) -> Option<u32> {
     static RANK: OnceLock<Regex> = OnceLock::new();
     let re = RANK.get_or_init(|| {
-        Regex::new(r"^[\d\s\-:.,TZ+/]{0,40}\[(?:rank|default)\s*(\d+)\]:")
+        Regex::new(r"^[\d\s\-:.,TZ+/]{0,40}\[(?:rank|default)\s*(\d+)\]:|^\s{0,6}(\d{1,6}): ")
             .expect("rank pattern compiles")
     });
-    re.captures(line)?.get(1)?.as_str().parse().ok()
+    let caps = re.captures(line)?;
+    caps.get(1).or(caps.get(2))?.as_str().parse().ok()
 }
 
 /// PIDs named as OOM-kill victims by a kernel log line, e.g. "Memory cgroup out of memory:
@@ -1303,6 +1307,9 @@ mod tests {
     fn prefixes_are_stripped() {
         let table = [
             ("[rank0]: MemoryError", "MemoryError"),
+            ("1: MemoryError", "MemoryError"),
+            ("  12: MemoryError", "MemoryError"),
+            ("12:34:56 MemoryError", "12:34:56 MemoryError"),
             (
                 "E0325 20:57:27.620000 2606 site-packages/api.py:869] failed",
                 "failed",
@@ -1346,6 +1353,10 @@ mod tests {
             ("[default1]:Traceback (most recent call last):", Some(1)),
             ("2024-05-01 10:00:00 [rank3]: RuntimeError: x", Some(3)),
             ("RuntimeError: x [rank3]: y", None),
+            ("1: torch.OutOfMemoryError: CUDA out of memory.", Some(1)),
+            (" 7:   File \"train.py\", line 3", Some(7)),
+            ("12:34:56 RuntimeError: x", None),
+            ("srun: error: node2: task 1: Out Of Memory", None),
             ("[0]:", None),
             (
                 "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",

@@ -179,8 +179,9 @@ impl RecordOut {
     fn append(&mut self, bytes: &[u8]) {
         if let Some(file) = self.log.as_mut() {
             if let Err(e) = file.write_all(bytes) {
-                // A full disk must not kill the job: stop logging, keep forwarding.
-                tracing::warn!("attempt log write failed, logging stops for this attempt: {e}");
+                // A full disk must not kill the job: stop logging, keep forwarding; the run's
+                // last warning says the log is cut short.
+                crate::report::unsaved("attempt logs", &e);
                 self.log = None;
             }
         }
