@@ -93,6 +93,32 @@ pub struct Launch {
     pub argv: Vec<OsString>,
     /// Variables set on top of oomguard's own environment.
     pub env: Vec<(String, OsString)>,
+    /// Another user to run the job as (a job file's `user`); oomguard keeps its own identity.
+    pub run_as: Option<RunAs>,
+}
+
+/// A user the job runs as, looked up before the fork (see [`crate::runas`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    /// The login name: the job's USER and LOGNAME.
+    pub name: String,
+    pub uid: nix::unistd::Uid,
+    /// The primary group: the user's own, or the job file's `group`.
+    pub gid: nix::unistd::Gid,
+    /// Supplementary groups, as initgroups(3) would set them (the user's, plus `gid`).
+    pub groups: Vec<nix::unistd::Gid>,
+    /// The job's HOME.
+    pub home: PathBuf,
+}
+
+/// Between fork and exec: drops root for `who`, groups first (setgroups, setgid) and uid last,
+/// since after setuid no other change is allowed. Async-signal-safe: three system calls on
+/// data prepared before the fork, no allocation.
+fn become_user(who: &RunAs) -> io::Result<()> {
+    nix::unistd::setgroups(&who.groups)?;
+    nix::unistd::setgid(who.gid)?;
+    nix::unistd::setuid(who.uid)?;
+    Ok(())
 }
 
 /// A started job: its PID (also its process group id) and its output.
@@ -134,6 +160,13 @@ pub fn spawn(
     for key in own_namespace(std::env::vars_os()) {
         cmd.env_remove(key);
     }
+    if let Some(who) = &launch.run_as {
+        // Before the launch's own variables, so that an `[env]` HOME still wins.
+        cmd.env("HOME", &who.home)
+            .env("USER", &who.name)
+            .env("LOGNAME", &who.name);
+    }
+    let run_as = launch.run_as.clone();
     cmd.args(&launch.argv[1..])
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::inherit())
@@ -154,11 +187,15 @@ pub fn spawn(
     };
     let parent = Pid::this();
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe calls
-    // (prctl, getppid, write); it allocates nothing.
+    // (setgroups, setgid, setuid, prctl, getppid, write); it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             if let Some(fd) = &cgroup_procs {
                 crate::cgroup::JobCgroup::join_from_child(fd.as_fd())?;
+            }
+            // Before the parent-death signal: changing the uid or gid clears it.
+            if let Some(who) = &run_as {
+                become_user(who)?;
             }
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             // If oomguard died between fork and prctl, the signal will never come: stop here.

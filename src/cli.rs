@@ -192,10 +192,109 @@ pub struct RunArgs {
         value_parser = clap::value_parser!(OsString)
     )]
     pub command: Vec<OsString>,
+    /// The `--config` file as read by [`parse_from`], its `[run]` already merged into the flags
+    /// (read again by `validate` where the args were parsed another way).
+    #[arg(skip)]
+    pub job_file: Option<jobfile::JobFile>,
 }
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {}
+
+/// The clap definition of `oomguard run` alone: what a job file's `[run]` keys are checked
+/// against.
+pub fn run_command() -> clap::Command {
+    RunArgs::augment_args(clap::Command::new("run"))
+}
+
+/// Why the command line makes no run: clap's own error (help and version included), or a job
+/// file that cannot be used; both exit 2 (help and version 0).
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    #[error("{0}")]
+    Clap(#[from] clap::Error),
+    #[error("{0}")]
+    JobFile(#[from] jobfile::JobFileError),
+    /// The command line and the `[run]` table parse alone but not together.
+    #[error("{}: with the [run] table of this file: {}; give such options together, in [run] or on the command line (see `oomguard run --help`)", file.display(), clap_message(error))]
+    Merged { file: PathBuf, error: clap::Error },
+}
+
+/// clap's message on one line: its first paragraph (a list such as the missing arguments
+/// joined on), without `error: ` and the help footer.
+pub fn clap_message(error: &clap::Error) -> String {
+    let rendered = error.render().to_string();
+    let paragraph: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|line| !line.is_empty())
+        .collect();
+    let joined = paragraph.join(" ");
+    let text = joined.strip_prefix("error: ").unwrap_or(&joined);
+    if text.is_empty() {
+        "invalid arguments".to_string()
+    } else {
+        text.to_string()
+    }
+}
+
+/// Parses oomguard's argv. For `run --config FILE`, the file's `[run]` options (and `name`)
+/// are added to the flags the command line did not give (clap's `value_source` tells), and the
+/// whole is parsed again, so a value in the file means exactly what the flag means; the file's
+/// `command` is used where the command line has none.
+pub fn parse_from(args: Vec<OsString>) -> Result<Cli, ParseError> {
+    use clap::parser::ValueSource;
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().try_get_matches_from(&args)?;
+    let config = match matches.subcommand() {
+        Some(("run", run)) => run.get_one::<PathBuf>("config").cloned(),
+        _ => None,
+    };
+    let Some(path) = config else {
+        return Ok(Cli::from_arg_matches(&matches)?);
+    };
+    let file = jobfile::load(&path)?;
+    let Some(("run", run_matches)) = matches.subcommand() else {
+        unreachable!("config was read from the run subcommand's matches");
+    };
+    let from_file: Vec<OsString> = file
+        .job
+        .run
+        .iter()
+        .filter(|option| run_matches.value_source(&option.id) != Some(ValueSource::CommandLine))
+        .flat_map(|option| option.tokens.iter().map(OsString::from))
+        .collect();
+    let matches = if from_file.is_empty() {
+        matches
+    } else {
+        // Global flags before `run` are switches, so the subcommand is the first word that is
+        // not an option; the file's options go right after it, before the job's command.
+        let at = args
+            .iter()
+            .skip(1)
+            .position(|arg| !arg.as_encoded_bytes().starts_with(b"-"))
+            .map(|index| index + 2)
+            .expect("the run subcommand was parsed from these args");
+        let mut merged = args;
+        merged.splice(at..at, from_file);
+        Cli::command()
+            .try_get_matches_from(merged)
+            .map_err(|error| ParseError::Merged {
+                file: path.clone(),
+                error,
+            })?
+    };
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    if let Command::Run(run) = &mut cli.command {
+        if run.command.is_empty() {
+            if let Some(command) = &file.job.command {
+                run.command = command.iter().map(OsString::from).collect();
+            }
+        }
+        run.job_file = Some(file);
+    }
+    Ok(cli)
+}
 
 #[derive(Debug, Args)]
 pub struct ClassifyArgs {
@@ -286,7 +385,7 @@ pub const MIN_MEMORY_MAX_BYTES: u64 = 32 << 20;
 /// Why the flags do not make a run.
 #[derive(Debug, thiserror::Error)]
 pub enum UsageError {
-    #[error("no command given: put the training command after `--`, e.g. oomguard run -- python train.py --batch_size 8")]
+    #[error("no command given: put the training command after `--`, e.g. oomguard run -- python train.py --batch_size 8 (or command = [...] in the --config file)")]
     NoCommand,
     #[error("unknown option {0}: see `oomguard run --help`; the training command goes after `--`")]
     UnknownOption(String),
@@ -294,6 +393,9 @@ pub enum UsageError {
     Knobs(#[from] resolve::KnobError),
     #[error("{0}")]
     Config(#[from] jobfile::JobFileError),
+    /// The job file's `workdir`, `user` or permissions (see [`crate::runas`]).
+    #[error("{0}")]
+    JobFile(String),
     #[error("--dry-run={0}: not a cause oomguard relaunches after; use one of {list}", list = relaunched_causes())]
     DryRunCause(String),
     #[error("cannot read the working directory: {0}")]
@@ -324,7 +426,7 @@ fn relaunched_causes() -> String {
 
 impl RunArgs {
     /// Checks the flags against the command and builds the settings of a run.
-    pub fn validate(self) -> Result<RunSettings, UsageError> {
+    pub fn validate(mut self) -> Result<RunSettings, UsageError> {
         match self.command.first() {
             None => return Err(UsageError::NoCommand),
             // clap hands an unknown option before the command over as the command itself.
@@ -343,8 +445,27 @@ impl RunArgs {
                     .ok_or_else(|| UsageError::DryRunCause(name.to_string()))?,
             ),
         };
-        let job_file = self.config.as_deref().map(jobfile::load).transpose()?;
-        let cwd = std::env::current_dir().map_err(UsageError::Cwd)?;
+        let job_file = match self.job_file.take() {
+            Some(file) => Some(file),
+            None => self.config.as_deref().map(jobfile::load).transpose()?,
+        };
+        let started_in = std::env::current_dir().map_err(UsageError::Cwd)?;
+        // The job file's workdir, env and user; its workdir is where the job runs and relative
+        // knob files are found. Relative paths of flags stay relative to where oomguard started.
+        let job_context = match (self.config.as_deref(), job_file.as_ref()) {
+            (Some(path), Some(file)) => {
+                crate::runas::JobContext::prepare(path, &file.job).map_err(UsageError::JobFile)?
+            }
+            _ => crate::runas::JobContext::default(),
+        };
+        let cwd = job_context
+            .workdir
+            .clone()
+            .unwrap_or_else(|| started_in.clone());
+        if job_context.workdir.is_some() {
+            self.run_dir = self.run_dir.map(|dir| started_in.join(dir));
+            self.state_dir = self.state_dir.map(|dir| started_in.join(dir));
+        }
         let knobs = resolve::resolve(
             &resolve::Request {
                 command: &self.command,
@@ -430,6 +551,7 @@ impl RunArgs {
             strategy: self.strategy,
             margin: self.margin,
             allocator_hint: !self.no_allocator_hint,
+            job_context,
         })
     }
 }
@@ -771,6 +893,76 @@ mod tests {
                 (got, _) => panic!("{flags}: {got:?}"),
             }
         }
+    }
+
+    /// `[run]` fills what the command line leaves out, and no more; the file's command runs
+    /// only where the command line has none. (args after `oomguard`, max_attempts, backoff in
+    /// seconds, the command)
+    #[test]
+    fn the_run_table_fills_only_what_the_command_line_leaves_out() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let job = dir.path().join("job.toml");
+        fs_write(
+            &job,
+            "name = \"nightly\"\ncommand = [\"python\", \"t.py\"]\n[run]\nmax_attempts = 2\nbackoff = \"30s\"\nno_pty = true\n",
+        );
+        let config = job.to_str().unwrap();
+        let table: &[(Vec<&str>, u32, u64, &[&str])] = &[
+            (vec!["run", "--config", config], 2, 30, &["python", "t.py"]),
+            (
+                vec!["-q", "run", "--config", config, "--max-attempts", "3"],
+                3,
+                30,
+                &["python", "t.py"],
+            ),
+            (
+                vec!["run", "--max-attempts=4", "--config", config, "-v"],
+                4,
+                30,
+                &["python", "t.py"],
+            ),
+            (
+                vec![
+                    "run",
+                    "--config",
+                    config,
+                    "--backoff",
+                    "1s",
+                    "--",
+                    "sh",
+                    "x",
+                ],
+                2,
+                1,
+                &["sh", "x"],
+            ),
+            (
+                vec!["run", "--config", config, "other.py", "--max-attempts", "9"],
+                2,
+                30,
+                &["other.py", "--max-attempts", "9"],
+            ),
+        ];
+        for (args, attempts, backoff_s, command) in table {
+            let argv = std::iter::once("oomguard")
+                .chain(args.iter().copied())
+                .map(OsString::from)
+                .collect();
+            let cli = parse_from(argv).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            let Command::Run(run) = cli.command else {
+                panic!("{args:?}: run parses");
+            };
+            assert_eq!(run.max_attempts, *attempts, "{args:?}");
+            assert_eq!(run.backoff, Duration::from_secs(*backoff_s), "{args:?}");
+            assert_eq!(run.command, *command, "{args:?}");
+            assert_eq!(run.name.as_deref(), Some("nightly"), "{args:?}");
+            assert!(run.no_pty, "{args:?}");
+            assert!(run.job_file.is_some(), "{args:?}");
+        }
+    }
+
+    fn fs_write(path: &std::path::Path, text: &str) {
+        std::fs::write(path, text).expect("the temporary directory is writable");
     }
 
     #[test]

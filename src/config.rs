@@ -49,6 +49,8 @@ pub struct RunSettings {
     pub resume: Option<crate::resume::Resume>,
     /// `--hang-timeout` and `--stall-timeout` (`None` where off).
     pub quiet: crate::quiet::Timeouts,
+    /// From the job file: where the job runs, its `[env]`, and whom it runs as.
+    pub job_context: crate::runas::JobContext,
 }
 
 /// Whether attempts run in their own memory cgroup.

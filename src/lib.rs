@@ -25,7 +25,8 @@
 //!    with an outcome.
 //!
 //! What moves between attempts are [`knobs`]: flags, switches, overrides, environment variables
-//! and keys in config files ([`jobfile`] reads the `--config` ladder); [`knobs::patch`] gives the
+//! and keys in config files ([`jobfile`] reads the `--config` ladder, and the job a job file
+//! carries: [`runas`] readies its workdir, environment and user); [`knobs::patch`] gives the
 //! user's files back however the run ends, and `--dry-run` prints the ladder ([`dry_run`]).
 //! [`jobs`] remembers, per job, what each attempt ran with and how it ended: a run starts from
 //! the knob values that worked in its job's last run. Before a relaunch, [`resume`] picks the
@@ -53,6 +54,7 @@ pub mod policy;
 pub mod quiet;
 pub mod report;
 pub mod resume;
+pub mod runas;
 pub mod sampler;
 pub mod scan;
 pub mod signals;
@@ -143,6 +145,7 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
 
 /// `oomguard run`: checks what can be checked before anything starts, then runs the attempts.
 fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
+    enter_job_context(&settings, &report)?;
     let path_var = std::env::var_os("PATH");
     child::resolve_program(&settings.command[0], path_var.as_deref())?;
     if let Some(cause) = settings.dry_run {
@@ -196,6 +199,24 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         run_dir.discard();
     }
     result
+}
+
+/// A job file's context: its warnings said, and its `workdir` made oomguard's own working
+/// directory, so that the job runs there and relative knob files and checkpoint globs are
+/// found there (validation already resolved every path given relative to where we started).
+fn enter_job_context(settings: &RunSettings, report: &Reporter) -> Result<(), Error> {
+    for warning in &settings.job_context.warnings {
+        report.warn(warning);
+    }
+    if let Some(dir) = &settings.job_context.workdir {
+        std::env::set_current_dir(dir).map_err(|e| {
+            Error::Usage(UsageError::JobFile(format!(
+                "cannot enter the job file's workdir {}: {e}",
+                dir.display()
+            )))
+        })?;
+    }
+    Ok(())
 }
 
 /// The run itself, in a run directory that is ready: files, GPU, runtime, then the attempts.
@@ -1049,10 +1070,18 @@ fn launch_for(
         ));
     }
     // Python block-buffers a pipe; the user expects live output.
-    if std::env::var_os("PYTHONUNBUFFERED").is_none() {
+    let in_job_env = |name: &str| settings.job_context.env.iter().any(|(k, _)| k == name);
+    if std::env::var_os("PYTHONUNBUFFERED").is_none() && !in_job_env("PYTHONUNBUFFERED") {
         env.push(("PYTHONUNBUFFERED".into(), "1".into()));
     }
-    Ok(Launch { argv, env })
+    // The job file's `[env]` first: the attempt's own variables above are oomguard's to set.
+    let mut env_all = settings.job_context.env.clone();
+    env_all.extend(env);
+    Ok(Launch {
+        argv,
+        env: env_all,
+        run_as: settings.job_context.run_as.clone(),
+    })
 }
 
 /// `oomguard classify`: one line per file (with `--explain`, a few lines saying why); exit 1 if

@@ -2,12 +2,15 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = match oomguard::cli::Cli::try_parse() {
+    let cli = match oomguard::cli::parse_from(std::env::args_os().collect()) {
         Ok(cli) => cli,
-        Err(e) => return usage_error(e),
+        Err(oomguard::cli::ParseError::Clap(e)) => return usage_error(e),
+        Err(e) => {
+            // A job file that cannot be used: one line naming it, exit 2, nothing started.
+            oomguard::report::Reporter { quiet: false }.error(&e.to_string());
+            return ExitCode::from(oomguard::EXIT_USAGE as u8);
+        }
     };
     let code = match oomguard::run(cli) {
         Ok(code) => code,

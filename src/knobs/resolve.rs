@@ -676,6 +676,7 @@ mod tests {
         let dir = project();
         let command = argv("python main.py");
         let config = JobFile {
+            job: Default::default(),
             knobs: vec![
                 spec(
                     "batch",
@@ -734,6 +735,7 @@ mod tests {
         );
         let cwd = Path::new("/");
         let config = JobFile {
+            job: Default::default(),
             knobs: vec![
                 spec(
                     "batch",
@@ -793,6 +795,7 @@ mod tests {
             ]
         );
         let missing = JobFile {
+            job: Default::default(),
             knobs: vec![spec(
                 "batch",
                 PlaceSpec::Flag("--bsz".into()),
@@ -818,6 +821,7 @@ mod tests {
     fn an_override_knob_and_an_absent_partner() {
         let command = argv("python train.py training.batch_size=64 model=t5");
         let config = JobFile {
+            job: Default::default(),
             knobs: vec![
                 spec(
                     "batch",

@@ -1,0 +1,287 @@
+//! What a job file says about the job beyond its command and flags, made ready before anything
+//! starts: the directory it runs in (`workdir`, relative to the file's directory), its `[env]`,
+//! and whom it runs as (`user`, optional `group`), looked up in the passwd and group databases
+//! here, in oomguard's process, because nothing between fork and exec may allocate or read files.
+//!
+//! It also decides whether a job file may be trusted: when oomguard runs as root, the file and
+//! every directory above it must be writable by nobody but root (or the file's `user`), or
+//! whoever could write there could choose what runs as someone else.
+//!
+//! Switching identity in the child is [`crate::child`]'s (`become_user`); parsing the file is
+//! [`crate::jobfile`]'s.
+
+use std::ffi::OsString;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::unistd::{Gid, Group, Uid, User};
+
+use crate::child::RunAs;
+use crate::jobfile::JobPart;
+
+/// The job file's context of the job, checked. Default: none (no job file).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobContext {
+    /// Absolute, existing directory the job runs in (`workdir`).
+    pub workdir: Option<PathBuf>,
+    /// `[env]`, set for the job on top of oomguard's own environment.
+    pub env: Vec<(String, OsString)>,
+    /// Whom the job runs as, where that differs from oomguard's own identity.
+    pub run_as: Option<RunAs>,
+    /// Said once before the run starts (running as root with no `user`).
+    pub warnings: Vec<String>,
+}
+
+impl JobContext {
+    /// Checks the job part of the file at `path` against this machine: the workdir exists,
+    /// the user and group exist and may be switched to, and (as root) the file is trusted.
+    /// Each error is one line naming the file, and where it can, the line.
+    pub fn prepare(path: &Path, job: &JobPart) -> Result<JobContext, String> {
+        let file = std::fs::canonicalize(path)
+            .map_err(|e| format!("{}: cannot resolve the --config path: {e}", path.display()))?;
+        let file_dir = file.parent().unwrap_or(Path::new("/"));
+        let workdir = match &job.workdir {
+            None => None,
+            Some(dir) => {
+                let joined = file_dir.join(&dir.value);
+                match std::fs::canonicalize(&joined) {
+                    Ok(real) if real.is_dir() => Some(real),
+                    _ => {
+                        return Err(job
+                            .error(
+                                dir.line,
+                                format!(
+                                    "workdir {:?} ({}) is not a directory",
+                                    dir.value,
+                                    joined.display()
+                                ),
+                                "create it, or fix the path (relative paths start from the job file's directory)",
+                            )
+                            .to_string())
+                    }
+                }
+            }
+        };
+        let euid = Uid::effective();
+        let run_as = identity(job, euid).map_err(|e| e.to_string())?;
+        let mut warnings = Vec::new();
+        if euid.is_root() {
+            let owner = run_as.as_ref().map(|who| who.uid.as_raw());
+            check_trusted(&file, owner, run_as.as_ref().map(|who| who.name.as_str()))?;
+            if job.user.is_none() && job.has_command {
+                warnings.push(format!(
+                    "{}: the job runs as root, as the file names no user; add user = \"NAME\" to run it as that user",
+                    path.display()
+                ));
+            }
+        }
+        Ok(JobContext {
+            workdir,
+            env: job
+                .env
+                .iter()
+                .map(|(name, value)| (name.clone(), OsString::from(value)))
+                .collect(),
+            run_as,
+            warnings,
+        })
+    }
+}
+
+/// The identity the job should get, `None` where it is oomguard's own.
+fn identity(job: &JobPart, euid: Uid) -> Result<Option<RunAs>, crate::jobfile::JobFileError> {
+    let Some(user) = &job.user else {
+        return match &job.group {
+            None => Ok(None),
+            Some(group) => Err(job.error(
+                group.line,
+                "group without user",
+                "add user = \"NAME\" (the group applies to the job run as that user)",
+            )),
+        };
+    };
+    let account = lookup_user(&user.value).ok_or_else(|| {
+        job.error(
+            user.line,
+            format!("user {:?} does not exist on this machine", user.value),
+            "name an account listed by `getent passwd`",
+        )
+    })?;
+    let gid = match &job.group {
+        None => account.gid,
+        Some(group) => lookup_group(&group.value).ok_or_else(|| {
+            job.error(
+                group.line,
+                format!("group {:?} does not exist on this machine", group.value),
+                "name a group listed by `getent group`, or remove group to use the user's own",
+            )
+        })?,
+    };
+    if !euid.is_root() {
+        if account.uid == euid && gid == Gid::effective() {
+            return Ok(None);
+        }
+        return Err(job.error(
+            user.line,
+            format!(
+                "user = {:?} needs oomguard to run as root to switch to it (it runs as uid {euid})",
+                user.value
+            ),
+            "start oomguard as root (the system unit), or remove user to run the job as yourself",
+        ));
+    }
+    let name = std::ffi::CString::new(account.name.as_bytes())
+        .expect("a passwd entry's name has no NUL byte");
+    let groups = nix::unistd::getgrouplist(&name, gid).map_err(|e| {
+        job.error(
+            user.line,
+            format!("cannot list the groups of user {:?}: {e}", user.value),
+            "check the group database (`id USER`)",
+        )
+    })?;
+    Ok(Some(RunAs {
+        name: account.name,
+        uid: account.uid,
+        gid,
+        groups,
+        home: account.dir,
+    }))
+}
+
+/// A user by name, or by number where no name matches.
+fn lookup_user(name: &str) -> Option<User> {
+    match User::from_name(name) {
+        Ok(Some(user)) => Some(user),
+        _ => name
+            .parse::<u32>()
+            .ok()
+            .and_then(|uid| User::from_uid(Uid::from_raw(uid)).ok().flatten()),
+    }
+}
+
+/// A group id by name, or by number where no name matches.
+fn lookup_group(name: &str) -> Option<Gid> {
+    match Group::from_name(name) {
+        Ok(Some(group)) => Some(group.gid),
+        _ => name
+            .parse::<u32>()
+            .ok()
+            .and_then(|gid| Group::from_gid(Gid::from_raw(gid)).ok().flatten())
+            .map(|group| group.gid),
+    }
+}
+
+/// Refuses a job file (absolute, resolved `file`) that a user other than root or `owner_uid`
+/// could change: the file or a directory above it owned by another user, or group- or
+/// world-writable (a directory with the sticky bit, such as /tmp, is fine: no one else can
+/// replace what is in it).
+pub fn check_trusted(
+    file: &Path,
+    owner_uid: Option<u32>,
+    owner: Option<&str>,
+) -> Result<(), String> {
+    let allowed = match owner {
+        Some(name) => format!("root or {name}"),
+        None => "root".to_string(),
+    };
+    for path in file.ancestors() {
+        let meta = std::fs::metadata(path)
+            .map_err(|e| format!("{}: cannot check who may write it: {e}", path.display()))?;
+        let mode = meta.permissions().mode();
+        let sticky_dir = meta.is_dir() && mode & 0o1000 != 0;
+        let problem = if meta.uid() != 0 && Some(meta.uid()) != owner_uid {
+            Some(format!("is owned by uid {}", meta.uid()))
+        } else if mode & 0o022 != 0 && !sticky_dir {
+            Some(format!(
+                "is {}-writable (mode {:o})",
+                if mode & 0o002 != 0 { "world" } else { "group" },
+                mode & 0o7777
+            ))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(format!(
+                "{}: refusing the job file {}: {} {problem}, so a user other than {allowed} could choose what runs; \
+                 make it writable only by {allowed} (chown, chmod go-w), or move the job file",
+                path.display(),
+                file.display(),
+                if path == file { "it" } else { "this directory above it" },
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// Who may write the file or a directory above it decides, under a root-owned 0700
+    /// temporary directory in /tmp (sticky).
+    #[test]
+    fn who_may_write_decides_trust() {
+        if !Uid::effective().is_root() {
+            eprintln!("SKIPPED who_may_write_decides_trust: not root (chown needs it)");
+            return;
+        }
+        // (directory mode, file mode, file owner, the allowed user, the refusal's words)
+        type Row = (u32, u32, u32, Option<u32>, Option<&'static str>);
+        let table: &[Row] = &[
+            (0o755, 0o644, 0, None, None),
+            (0o755, 0o600, 0, None, None),
+            (0o1777, 0o644, 0, None, None),
+            (
+                0o755,
+                0o664,
+                0,
+                None,
+                Some("it is group-writable (mode 664)"),
+            ),
+            (0o755, 0o646, 0, None, Some("it is world-writable")),
+            (
+                0o775,
+                0o644,
+                0,
+                None,
+                Some("this directory above it is group-writable"),
+            ),
+            (
+                0o777,
+                0o644,
+                0,
+                None,
+                Some("this directory above it is world-writable"),
+            ),
+            (0o755, 0o644, 65534, None, Some("it is owned by uid 65534")),
+            (0o755, 0o644, 65534, Some(65534), None),
+            (0o755, 0o644, 1234, Some(65534), Some("owned by uid 1234")),
+        ];
+        for &(dir_mode, file_mode, file_uid, allowed, want) in table {
+            let top = tempfile::tempdir().expect("a temporary directory");
+            let dir = top.path().join("d");
+            std::fs::create_dir(&dir).unwrap();
+            let file = dir.join("job.toml");
+            std::fs::write(&file, "").unwrap();
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(dir_mode)).unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(file_mode)).unwrap();
+            std::os::unix::fs::chown(&file, Some(file_uid), None).unwrap();
+            let file = std::fs::canonicalize(&file).unwrap();
+            let got = check_trusted(&file, allowed, allowed.map(|_| "nobody"));
+            match (got, want) {
+                (Ok(()), None) => {}
+                (Err(message), Some(words)) => {
+                    assert!(
+                        message.contains(words),
+                        "{dir_mode:o}/{file_mode:o}: {message}"
+                    );
+                    assert!(!message.contains('\n'));
+                }
+                (got, want) => {
+                    panic!("{dir_mode:o}/{file_mode:o}/{file_uid}: {got:?}, wanted {want:?}")
+                }
+            }
+        }
+    }
+}
