@@ -459,6 +459,11 @@ mod tests {
                 "sh -c 'echo \"$OOMGUARD_EVENT\" | mail me'",
                 Ok(&["sh", "-c", "echo \"$OOMGUARD_EVENT\" | mail me"]),
             ),
+            // README's webhook: inside double quotes `\"` and `\$` are `"` and `$`, as in sh.
+            (
+                r#"sh -c "curl -d @\"\$OOMGUARD_SUMMARY\" https://h/x""#,
+                Ok(&["sh", "-c", r#"curl -d @"$OOMGUARD_SUMMARY" https://h/x"#]),
+            ),
             ("", Err("is empty")),
             ("   ", Err("is empty")),
             ("mail -s 'unclosed", Err("unclosed quote")),

@@ -1235,6 +1235,114 @@ mod tests {
         assert_eq!(start.effective_note, None);
     }
 
+    fn dead_run(knobs: &[(&str, serde_json::Value)]) -> CurrentRun {
+        CurrentRun {
+            process: ProcessId {
+                pid: 77,
+                pid_start_ticks: Some(1),
+                boot_id: None,
+                host: None,
+                pid_ns: None,
+            },
+            run_dir: "/runs/2".into(),
+            started_at: "2026-11-26T01:00:00Z".into(),
+            state: RunState::Running,
+            attempt: 3,
+            knobs: KnobValues(
+                knobs
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.clone()))
+                    .collect(),
+            ),
+            last_cause: Some("device_oom".into()),
+            peaks: None,
+            ended_at: None,
+        }
+    }
+
+    #[test]
+    fn a_dead_run_is_continued_with_its_attempts_values_as_they_were() {
+        use serde_json::json;
+        // (command, the dead run's knobs, the start's batch and accum, or None)
+        type Case<'a> = (
+            &'a str,
+            &'a [(&'a str, serde_json::Value)],
+            Option<(u64, u64)>,
+        );
+        let table: &[Case] = &[
+            (
+                "t.py --batch_size 8 --grad_accum 1",
+                &[("batch", json!(2)), ("accum", json!(4))],
+                Some((2, 4)),
+            ),
+            // Taken as they were, not recomputed from the command (the dead run had stepped
+            // down from it already).
+            (
+                "t.py --batch_size 16 --grad_accum 1",
+                &[("batch", json!(2)), ("accum", json!(4))],
+                Some((2, 4)),
+            ),
+            // The command's own values: continued all the same (the line still tells).
+            (
+                "t.py --batch_size 8 --grad_accum 1",
+                &[("batch", json!(8)), ("accum", json!(1))],
+                Some((8, 1)),
+            ),
+            // Other knob names, or a value of another type: the command changed.
+            (
+                "t.py --batch_size 8 --grad_accum 1",
+                &[("batch", json!(2))],
+                None,
+            ),
+            (
+                "t.py --batch_size 8 --grad_accum 1",
+                &[("batch", json!("two")), ("accum", json!(4))],
+                None,
+            ),
+        ];
+        for (command, knobs, want) in table {
+            let command = argv(command);
+            let set = knobs_of(&command, 1);
+            let start = continue_from(&dead_run(knobs), &set);
+            let got = start.as_ref().map(|s| {
+                (
+                    set.int_of("batch", &s.values).unwrap(),
+                    set.int_of("accum", &s.values).unwrap(),
+                )
+            });
+            assert_eq!(got, *want, "{command:?} from {knobs:?}");
+            if let Some(start) = start {
+                assert_eq!(
+                    start.from,
+                    StartFrom::Interrupted {
+                        attempt: 3,
+                        pid: 77,
+                        run_dir: "/runs/2".into()
+                    }
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_record_this_build_cannot_read_costs_only_the_record() {
+        let table = [
+            (r#""state": "running""#, true),
+            (r#""state": "paused_by_a_newer_build""#, false),
+        ];
+        for (state, readable) in table {
+            let text = format!(
+                r#"{{"version": 1, "name": "j", "attempts": [], "run": {{"pid": 5, "run_dir": "/r",
+                 "started_at": "t", {state}, "attempt": 2, "knobs": {{"batch": 4}}}}}}"#
+            );
+            let memory = parse(text.as_bytes()).expect("the file stays usable");
+            assert_eq!(memory.run.is_some(), readable, "{state}");
+            assert_eq!(memory.name, "j");
+        }
+        // And an old file, without a run, reads as before.
+        assert_eq!(parse(br#"{"version": 1, "name": "j"}"#).unwrap().run, None);
+    }
+
     #[test]
     fn values_come_back_typed() {
         use serde_json::json;
