@@ -40,12 +40,18 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Tell why a log's job died, from its text alone: prints CLASS<TAB>FILE per file.
     Classify(ClassifyArgs),
+    /// Every job in the state directory and where its latest run stands: running, waiting
+    /// between attempts, how it ended, or dead (its oomguard gone without finishing).
+    Status(StatusArgs),
     /// Show what this machine allows and what oomguard will use (cgroups, kernel log, PSI,
     /// NVML), with the sampling cost measured on the spot.
     Doctor(DoctorArgs),
     /// Internal: the guard process that kills the job if oomguard itself is killed.
     #[command(name = "__guard", hide = true)]
     Guard,
+    /// Internal: runs one notification hook with its time limit (see `hooks`).
+    #[command(name = "__hook", hide = true)]
+    Hook(HookArgs),
 }
 
 #[derive(Debug, Args)]
@@ -180,6 +186,19 @@ pub struct RunArgs {
     /// allocation).
     #[arg(long)]
     pub no_allocator_hint: bool,
+    /// Run CMD when the run ends (repeatable). CMD is split into words as a shell would
+    /// (quotes honoured) and run directly, no shell unless you write one (`sh -c '...'`); it gets
+    /// OOMGUARD_EVENT, OOMGUARD_OUTCOME, OOMGUARD_ATTEMPT, OOMGUARD_CAUSE, OOMGUARD_KNOBS (JSON),
+    /// OOMGUARD_RUN_DIR and OOMGUARD_SUMMARY. Its failure is a warning, never the run's.
+    #[arg(long, value_name = "CMD", allow_hyphen_values = true)]
+    pub on_exit: Vec<String>,
+    /// Run CMD when oomguard relaunches the job (repeatable), as for --on-exit; the next attempt
+    /// waits for it, at most --hook-timeout.
+    #[arg(long, value_name = "CMD", allow_hyphen_values = true)]
+    pub on_relaunch: Vec<String>,
+    /// Kill a hook (--on-exit, --on-relaunch) still running after this long.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub hook_timeout: Duration,
     /// The window over which steady memory growth is judged.
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration, hide = true)]
     pub trend_window: Duration,
@@ -294,6 +313,30 @@ pub fn parse_from(args: Vec<OsString>) -> Result<Cli, ParseError> {
         run.job_file = Some(file);
     }
     Ok(cli)
+}
+
+/// `oomguard __hook TIMEOUT_MS -- ARGV...`.
+#[derive(Debug, Args)]
+pub struct HookArgs {
+    pub timeout_ms: u64,
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_parser = clap::value_parser!(OsString)
+    )]
+    pub argv: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print a JSON list of objects (name, state, pid, attempt, knobs, last_cause, peaks,
+    /// run_dir, started_at, ended_at) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// The state directory the jobs were run with (`oomguard run --state-dir`) [default:
+    /// $XDG_STATE_HOME/oomguard, i.e. ~/.local/state/oomguard].
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -411,6 +454,10 @@ pub enum UsageError {
     Resume(#[from] crate::resume::ResumeError),
     #[error("resuming from a checkpoint needs {0} too")]
     ResumeHalf(&'static str),
+    /// An `--on-exit` / `--on-relaunch` command that does not split or whose program is
+    /// missing.
+    #[error("{0}")]
+    Hook(String),
     #[error("--memory-max {} is too small for any job to start (an empty python3 needs about 7 MiB): use at least 32M", crate::units::human_bytes(*.0))]
     MemoryMaxTooSmall(u64),
 }
@@ -422,6 +469,32 @@ fn relaunched_causes() -> String {
         .map(|c| c.as_str())
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Splits each hook command and finds its program as the run would (a typo is a usage error
+/// before anything starts, not a warning at 3 a.m.).
+fn hooks_of(
+    on_exit: &[String],
+    on_relaunch: &[String],
+    timeout: Duration,
+) -> Result<crate::hooks::Hooks, UsageError> {
+    let path_var = std::env::var_os("PATH");
+    let parse = |flag: &str, texts: &[String]| -> Result<Vec<crate::hooks::Hook>, UsageError> {
+        texts
+            .iter()
+            .map(|text| {
+                let hook = crate::hooks::Hook::parse(flag, text).map_err(UsageError::Hook)?;
+                crate::child::resolve_program(&hook.argv[0], path_var.as_deref())
+                    .map_err(|e| UsageError::Hook(format!("{flag} {text:?}: {e}")))?;
+                Ok(hook)
+            })
+            .collect()
+    };
+    Ok(crate::hooks::Hooks {
+        on_exit: parse("--on-exit", on_exit)?,
+        on_relaunch: parse("--on-relaunch", on_relaunch)?,
+        timeout,
+    })
 }
 
 impl RunArgs {
@@ -497,6 +570,7 @@ impl RunArgs {
             (None, _) => return Err(UsageError::ResumeHalf("--resume-arg FLAG (the job's flag that takes the checkpoint's path, e.g. --resume-arg --resume)")),
             (Some(_), None) => return Err(UsageError::ResumeHalf("--checkpoint GLOB (the checkpoint files, e.g. --checkpoint 'ckpt/*.pt')")),
         };
+        let hooks = hooks_of(&self.on_exit, &self.on_relaunch, self.hook_timeout)?;
         if let Some(bytes) = self.memory_max.filter(|b| *b < MIN_MEMORY_MAX_BYTES) {
             return Err(UsageError::MemoryMaxTooSmall(bytes));
         }
@@ -532,6 +606,7 @@ impl RunArgs {
             pty: !self.no_pty,
             job,
             resume,
+            hooks,
             quiet: crate::quiet::Timeouts {
                 // `0` turns a watch off: a zero timeout would stop every job at its first tick.
                 hang: Some(self.hang_timeout).filter(|d| !d.is_zero()),

@@ -47,6 +47,8 @@ pub struct RunSettings {
     pub job: crate::jobs::JobSettings,
     /// `--resume-arg` / `--checkpoint`: hand a relaunch the newest complete checkpoint.
     pub resume: Option<crate::resume::Resume>,
+    /// `--on-exit`, `--on-relaunch` and their `--hook-timeout`.
+    pub hooks: crate::hooks::Hooks,
     /// `--hang-timeout` and `--stall-timeout` (`None` where off).
     pub quiet: crate::quiet::Timeouts,
     /// From the job file: where the job runs, its `[env]`, and whom it runs as.

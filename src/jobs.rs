@@ -25,8 +25,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::classify::Cause;
 use crate::knobs::{argv, KnobSet, Place, Value};
-use crate::policy::{self, Moves};
+use crate::policy::{self, Moves, Outcome};
 use crate::report::{self, AttemptRecord, KnobValues, PeakRecord, Reporter};
+use crate::status::{Liveness, ProcessId};
 
 /// The format this build writes and reads. A file with a higher one is moved aside, never
 /// overwritten by a format that would drop what it holds.
@@ -230,6 +231,91 @@ pub struct JobMemory {
     /// Every attempt seen, oldest first (the newest [`ATTEMPTS_KEPT`]).
     #[serde(default)]
     attempts: Vec<PastAttempt>,
+    /// The job's latest run: under way, or how it ended (`oomguard status` reads it). A record
+    /// this build cannot read (from a newer one) is dropped, not the whole file.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_run"
+    )]
+    pub run: Option<CurrentRun>,
+}
+
+/// `run` as [`CurrentRun`] if it reads as one, else nothing: the rest of the file stays usable.
+fn lenient_run<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<CurrentRun>, D::Error> {
+    let raw = Option::<serde_json::Value>::deserialize(deserializer)?;
+    Ok(raw.and_then(|raw| serde_json::from_value(raw).ok()))
+}
+
+/// Where a job's latest run stands, as its oomguard last wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// An attempt is running.
+    Running,
+    /// Between attempts: the next one's values are decided, its backoff is being waited.
+    Waiting,
+    /// Ended, with this outcome.
+    Succeeded,
+    GaveUp,
+    Failed,
+    Interrupted,
+}
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Waiting => "waiting",
+            RunState::Succeeded => Outcome::Succeeded.as_str(),
+            RunState::GaveUp => Outcome::GaveUp.as_str(),
+            RunState::Failed => Outcome::Failed.as_str(),
+            RunState::Interrupted => Outcome::Interrupted.as_str(),
+        }
+    }
+
+    /// Running or waiting: its oomguard has not written an end.
+    pub fn under_way(self) -> bool {
+        matches!(self, RunState::Running | RunState::Waiting)
+    }
+}
+
+impl From<Outcome> for RunState {
+    fn from(outcome: Outcome) -> RunState {
+        match outcome {
+            Outcome::Succeeded => RunState::Succeeded,
+            Outcome::GaveUp => RunState::GaveUp,
+            Outcome::Failed => RunState::Failed,
+            Outcome::Interrupted => RunState::Interrupted,
+        }
+    }
+}
+
+/// A job's latest run: whose oomguard runs it, where it stands, and the attempt in progress
+/// (while running: the attempt running; while waiting: the one about to start; once ended:
+/// the last one). Rewritten on every change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CurrentRun {
+    /// The oomguard running it, named so that a reused PID is not taken for it.
+    #[serde(flatten)]
+    pub process: ProcessId,
+    pub run_dir: String,
+    /// RFC 3339 UTC.
+    pub started_at: String,
+    pub state: RunState,
+    pub attempt: u32,
+    pub knobs: KnobValues,
+    /// The cause of the last attempt that ended in this run, as [`Cause::as_str`] spells it.
+    #[serde(default)]
+    pub last_cause: Option<String>,
+    /// That attempt's memory peaks.
+    #[serde(default)]
+    pub peaks: Option<PeakRecord>,
+    /// RFC 3339 UTC, once ended.
+    #[serde(default)]
+    pub ended_at: Option<String>,
 }
 
 impl JobMemory {
@@ -568,6 +654,24 @@ pub struct Start {
     pub at: String,
     /// Set when batch × accumulation cannot equal the command's exactly.
     pub effective_note: Option<String>,
+    /// What the values are.
+    pub from: StartFrom,
+}
+
+/// Where the first attempt's values come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StartFrom {
+    /// The job's last successful attempt.
+    LastSuccess,
+    /// The attempt in progress when the job's last oomguard died without finishing (killed,
+    /// or its machine went down): this run continues it.
+    Interrupted {
+        /// That attempt's number in its run.
+        attempt: u32,
+        /// The oomguard that died.
+        pid: u32,
+        run_dir: String,
+    },
 }
 
 impl Start {
@@ -641,6 +745,48 @@ pub fn start_from(last: &LastSuccess, knobs: &KnobSet) -> Option<Start> {
         changed,
         at: last.at.clone(),
         effective_note,
+        from: StartFrom::LastSuccess,
+    })
+}
+
+/// The first attempt continues `run`, whose oomguard died mid-run: every knob takes the value
+/// of the attempt that was in progress (running, or about to start after a backoff), which the
+/// dead run had already stepped down to. `None` when the knobs are not the same names, or a
+/// value is not of the knob's type (the command changed).
+pub fn continue_from(run: &CurrentRun, knobs: &KnobSet) -> Option<Start> {
+    let same_names = run.knobs.0.len() == knobs.knobs.len()
+        && knobs
+            .knobs
+            .iter()
+            .all(|k| value_of(&run.knobs, &k.name).is_some());
+    if !same_names || knobs.knobs.is_empty() {
+        return None;
+    }
+    let original = knobs.originals();
+    let mut values = Vec::with_capacity(original.len());
+    for (knob, original) in knobs.knobs.iter().zip(&original) {
+        let value = value_of(&run.knobs, &knob.name).expect("checked above");
+        let same_type = std::mem::discriminant(&value) == std::mem::discriminant(original)
+            || matches!(value, Value::Unset)
+            || matches!(original, Value::Unset);
+        if !same_type {
+            return None;
+        }
+        values.push(value);
+    }
+    let changed = (0..values.len())
+        .filter(|&i| !values[i].same(&original[i]))
+        .collect();
+    Some(Start {
+        values,
+        changed,
+        at: run.started_at.clone(),
+        effective_note: None,
+        from: StartFrom::Interrupted {
+            attempt: run.attempt,
+            pid: run.process.pid,
+            run_dir: run.run_dir.clone(),
+        },
     })
 }
 
@@ -659,6 +805,8 @@ pub struct JobRun {
     /// disk): written with the next attempt's.
     pending: Vec<PastAttempt>,
     pending_success: Option<LastSuccess>,
+    /// This run as the job's file shows it (`oomguard status`), once an attempt has started.
+    current: Option<CurrentRun>,
 }
 
 impl JobRun {
@@ -673,6 +821,7 @@ impl JobRun {
             warned: false,
             pending: Vec::new(),
             pending_success: None,
+            current: None,
         };
         let Some(state_dir) = &settings.state_dir else {
             report.warn(&format!(
@@ -695,7 +844,41 @@ impl JobRun {
             ),
         }
         run.store = Some(store);
+        // The job's last run, if its oomguard died without writing an end.
+        let died = run.memory.run.clone().filter(|last| {
+            last.state.under_way()
+                && match crate::status::liveness(&last.process) {
+                    Liveness::Dead => true,
+                    Liveness::Alive => {
+                        report.warn(&format!(
+                            "job {} is also being run by oomguard {} (run directory {}): `oomguard status` shows only the latest run; give --name for a job of its own",
+                            settings.name, last.process.pid, last.run_dir
+                        ));
+                        false
+                    }
+                    Liveness::Unknown => false,
+                }
+        });
         if settings.fresh {
+            return run;
+        }
+        if let Some(start) = died.and_then(|last| continue_from(&last, knobs)) {
+            let StartFrom::Interrupted {
+                attempt,
+                pid,
+                run_dir,
+            } = &start.from
+            else {
+                unreachable!("continue_from continues an interrupted run");
+            };
+            let values = match start.describe(knobs) {
+                described if described.is_empty() => "the command's".to_string(),
+                described => described,
+            };
+            report.say(&format!(
+                "the job's last run (oomguard {pid}, {run_dir}) died during attempt {attempt}: continuing with that attempt's values: {values}; --fresh to start from the command's values"
+            ));
+            run.start = Some(start);
             return run;
         }
         run.start = run
@@ -739,6 +922,10 @@ impl JobRun {
             knobs: past.knobs.clone(),
         });
         self.memory.push(past.clone());
+        if let Some(current) = &mut self.current {
+            current.last_cause = Some(past.cause.clone());
+            current.peaks = Some(past.peaks);
+        }
         let Some(store) = &self.store else {
             return;
         };
@@ -748,6 +935,7 @@ impl JobRun {
         }
         let settings = &self.settings;
         let (pending, pending_success) = (&self.pending, &self.pending_success);
+        let current = self.current.clone();
         let updated = store.update(|memory| {
             memory.command = settings.command.clone();
             memory.cwd = settings.cwd.to_string_lossy().into_owned();
@@ -756,6 +944,9 @@ impl JobRun {
             }
             if pending_success.is_some() {
                 memory.last_success = pending_success.clone();
+            }
+            if current.is_some() {
+                memory.run = current;
             }
         });
         match updated {
@@ -773,6 +964,74 @@ impl JobRun {
             Err(e) => self.warn(
                 report,
                 &format!("{e}; the job's next run will not start from this one"),
+            ),
+        }
+    }
+
+    /// Attempt `attempt` is about to start with `knobs`: the run is `running` it.
+    pub fn attempt_started(
+        &mut self,
+        attempt: u32,
+        knobs: KnobValues,
+        run_dir: &Path,
+        report: &Reporter,
+    ) {
+        self.set_run(RunState::Running, attempt, knobs, run_dir, report);
+    }
+
+    /// Attempt `attempt` will start with `knobs` after the backoff: the run is `waiting`.
+    pub fn waiting(&mut self, attempt: u32, knobs: KnobValues, run_dir: &Path, report: &Reporter) {
+        self.set_run(RunState::Waiting, attempt, knobs, run_dir, report);
+    }
+
+    /// The run ended with `outcome`.
+    pub fn ended(&mut self, outcome: Outcome, report: &Reporter) {
+        let Some(current) = &mut self.current else {
+            // No attempt started: the job's last run stays the one shown.
+            return;
+        };
+        current.state = outcome.into();
+        current.ended_at = Some(report::rfc3339(SystemTime::now()));
+        self.save_run(report);
+    }
+
+    fn set_run(
+        &mut self,
+        state: RunState,
+        attempt: u32,
+        knobs: KnobValues,
+        run_dir: &Path,
+        report: &Reporter,
+    ) {
+        let current = self.current.get_or_insert_with(|| CurrentRun {
+            process: ProcessId::current(),
+            run_dir: run_dir.to_string_lossy().into_owned(),
+            started_at: report::rfc3339(SystemTime::now()),
+            state,
+            attempt,
+            knobs: KnobValues::default(),
+            last_cause: None,
+            peaks: None,
+            ended_at: None,
+        });
+        current.state = state;
+        current.attempt = attempt;
+        current.knobs = knobs;
+        self.save_run(report);
+    }
+
+    /// Writes this run into the job's file (a failure is told once, as for attempts).
+    fn save_run(&mut self, report: &Reporter) {
+        let (Some(store), Some(current)) = (&self.store, &self.current) else {
+            return;
+        };
+        let current = current.clone();
+        match store.update(|memory| memory.run = Some(current)) {
+            Ok(None) => {}
+            Ok(Some(moved)) => self.warn(report, &moved.to_string()),
+            Err(e) => self.warn(
+                report,
+                &format!("{e}; `oomguard status` will not show this run as it is"),
             ),
         }
     }
@@ -1006,6 +1265,114 @@ mod tests {
         let start = start_from(&last(&[("batch", json!(4))]), &knobs).unwrap();
         assert_eq!(start.describe(&knobs), "batch 4");
         assert_eq!(start.effective_note, None);
+    }
+
+    fn dead_run(knobs: &[(&str, serde_json::Value)]) -> CurrentRun {
+        CurrentRun {
+            process: ProcessId {
+                pid: 77,
+                pid_start_ticks: Some(1),
+                boot_id: None,
+                host: None,
+                pid_ns: None,
+            },
+            run_dir: "/runs/2".into(),
+            started_at: "2026-11-26T01:00:00Z".into(),
+            state: RunState::Running,
+            attempt: 3,
+            knobs: KnobValues(
+                knobs
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.clone()))
+                    .collect(),
+            ),
+            last_cause: Some("device_oom".into()),
+            peaks: None,
+            ended_at: None,
+        }
+    }
+
+    #[test]
+    fn a_dead_run_is_continued_with_its_attempts_values_as_they_were() {
+        use serde_json::json;
+        // (command, the dead run's knobs, the start's batch and accum, or None)
+        type Case<'a> = (
+            &'a str,
+            &'a [(&'a str, serde_json::Value)],
+            Option<(u64, u64)>,
+        );
+        let table: &[Case] = &[
+            (
+                "t.py --batch_size 8 --grad_accum 1",
+                &[("batch", json!(2)), ("accum", json!(4))],
+                Some((2, 4)),
+            ),
+            // Taken as they were, not recomputed from the command (the dead run had stepped
+            // down from it already).
+            (
+                "t.py --batch_size 16 --grad_accum 1",
+                &[("batch", json!(2)), ("accum", json!(4))],
+                Some((2, 4)),
+            ),
+            // The command's own values: continued all the same (the line still tells).
+            (
+                "t.py --batch_size 8 --grad_accum 1",
+                &[("batch", json!(8)), ("accum", json!(1))],
+                Some((8, 1)),
+            ),
+            // Other knob names, or a value of another type: the command changed.
+            (
+                "t.py --batch_size 8 --grad_accum 1",
+                &[("batch", json!(2))],
+                None,
+            ),
+            (
+                "t.py --batch_size 8 --grad_accum 1",
+                &[("batch", json!("two")), ("accum", json!(4))],
+                None,
+            ),
+        ];
+        for (command, knobs, want) in table {
+            let command = argv(command);
+            let set = knobs_of(&command, 1);
+            let start = continue_from(&dead_run(knobs), &set);
+            let got = start.as_ref().map(|s| {
+                (
+                    set.int_of("batch", &s.values).unwrap(),
+                    set.int_of("accum", &s.values).unwrap(),
+                )
+            });
+            assert_eq!(got, *want, "{command:?} from {knobs:?}");
+            if let Some(start) = start {
+                assert_eq!(
+                    start.from,
+                    StartFrom::Interrupted {
+                        attempt: 3,
+                        pid: 77,
+                        run_dir: "/runs/2".into()
+                    }
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_run_record_this_build_cannot_read_costs_only_the_record() {
+        let table = [
+            (r#""state": "running""#, true),
+            (r#""state": "paused_by_a_newer_build""#, false),
+        ];
+        for (state, readable) in table {
+            let text = format!(
+                r#"{{"version": 1, "name": "j", "attempts": [], "run": {{"pid": 5, "run_dir": "/r",
+                 "started_at": "t", {state}, "attempt": 2, "knobs": {{"batch": 4}}}}}}"#
+            );
+            let memory = parse(text.as_bytes()).expect("the file stays usable");
+            assert_eq!(memory.run.is_some(), readable, "{state}");
+            assert_eq!(memory.name, "j");
+        }
+        // And an old file, without a run, reads as before.
+        assert_eq!(parse(br#"{"version": 1, "name": "j"}"#).unwrap().run, None);
     }
 
     #[test]

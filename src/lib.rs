@@ -32,6 +32,11 @@
 //! the knob values that worked in its job's last run. Before a relaunch, [`resume`] picks the
 //! newest complete checkpoint to hand the job (`--resume-arg FLAG --checkpoint GLOB`), looking
 //! at it while the backoff is waited.
+//!
+//! The job's file also holds its latest run (running, waiting, how it ended), rewritten on each
+//! change, which `oomguard status` ([`status`]) reads and checks; a run whose oomguard was
+//! killed is continued by the job's next start with the values of the attempt it was in.
+//! [`hooks`] runs `--on-relaunch` and `--on-exit` commands to tell someone not watching.
 
 pub mod cgroup;
 pub mod cgroup_chain;
@@ -43,6 +48,7 @@ pub mod doctor;
 pub mod dry_run;
 pub mod fit;
 pub mod gpu;
+pub mod hooks;
 pub mod jobfile;
 pub mod jobs;
 pub mod kernel;
@@ -58,6 +64,7 @@ pub mod runas;
 pub mod sampler;
 pub mod scan;
 pub mod signals;
+pub mod status;
 pub mod stream;
 pub mod supervise;
 pub mod terminal;
@@ -138,8 +145,10 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
     match cli.command {
         Command::Run(args) => run_job(args.validate()?, report),
         Command::Classify(args) => Ok(classify_files(&args)),
+        Command::Status(args) => show_status(&args, report),
         Command::Doctor(_) => Ok(doctor::run(report)),
         Command::Guard => Ok(child::guard_main(std::io::stdin().lock())),
+        Command::Hook(args) => Ok(hooks::wrapper_main(args.timeout_ms, &args.argv)),
     }
 }
 
@@ -461,6 +470,7 @@ async fn attempt_loop(
         hint_given: false,
         hint_pending: None,
     };
+    let mut hooks = hooks::Pending::default();
     let result = loop {
         let attempt = ladder.history.len() as u32 + 1;
         if let (1, Some(resume)) = (attempt, settings.resume.as_ref().filter(|r| r.first)) {
@@ -469,10 +479,21 @@ async fn attempt_loop(
                 Err(signal) => break Ok((Outcome::Interrupted, 128 + signal as i32)),
             }
         }
+        // A relaunch hook is done (or killed at its limit) before the attempt: see `hooks`.
+        if let Some(signal) = wait_hooks(&mut supervisor, &mut hooks, &report, run_dir.path()).await
+        {
+            break Ok((Outcome::Interrupted, 128 + signal as i32));
+        }
         let launch = match launch_for(settings, &ladder, files.as_deref_mut(), run_dir.path()) {
             Ok(launch) => launch,
             Err(e) => break Err(e),
         };
+        job.attempt_started(
+            attempt,
+            knob_values(knobs, &ladder.values),
+            run_dir.path(),
+            &report,
+        );
         let log = run_dir.open_log(attempt, &report);
         let end = match supervisor
             .run_attempt(attempt, &launch, log, observer)
@@ -516,6 +537,17 @@ async fn attempt_loop(
         );
         match decision {
             Decision::Relaunch(next) => {
+                let next_knobs = knob_values(knobs, &next.values);
+                job.waiting(attempt + 1, next_knobs.clone(), run_dir.path(), &report);
+                let occasion = hooks::Occasion {
+                    event: hooks::Event::Relaunch,
+                    outcome: None,
+                    attempt,
+                    cause: Some(verdict.cause),
+                    knobs: &next_knobs,
+                    run_dir: run_dir.path(),
+                };
+                hooks.start(&settings.hooks, &occasion, &report);
                 let between =
                     between_attempts(&mut supervisor, settings, &report, &end, &mut ladder, next);
                 if let Some(signal) = between.await {
@@ -536,8 +568,56 @@ async fn attempt_loop(
             report.warn(&line);
         }
     }
+    let outcome = result
+        .as_ref()
+        .map_or(Outcome::Failed, |(outcome, _)| *outcome);
+    job.ended(outcome, &report);
+    let code = close_run(result, summary, run_dir, &report);
+    // After summary.json has its end: the hooks may read it.
+    let last = summary.attempts().last();
+    let last_knobs = last.map(|a| a.knobs.clone()).unwrap_or_default();
+    let occasion = hooks::Occasion {
+        event: hooks::Event::Exit,
+        outcome: Some(outcome),
+        attempt: last.map_or(0, |a| a.attempt),
+        cause: last.map(|a| a.cause),
+        knobs: &last_knobs,
+        run_dir: run_dir.path(),
+    };
+    hooks.start(&settings.hooks, &occasion, &report);
+    // A stop signal here only cuts the hooks short: the run's status is decided.
+    let _ = wait_hooks(&mut supervisor, &mut hooks, &report, run_dir.path()).await;
     supervisor.finish();
-    close_run(result, summary, run_dir, &report)
+    code
+}
+
+/// Waits for the hooks still running, each at most until its limit; on the user's stop signal
+/// kills them and returns it.
+async fn wait_hooks(
+    supervisor: &mut Supervisor,
+    hooks: &mut hooks::Pending,
+    report: &Reporter,
+    run_dir: &Path,
+) -> Option<Signal> {
+    while !hooks.check(Instant::now(), report, run_dir) {
+        if let Some(signal) = supervisor.pause(hooks::POLL).await {
+            hooks.kill_all(report);
+            return Some(signal);
+        }
+    }
+    None
+}
+
+/// Every knob's value, by name, as summary.json and the job's file type them.
+fn knob_values(knobs: &KnobSet, values: &[Value]) -> KnobValues {
+    KnobValues(
+        knobs
+            .knobs
+            .iter()
+            .zip(values)
+            .map(|(k, v)| (k.name.clone(), v.to_json()))
+            .collect(),
+    )
 }
 
 /// Between an attempt and the next: wait for the GPU to let go of the last one, say what moves,
@@ -994,18 +1074,6 @@ fn lossy(argv: &[OsString]) -> Vec<String> {
         .collect()
 }
 
-/// Every knob's value by name, in ladder order.
-fn knob_values(knobs: &KnobSet, values: &[Value]) -> KnobValues {
-    KnobValues(
-        knobs
-            .knobs
-            .iter()
-            .zip(values)
-            .map(|(k, v)| (k.name.clone(), v.to_json()))
-            .collect(),
-    )
-}
-
 fn final_sizes(knobs: &KnobSet, values: &[Value]) -> FinalSizes {
     FinalSizes {
         batch_size: knobs.int_of("batch", values),
@@ -1082,6 +1150,32 @@ fn launch_for(
         env: env_all,
         run_as: settings.job_context.run_as.clone(),
     })
+}
+
+/// `oomguard status`: the table, or with `--json` one JSON list, on stdout; a job file that
+/// cannot be read is a warning.
+fn show_status(args: &cli::StatusArgs, report: Reporter) -> Result<i32, Error> {
+    let state_dir = match &args.state_dir {
+        Some(dir) => dir.clone(),
+        None => report::state_dir().ok_or(UsageError::Job(
+            "no state directory: neither XDG_STATE_HOME nor HOME is set; give --state-dir DIR"
+                .to_string(),
+        ))?,
+    };
+    let (jobs, warnings) = status::collect(&state_dir);
+    for warning in &warnings {
+        report.warn(warning);
+    }
+    if args.json {
+        report.out(&serde_json::to_string_pretty(&jobs).expect("statuses are plain data"));
+    } else if jobs.is_empty() {
+        report.say(&format!("no jobs in {}", state_dir.join("jobs").display()));
+    } else {
+        for line in status::table(&jobs) {
+            report.out(&line);
+        }
+    }
+    Ok(0)
 }
 
 /// `oomguard classify`: one line per file (with `--explain`, a few lines saying why); exit 1 if

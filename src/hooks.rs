@@ -1,0 +1,551 @@
+//! Notification hooks: `--on-relaunch CMD` runs when oomguard decides to relaunch the job,
+//! `--on-exit CMD` when the run ends, so someone not at the terminal hears of it (a mail, a
+//! webhook). CMD is one string split into argv as a POSIX shell splits words (quotes and
+//! backslashes honoured, nothing expanded) and run directly: no shell unless the user writes
+//! one (`sh -c '...'`). Each hook gets the event in `OOMGUARD_*` variables (see
+//! [`Occasion::env`]), its stdin from /dev/null and its output appended to
+//! `<run dir>/hooks.log`, in a process group of its own.
+//!
+//! A hook is never fatal: one that cannot start, fails, or outlives its time limit (its whole
+//! group is then killed) costs a warning. Hooks run while the attempt loop goes on (a relaunch
+//! hook during the backoff); the loop waits for them only before the next attempt starts and
+//! before oomguard exits, each at most until its limit. That wait is the caller's ([`Pending`]
+//! is polled): it lives where the stop signals are heard. Waiting before an attempt is needed,
+//! not only tidy: oomguard reaps every child while an attempt runs, and a hook reaped there
+//! would be mistaken for one of the job's processes.
+
+use std::ffi::OsString;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::classify::Cause;
+use crate::policy::Outcome;
+use crate::report::{self, KnobValues, Reporter};
+
+/// How long a hook may run before it is killed, unless `--hook-timeout` says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The file in the run directory that hooks' output is appended to.
+pub const LOG_NAME: &str = "hooks.log";
+
+/// One hook command: as the user wrote it, and split into argv.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hook {
+    pub text: String,
+    pub argv: Vec<String>,
+}
+
+impl Hook {
+    /// Splits `text` (the value of `flag`) as a shell splits words: `mail -s 'job done' me`
+    /// is `["mail", "-s", "job done", "me"]`.
+    pub fn parse(flag: &str, text: &str) -> Result<Hook, String> {
+        match shlex::split(text) {
+            None => Err(format!(
+                "{flag} {text:?}: an unclosed quote or a trailing backslash: close the quote"
+            )),
+            Some(argv) if argv.is_empty() => Err(format!(
+                "{flag} is empty: give a command, e.g. {flag} 'mail -s done me@example.org'"
+            )),
+            Some(argv) => Ok(Hook {
+                text: text.to_string(),
+                argv,
+            }),
+        }
+    }
+}
+
+/// The hooks of a run and their time limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hooks {
+    pub on_exit: Vec<Hook>,
+    pub on_relaunch: Vec<Hook>,
+    /// `--hook-timeout`.
+    pub timeout: Duration,
+}
+
+impl Default for Hooks {
+    fn default() -> Hooks {
+        Hooks {
+            on_exit: Vec::new(),
+            on_relaunch: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+}
+
+/// What a hook is run for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The job is about to be relaunched.
+    Relaunch,
+    /// The run ended.
+    Exit,
+}
+
+impl Event {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Event::Relaunch => "relaunch",
+            Event::Exit => "exit",
+        }
+    }
+
+    fn flag(self) -> &'static str {
+        match self {
+            Event::Relaunch => "--on-relaunch",
+            Event::Exit => "--on-exit",
+        }
+    }
+}
+
+/// Everything a hook is told.
+#[derive(Debug, Clone)]
+pub struct Occasion<'a> {
+    pub event: Event,
+    /// The run's outcome (on exit).
+    pub outcome: Option<Outcome>,
+    /// The attempt that just ended.
+    pub attempt: u32,
+    /// How it ended.
+    pub cause: Option<Cause>,
+    /// The knob values from here on: the next attempt's on a relaunch, the last attempt's on
+    /// exit.
+    pub knobs: &'a KnobValues,
+    pub run_dir: &'a Path,
+}
+
+impl Occasion<'_> {
+    /// The hook's variables. Always all of them, empty where not known (the outcome of a
+    /// relaunch), so a `set -u` script need not test for each.
+    pub fn env(&self) -> Vec<(String, OsString)> {
+        let knobs = serde_json::to_string(self.knobs).expect("knob values are JSON values");
+        let summary = self.run_dir.join("summary.json");
+        [
+            ("OOMGUARD_EVENT", self.event.as_str().into()),
+            (
+                "OOMGUARD_OUTCOME",
+                self.outcome.map_or("", Outcome::as_str).into(),
+            ),
+            ("OOMGUARD_ATTEMPT", self.attempt.to_string().into()),
+            (
+                "OOMGUARD_CAUSE",
+                self.cause.map_or("", Cause::as_str).into(),
+            ),
+            ("OOMGUARD_KNOBS", knobs.into()),
+            // Paths as bytes: a run directory need not be UTF-8.
+            ("OOMGUARD_RUN_DIR", self.run_dir.as_os_str().to_owned()),
+            ("OOMGUARD_SUMMARY", summary.into_os_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+}
+
+/// A hook that was started and whose result has not come.
+struct Started {
+    flag: &'static str,
+    text: String,
+    /// The wrapper (`oomguard __hook`) that runs it.
+    wrapper: Child,
+    /// The wrapper's lines: the hook's PID, then its result (see [`wrapper_main`]).
+    lines: mpsc::Receiver<String>,
+    /// The hook's PID (its process group), once the wrapper said it.
+    hook_pid: Option<u32>,
+    /// A backstop past the wrapper's own limit, should the wrapper itself hang.
+    deadline: Instant,
+    timeout: Duration,
+}
+
+/// The hooks still running.
+#[derive(Default)]
+pub struct Pending {
+    started: Vec<Started>,
+}
+
+impl Pending {
+    /// Starts every hook of `occasion.event` without waiting for any; one that cannot start is
+    /// a warning.
+    ///
+    /// Each runs under a wrapper, our own executable as `oomguard __hook`, which starts it,
+    /// kills its group at the limit, reaps whatever it left (as a subreaper of its own), and
+    /// writes the result on a pipe. The pipe, not waitpid, carries the result because
+    /// oomguard reaps any child that ends while it waits between attempts; and nothing of a
+    /// hook is left to be reaped by an attempt, where a killed process counts as the job's.
+    pub fn start(&mut self, hooks: &Hooks, occasion: &Occasion, report: &Reporter) {
+        let list = match occasion.event {
+            Event::Relaunch => &hooks.on_relaunch,
+            Event::Exit => &hooks.on_exit,
+        };
+        if list.is_empty() {
+            return;
+        }
+        let env = occasion.env();
+        let log_path = occasion.run_dir.join(LOG_NAME);
+        let flag = occasion.event.flag();
+        for hook in list {
+            match spawn_wrapped(hook, &env, &log_path, hooks.timeout) {
+                Ok((wrapper, lines)) => self.started.push(Started {
+                    flag,
+                    text: hook.text.clone(),
+                    wrapper,
+                    lines,
+                    hook_pid: None,
+                    deadline: Instant::now() + hooks.timeout + WRAPPER_SLACK,
+                    timeout: hooks.timeout,
+                }),
+                Err(e) => report.warn(&format!(
+                    "{flag} `{}` could not start: {e}; the run goes on",
+                    hook.text
+                )),
+            }
+        }
+    }
+
+    /// Whether no hook is left running.
+    pub fn is_empty(&self) -> bool {
+        self.started.is_empty()
+    }
+
+    /// Collects the results that came by `now`, warning for each hook that failed or was
+    /// killed at its limit. Returns whether none is left.
+    pub fn check(&mut self, now: Instant, report: &Reporter, log_dir: &Path) -> bool {
+        let mut left = Vec::new();
+        for mut hook in self.started.drain(..) {
+            let result = loop {
+                match hook.lines.try_recv() {
+                    Ok(line) => match line.strip_prefix("pid ") {
+                        Some(pid) => hook.hook_pid = pid.trim().parse().ok(),
+                        None => break Some(line),
+                    },
+                    Err(mpsc::TryRecvError::Empty) => break None,
+                    // The wrapper ended without a result line.
+                    Err(mpsc::TryRecvError::Disconnected) => break Some(String::new()),
+                }
+            };
+            let why = match result {
+                Some(line) => match describe(&line, hook.timeout) {
+                    None => continue,
+                    Some(why) => why,
+                },
+                None if now >= hook.deadline => {
+                    let _ = hook.wrapper.kill();
+                    if let Some(pid) = hook.hook_pid {
+                        let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+                    }
+                    format!(
+                        "did not finish within {}: killed",
+                        report::short_duration(hook.timeout)
+                    )
+                }
+                None => {
+                    left.push(hook);
+                    continue;
+                }
+            };
+            report.warn(&format!(
+                "{} `{}` {why} (its output is in {}); the run goes on",
+                hook.flag,
+                hook.text,
+                log_dir.join(LOG_NAME).display()
+            ));
+        }
+        self.started = left;
+        self.started.is_empty()
+    }
+
+    /// Kills every hook still running (the user asked oomguard to stop).
+    pub fn kill_all(&mut self, report: &Reporter) {
+        for mut hook in self.started.drain(..) {
+            while let Ok(line) = hook.lines.try_recv() {
+                if let Some(pid) = line.strip_prefix("pid ") {
+                    hook.hook_pid = pid.trim().parse().ok();
+                }
+            }
+            if let Some(pid) = hook.hook_pid {
+                let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+            report.warn(&format!(
+                "{} `{}` killed: oomguard was asked to stop",
+                hook.flag, hook.text
+            ));
+        }
+    }
+}
+
+/// How often a caller polls [`Pending::check`] while it waits.
+pub const POLL: Duration = Duration::from_millis(20);
+
+/// How long past a hook's limit oomguard waits for its wrapper's word before giving up on it.
+const WRAPPER_SLACK: Duration = Duration::from_secs(5);
+
+/// Starts `oomguard __hook TIMEOUT_MS -- ARGV...` with the hook's environment, its output
+/// going to the log; a thread forwards the wrapper's lines.
+fn spawn_wrapped(
+    hook: &Hook,
+    env: &[(String, OsString)],
+    log_path: &Path,
+    timeout: Duration,
+) -> std::io::Result<(Child, mpsc::Receiver<String>)> {
+    let exe = std::env::current_exe()?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("__hook")
+        .arg(timeout.as_millis().to_string())
+        .arg("--")
+        .args(&hook.argv)
+        // Variables of an outer oomguard are not this run's.
+        .env_clear()
+        .envs(std::env::vars_os().filter(|(k, _)| !k.as_encoded_bytes().starts_with(b"OOMGUARD_")))
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        // Its own group: Ctrl-C at the terminal is oomguard's to handle.
+        .process_group(0);
+    match log_file(log_path) {
+        Some(log) => cmd.stderr(log),
+        None => cmd.stderr(Stdio::null()),
+    };
+    let mut wrapper = cmd.spawn()?;
+    let stdout = wrapper.stdout.take().expect("stdout was piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    Ok((wrapper, rx))
+}
+
+/// The warning for a wrapper's result line, or `None` for a success: `exit 0`, `exit N`,
+/// `signal N`, `timeout`, `error TEXT`; empty when the wrapper died without one.
+fn describe(line: &str, timeout: Duration) -> Option<String> {
+    let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
+    Some(match (word, rest.trim().parse::<i32>()) {
+        ("exit", Ok(0)) => return None,
+        ("exit", Ok(code)) => format!("failed (exit {code})"),
+        ("signal", Ok(sig)) => match Signal::try_from(sig) {
+            Ok(sig) => format!("was killed by {sig}"),
+            Err(_) => format!("was killed by signal {sig}"),
+        },
+        ("timeout", _) => format!(
+            "did not finish within {}: killed",
+            report::short_duration(timeout)
+        ),
+        ("error", _) => format!("could not start: {rest}"),
+        _ => "ended without a result (its wrapper died)".to_string(),
+    })
+}
+
+/// `oomguard __hook TIMEOUT_MS -- ARGV...`: runs one hook and writes `pid N`, then its result,
+/// on stdout (see [`describe`]). The hook gets this process's environment and stderr (the
+/// hooks' log) as its stdout and stderr, and a process group of its own, killed whole at the
+/// limit; this process is a subreaper, so what the hook leaves behind is reaped here.
+pub fn wrapper_main(timeout_ms: u64, argv: &[OsString]) -> i32 {
+    let mut out = std::io::stdout().lock();
+    let Some((program, args)) = argv.split_first() else {
+        let _ = writeln!(out, "error no command");
+        return 0;
+    };
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    let stdout = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(Stdio::from);
+    let mut cmd = Command::new(program);
+    cmd.args(args).stdin(Stdio::null()).process_group(0);
+    if let Ok(stdout) = stdout {
+        cmd.stdout(stdout);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = writeln!(out, "error {e}");
+            return 0;
+        }
+    };
+    let pgid = Pid::from_raw(child.id() as i32);
+    let _ = writeln!(out, "pid {}", child.id());
+    let _ = out.flush();
+    let ended = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() >= deadline => break None,
+            Ok(None) => std::thread::sleep(POLL),
+            Err(_) => break None,
+        }
+    };
+    // What the hook started in its group may finish within the limit; then it is killed.
+    while Instant::now() < deadline && killpg(pgid, None).is_ok() {
+        reap_any();
+        std::thread::sleep(POLL);
+    }
+    let _ = killpg(pgid, Signal::SIGKILL);
+    if ended.is_none() {
+        let _ = child.wait();
+    }
+    // Killed processes take a moment to die: a short, bounded wait for them.
+    let settle = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < settle && killpg(pgid, None).is_ok() {
+        reap_any();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    reap_any();
+    let line = match ended {
+        None => "timeout".to_string(),
+        Some(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exit {code}"),
+            (None, Some(sig)) => format!("signal {sig}"),
+            (None, None) => "exit 1".to_string(),
+        },
+    };
+    let _ = writeln!(out, "{line}");
+    0
+}
+
+/// Reaps every child that has ended (orphans of the hook that came to this subreaper).
+fn reap_any() {
+    while let Ok(status) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        if status == WaitStatus::StillAlive {
+            break;
+        }
+    }
+}
+
+/// The hooks' log, opened for appending.
+fn log_file(path: &Path) -> Option<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| tracing::info!("hooks write to /dev/null: {}: {e}", path.display()))
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_hook_is_split_like_shell_words_and_never_run_by_a_shell() {
+        // (text, argv, or the words of the refusal)
+        let table: &[(&str, Result<&[&str], &str>)] = &[
+            ("notify-send done", Ok(&["notify-send", "done"])),
+            (
+                "mail -s 'job done' me@example.org",
+                Ok(&["mail", "-s", "job done", "me@example.org"]),
+            ),
+            (
+                r#"curl -d "{\"text\": \"x\"}" https://h/x"#,
+                Ok(&["curl", "-d", r#"{"text": "x"}"#, "https://h/x"]),
+            ),
+            // Nothing is expanded: the hook gets `$HOME` and `*` as written.
+            ("echo $HOME *", Ok(&["echo", "$HOME", "*"])),
+            (
+                "sh -c 'echo \"$OOMGUARD_EVENT\" | mail me'",
+                Ok(&["sh", "-c", "echo \"$OOMGUARD_EVENT\" | mail me"]),
+            ),
+            // README's webhook: inside double quotes `\"` and `\$` are `"` and `$`, as in sh.
+            (
+                r#"sh -c "curl -d @\"\$OOMGUARD_SUMMARY\" https://h/x""#,
+                Ok(&["sh", "-c", r#"curl -d @"$OOMGUARD_SUMMARY" https://h/x"#]),
+            ),
+            ("", Err("is empty")),
+            ("   ", Err("is empty")),
+            ("mail -s 'unclosed", Err("unclosed quote")),
+        ];
+        for (text, want) in table {
+            match (Hook::parse("--on-exit", text), want) {
+                (Ok(hook), Ok(argv)) => assert_eq!(hook.argv, *argv, "{text}"),
+                (Err(e), Err(words)) => {
+                    assert!(e.contains(words), "{text}: {e}");
+                    assert!(e.starts_with("--on-exit"), "{text}: {e}");
+                }
+                (got, _) => panic!("{text}: {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_environment_tells_the_event() {
+        let knobs = KnobValues(vec![("batch".into(), json!(4)), ("accum".into(), json!(2))]);
+        let run_dir = Path::new("/runs/r1");
+        let get = |env: &[(String, OsString)], key: &str| {
+            env.iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+                .unwrap_or_else(|| panic!("{key} is set"))
+        };
+        let relaunch = Occasion {
+            event: Event::Relaunch,
+            outcome: None,
+            attempt: 1,
+            cause: Some(Cause::DeviceOom),
+            knobs: &knobs,
+            run_dir,
+        }
+        .env();
+        let exit = Occasion {
+            event: Event::Exit,
+            outcome: Some(Outcome::GaveUp),
+            attempt: 3,
+            cause: Some(Cause::OomKilled),
+            knobs: &knobs,
+            run_dir,
+        }
+        .env();
+        // (variable, on relaunch, on exit)
+        let table = [
+            ("OOMGUARD_EVENT", "relaunch", "exit"),
+            ("OOMGUARD_OUTCOME", "", "gave_up"),
+            ("OOMGUARD_ATTEMPT", "1", "3"),
+            ("OOMGUARD_CAUSE", "device_oom", "oom_killed"),
+            (
+                "OOMGUARD_KNOBS",
+                r#"{"batch":4,"accum":2}"#,
+                r#"{"batch":4,"accum":2}"#,
+            ),
+            ("OOMGUARD_RUN_DIR", "/runs/r1", "/runs/r1"),
+            (
+                "OOMGUARD_SUMMARY",
+                "/runs/r1/summary.json",
+                "/runs/r1/summary.json",
+            ),
+        ];
+        for (key, on_relaunch, on_exit) in table {
+            assert_eq!(get(&relaunch, key), on_relaunch, "{key}");
+            assert_eq!(get(&exit, key), on_exit, "{key}");
+        }
+        assert_eq!(relaunch.len(), table.len());
+    }
+
+    #[test]
+    fn results_are_worded() {
+        let limit = Duration::from_secs(30);
+        let table = [
+            ("exit 0", None),
+            ("exit 3", Some("failed (exit 3)")),
+            ("signal 9", Some("was killed by SIGKILL")),
+            ("timeout", Some("did not finish within 30.0s: killed")),
+            ("error No such file", Some("could not start: No such file")),
+            ("", Some("ended without a result (its wrapper died)")),
+        ];
+        for (line, want) in table {
+            assert_eq!(describe(line, limit).as_deref(), want, "{line}");
+        }
+    }
+}

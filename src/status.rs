@@ -1,0 +1,496 @@
+//! `oomguard status`: every job in the state directory and where its latest run stands, read
+//! from the job files ([`crate::jobs`]) that each oomguard rewrites on every change. A run whose
+//! file says it is under way is checked, not believed: its oomguard must still be alive, named
+//! by PID *and* start time (so a PID reused by another process does not count), on this boot of
+//! this machine; otherwise it is `dead`. A run recorded on another machine (a state directory
+//! on a shared filesystem) cannot be checked from here and is shown as recorded, with its host.
+//!
+//! This module only reads: it never takes the jobs' locks nor moves a file aside (a file it
+//! cannot read is skipped with a warning). Printing is left to the caller, through `report`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::jobs::{self, JobMemory};
+use crate::report::{KnobValues, PeakRecord};
+use crate::units::human_bytes;
+
+/// A process, named well enough to tell it from a later one with the same PID.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessId {
+    pub pid: u32,
+    /// Field 22 of /proc/PID/stat (`starttime`): when it started, in clock ticks after boot.
+    #[serde(default)]
+    pub pid_start_ticks: Option<u64>,
+    /// /proc/sys/kernel/random/boot_id: the PID and start time mean something on this boot only.
+    #[serde(default)]
+    pub boot_id: Option<String>,
+    /// /proc/sys/kernel/hostname.
+    #[serde(default)]
+    pub host: Option<String>,
+    /// The PID namespace (`pid:[4026531836]`, the link /proc/self/ns/pid): a PID is looked up
+    /// only from the namespace it was taken in.
+    #[serde(default)]
+    pub pid_ns: Option<String>,
+}
+
+impl ProcessId {
+    /// This process.
+    pub fn current() -> ProcessId {
+        let pid = std::process::id();
+        ProcessId {
+            pid,
+            pid_start_ticks: read_stat(pid).as_deref().and_then(start_ticks),
+            ..Here::read().into_process(pid)
+        }
+    }
+}
+
+/// What identifies this machine, boot and PID namespace, read once per look.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Here {
+    pub boot_id: Option<String>,
+    pub host: Option<String>,
+    pub pid_ns: Option<String>,
+}
+
+impl Here {
+    pub fn read() -> Here {
+        let text = |path: &str| {
+            fs::read_to_string(path)
+                .ok()
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())
+        };
+        Here {
+            boot_id: text("/proc/sys/kernel/random/boot_id"),
+            host: text("/proc/sys/kernel/hostname"),
+            pid_ns: fs::read_link("/proc/self/ns/pid")
+                .ok()
+                .map(|p| p.to_string_lossy().into_owned()),
+        }
+    }
+
+    fn into_process(self, pid: u32) -> ProcessId {
+        ProcessId {
+            pid,
+            pid_start_ticks: None,
+            boot_id: self.boot_id,
+            host: self.host,
+            pid_ns: self.pid_ns,
+        }
+    }
+}
+
+/// Whether a recorded process still runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    Alive,
+    Dead,
+    /// On another machine, or in another PID namespace: cannot be looked up from here.
+    Unknown,
+}
+
+/// Looks the recorded process up in this machine's /proc.
+pub fn liveness(recorded: &ProcessId) -> Liveness {
+    judge(recorded, &Here::read(), read_stat(recorded.pid).as_deref())
+}
+
+fn read_stat(pid: u32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/stat")).ok()
+}
+
+/// Decides liveness from what is known here: `stat` is the text of /proc/PID/stat for the
+/// recorded PID (`None` where there is no such process). Pure, for tests.
+pub fn judge(recorded: &ProcessId, here: &Here, stat: Option<&str>) -> Liveness {
+    let differs =
+        |a: &Option<String>, b: &Option<String>| matches!((a, b), (Some(a), Some(b)) if a != b);
+    if differs(&recorded.boot_id, &here.boot_id) {
+        // The same machine booted since (the process died with it), or another machine.
+        return if differs(&recorded.host, &here.host) {
+            Liveness::Unknown
+        } else {
+            Liveness::Dead
+        };
+    }
+    if differs(&recorded.host, &here.host) || differs(&recorded.pid_ns, &here.pid_ns) {
+        return Liveness::Unknown;
+    }
+    let Some(stat) = stat else {
+        return Liveness::Dead;
+    };
+    if stat_state(stat) == Some("Z") {
+        return Liveness::Dead;
+    }
+    match (recorded.pid_start_ticks, start_ticks(stat)) {
+        (Some(recorded), Some(now)) if recorded != now => Liveness::Dead,
+        _ => Liveness::Alive,
+    }
+}
+
+/// The fields of /proc/PID/stat after the command name, which is in parentheses and may hold
+/// spaces and parentheses itself: `1234 (python3 (x)) S 1 1234 ...` gives `["S", "1", ...]`.
+fn stat_fields(stat: &str) -> Vec<&str> {
+    stat.rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default()
+}
+
+/// Field 3, the state (`R`, `S`, `Z`...).
+fn stat_state(stat: &str) -> Option<&str> {
+    stat_fields(stat).first().copied()
+}
+
+/// Field 22, `starttime` (see proc_pid_stat(5)): index 19 after the name.
+fn start_ticks(stat: &str) -> Option<u64> {
+    stat_fields(stat).get(19)?.parse().ok()
+}
+
+/// One job as `oomguard status --json` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobStatus {
+    pub name: String,
+    /// `running`, `waiting`, the last run's outcome (`succeeded`, `gave_up`, `failed`,
+    /// `interrupted`), `dead` (its oomguard is gone without writing an end), or `unknown` (no
+    /// run recorded: the job was last run by an oomguard that did not record runs).
+    pub state: String,
+    /// The run's oomguard.
+    pub pid: Option<u32>,
+    pub attempt: Option<u32>,
+    pub knobs: Option<KnobValues>,
+    pub last_cause: Option<String>,
+    pub peaks: Option<PeakRecord>,
+    pub run_dir: Option<String>,
+    pub started_at: Option<String>,
+    pub ended_at: Option<String>,
+    /// The machine the run was recorded on.
+    pub host: Option<String>,
+}
+
+/// A job's status from its file, its run's oomguard checked with `live`.
+pub fn of_job(memory: &JobMemory, live: impl Fn(&ProcessId) -> Liveness) -> JobStatus {
+    let Some(run) = &memory.run else {
+        // Recorded before runs were: the last attempt says what little is known.
+        let last = memory.attempts().last();
+        return JobStatus {
+            name: memory.name.clone(),
+            state: "unknown".to_string(),
+            pid: None,
+            attempt: last.map(|a| a.attempt),
+            knobs: last.map(|a| a.knobs.clone()),
+            last_cause: last.map(|a| a.cause.clone()),
+            peaks: last.map(|a| a.peaks),
+            run_dir: last.map(|a| a.run.clone()),
+            started_at: None,
+            ended_at: None,
+            host: None,
+        };
+    };
+    let state = if run.state.under_way() && live(&run.process) == Liveness::Dead {
+        "dead"
+    } else {
+        run.state.as_str()
+    };
+    JobStatus {
+        name: memory.name.clone(),
+        state: state.to_string(),
+        pid: Some(run.process.pid),
+        attempt: Some(run.attempt),
+        knobs: Some(run.knobs.clone()),
+        last_cause: run.last_cause.clone(),
+        peaks: run.peaks,
+        run_dir: Some(run.run_dir.clone()),
+        started_at: Some(run.started_at.clone()),
+        ended_at: run.ended_at.clone(),
+        host: run.process.host.clone(),
+    }
+}
+
+/// Every job file in `<state_dir>/jobs`, by name, each checked; and a warning per file that
+/// cannot be read. A state directory with no jobs yet gives none.
+pub fn collect(state_dir: &Path) -> (Vec<JobStatus>, Vec<String>) {
+    let dir = state_dir.join("jobs");
+    let mut warnings = Vec::new();
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Vec::new(), warnings),
+        Err(e) => {
+            warnings.push(format!("cannot read {}: {e}", dir.display()));
+            return (Vec::new(), warnings);
+        }
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+            // `NAME.json` only: not the temporary `.NAME.json.PID.tmp` nor a moved-aside
+            // `NAME.json.corrupt-...`.
+            name.is_some_and(|n| !n.starts_with('.') && n.ends_with(".json"))
+        })
+        .collect();
+    paths.sort();
+    let mut jobs = Vec::new();
+    for path in paths {
+        let parsed = fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| {
+                jobs::parse(&bytes).map_err(|why| match why {
+                    jobs::Unusable::Corrupt(e) => format!("not a valid job file ({e})"),
+                    jobs::Unusable::Newer(v) => {
+                        format!("written by a newer oomguard (format {v})")
+                    }
+                })
+            });
+        match parsed {
+            Ok(memory) => jobs.push(of_job(&memory, liveness)),
+            Err(why) => warnings.push(format!("skipping {}: {why}", path.display())),
+        }
+    }
+    (jobs, warnings)
+}
+
+/// The table for people: one line per job under a header, columns aligned.
+pub fn table(jobs: &[JobStatus]) -> Vec<String> {
+    let dash = || "-".to_string();
+    let header = [
+        "NAME",
+        "STATE",
+        "PID",
+        "ATTEMPT",
+        "KNOBS",
+        "LAST CAUSE",
+        "PEAK RSS",
+        "PEAK GPU",
+        "STARTED",
+        "ENDED",
+        "RUN DIR",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for job in jobs {
+        let peak = |f: fn(&PeakRecord) -> Option<u64>| {
+            job.peaks
+                .as_ref()
+                .and_then(f)
+                .map_or_else(dash, human_bytes)
+        };
+        rows.push(vec![
+            job.name.clone(),
+            job.state.clone(),
+            job.pid.map_or_else(dash, |p| p.to_string()),
+            job.attempt.map_or_else(dash, |a| a.to_string()),
+            job.knobs.as_ref().map_or_else(dash, knobs_text),
+            job.last_cause.clone().unwrap_or_else(dash),
+            peak(|p| p.peak_pss_bytes.or(p.peak_rss_bytes)),
+            peak(|p| p.peak_gpu_bytes),
+            job.started_at.clone().unwrap_or_else(dash),
+            job.ended_at.clone().unwrap_or_else(dash),
+            job.run_dir.clone().unwrap_or_else(dash),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|row| {
+            let cells: Vec<String> = row
+                .iter()
+                .zip(&widths)
+                .map(|(cell, &w)| format!("{cell:<w$}"))
+                .collect();
+            cells.join("  ").trim_end().to_string()
+        })
+        .collect()
+}
+
+/// `batch=4 accum=2`.
+fn knobs_text(knobs: &KnobValues) -> String {
+    if knobs.0.is_empty() {
+        return "-".to_string();
+    }
+    knobs
+        .0
+        .iter()
+        .map(|(name, value)| match value {
+            serde_json::Value::String(s) => format!("{name}={s}"),
+            other => format!("{name}={other}"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobs::{CurrentRun, RunState};
+    use serde_json::json;
+
+    /// A /proc/PID/stat line with the given state and start time, its name holding `) (`.
+    fn stat(state: &str, start: u64) -> String {
+        let mut fields = vec![state.to_string()];
+        fields.extend((4..22).map(|n| n.to_string()));
+        fields.push(start.to_string());
+        fields.extend(["1000".to_string(), "2000".to_string()]);
+        format!("4242 (tr ) (ain) {}", fields.join(" "))
+    }
+
+    fn recorded(start: Option<u64>) -> ProcessId {
+        ProcessId {
+            pid: 4242,
+            pid_start_ticks: start,
+            boot_id: Some("boot-a".into()),
+            host: Some("gpu1".into()),
+            pid_ns: Some("pid:[1]".into()),
+        }
+    }
+
+    fn here(boot: &str, host: &str, ns: &str) -> Here {
+        Here {
+            boot_id: Some(boot.into()),
+            host: Some(host.into()),
+            pid_ns: Some(ns.into()),
+        }
+    }
+
+    #[test]
+    fn stat_fields_survive_names_with_parentheses() {
+        let text = stat("S", 987_654);
+        assert_eq!(stat_state(&text), Some("S"));
+        assert_eq!(start_ticks(&text), Some(987_654));
+        assert_eq!(start_ticks("garbage"), None);
+        // The real thing: this process.
+        let own = read_stat(std::process::id()).expect("our own stat");
+        assert!(start_ticks(&own).is_some(), "{own}");
+    }
+
+    #[test]
+    fn a_recorded_process_is_checked_not_assumed() {
+        let same = here("boot-a", "gpu1", "pid:[1]");
+        let alive = stat("S", 500);
+        // (recorded start, here, stat, liveness)
+        let table: Vec<(Option<u64>, Here, Option<String>, Liveness)> = vec![
+            (
+                Some(500),
+                same.clone(),
+                Some(alive.clone()),
+                Liveness::Alive,
+            ),
+            // Another process with the PID now: reused.
+            (Some(499), same.clone(), Some(alive.clone()), Liveness::Dead),
+            // No start time recorded: the PID alone.
+            (None, same.clone(), Some(alive.clone()), Liveness::Alive),
+            (Some(500), same.clone(), None, Liveness::Dead),
+            (
+                Some(500),
+                same.clone(),
+                Some(stat("Z", 500)),
+                Liveness::Dead,
+            ),
+            // The machine rebooted: whatever has the PID now is not it.
+            (
+                Some(500),
+                here("boot-b", "gpu1", "pid:[1]"),
+                Some(alive.clone()),
+                Liveness::Dead,
+            ),
+            // Another machine, or another PID namespace: not ours to look up.
+            (
+                Some(500),
+                here("boot-b", "gpu2", "pid:[1]"),
+                None,
+                Liveness::Unknown,
+            ),
+            (
+                Some(500),
+                here("boot-a", "gpu1", "pid:[2]"),
+                None,
+                Liveness::Unknown,
+            ),
+            // Nothing known of here: the PID and start time decide.
+            (Some(500), Here::default(), None, Liveness::Dead),
+        ];
+        for (start, here, stat, want) in table {
+            assert_eq!(
+                judge(&recorded(start), &here, stat.as_deref()),
+                want,
+                "{start:?} {here:?} {stat:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn this_process_is_alive_and_a_reused_pid_is_not() {
+        let me = ProcessId::current();
+        assert_eq!(liveness(&me), Liveness::Alive);
+        let reused = ProcessId {
+            pid_start_ticks: me.pid_start_ticks.map(|t| t + 1),
+            ..me.clone()
+        };
+        assert_eq!(liveness(&reused), Liveness::Dead);
+    }
+
+    fn named(name: &str) -> JobMemory {
+        let mut memory = JobMemory::default();
+        memory.name = name.into();
+        memory
+    }
+
+    fn memory(state: RunState) -> JobMemory {
+        let mut memory = named("nightly");
+        memory.version = jobs::FORMAT_VERSION;
+        memory.run = Some(CurrentRun {
+            process: recorded(Some(1)),
+            run_dir: "/runs/1".into(),
+            started_at: "2026-11-25T10:00:00Z".into(),
+            state,
+            attempt: 2,
+            knobs: KnobValues(vec![("batch".into(), json!(4))]),
+            last_cause: Some("device_oom".into()),
+            peaks: None,
+            ended_at: None,
+        });
+        memory
+    }
+
+    #[test]
+    fn the_state_shown_is_the_recorded_one_unless_its_oomguard_is_gone() {
+        use Liveness::*;
+        // (recorded, liveness of its oomguard, shown)
+        let table = [
+            (RunState::Running, Alive, "running"),
+            (RunState::Running, Dead, "dead"),
+            (RunState::Running, Unknown, "running"),
+            (RunState::Waiting, Alive, "waiting"),
+            (RunState::Waiting, Dead, "dead"),
+            // An ended run is what it ended as, whatever became of its PID.
+            (RunState::Succeeded, Dead, "succeeded"),
+            (RunState::GaveUp, Alive, "gave_up"),
+            (RunState::Failed, Dead, "failed"),
+            (RunState::Interrupted, Dead, "interrupted"),
+        ];
+        for (state, live, want) in table {
+            let shown = of_job(&memory(state), |_| live);
+            assert_eq!(shown.state, want, "{state:?} {live:?}");
+            assert_eq!(shown.pid, Some(4242));
+            assert_eq!(shown.attempt, Some(2));
+        }
+        let none = of_job(&JobMemory::default(), |_| panic!("nothing to look up"));
+        assert_eq!(none.state, "unknown");
+    }
+
+    #[test]
+    fn the_table_aligns_and_fills_blanks() {
+        let jobs = [
+            of_job(&memory(RunState::Running), |_| Liveness::Alive),
+            of_job(&named("j"), |_| Liveness::Alive),
+        ];
+        let lines = table(&jobs);
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].starts_with("NAME     STATE    PID"), "{lines:?}");
+        assert!(lines[1].contains("batch=4"), "{lines:?}");
+        assert!(lines[1].contains("device_oom"), "{lines:?}");
+        let state_col = lines[0].find("STATE").unwrap();
+        assert_eq!(&lines[2][state_col..state_col + 7], "unknown");
+    }
+}
