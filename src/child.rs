@@ -134,6 +134,10 @@ pub fn spawn(
     for key in own_namespace(std::env::vars_os()) {
         cmd.env_remove(key);
     }
+    // The service manager's variables are oomguard's (see crate::notify), not the job's.
+    for key in crate::notify::FOR_OOMGUARD_ONLY {
+        cmd.env_remove(key);
+    }
     cmd.args(&launch.argv[1..])
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::inherit())

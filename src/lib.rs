@@ -47,6 +47,7 @@ pub mod jobs;
 pub mod kernel;
 pub mod knobs;
 pub mod mem;
+pub mod notify;
 pub mod oom_numbers;
 pub mod outcome;
 pub mod policy;
@@ -245,6 +246,7 @@ fn run_in(
         report,
         samples,
         warned_no_cgroup: false,
+        notify: notify::Notifier::from_env(),
     };
     // From here on the job's output and our own lines go through the writer threads, so a slow
     // reader of our output never costs the log, the classifier or the attempt's end a byte.
@@ -252,7 +254,12 @@ fn run_in(
         action: "cannot start forwarding the job's output",
         source,
     })?;
+    let watchdog = observer.notify.watchdog();
     let result = runtime.block_on(async {
+        // Pings only while this runtime turns, i.e. while the attempt loop is alive.
+        if let Some(watchdog) = watchdog {
+            tokio::spawn(watchdog.run());
+        }
         let sampler = Sampler::new(gpu, settings.interval);
         let supervisor = Supervisor::new(setup, sampler).map_err(|source| Error::Internal {
             action: "cannot listen for signals",
@@ -269,6 +276,7 @@ fn run_in(
         )
         .await
     });
+    observer.notify.stopping();
     // Like `tee`, oomguard ends only once every byte of the job's output is written out; a stop
     // signal (Ctrl-C at a terminal paused with Ctrl-S) or Ctrl-Z acts on that wait as on `tee`'s.
     signals::default_stops();
@@ -316,11 +324,13 @@ fn cgroup_setup(plan: CgroupPlan) -> Result<Option<(cgroup::Parent, cgroup::Limi
     }
 }
 
-/// Writes samples to samples.csv and tells the user about notices.
+/// Writes samples to samples.csv and tells the user about notices (and the service manager,
+/// where there is one, how the attempt stands).
 struct RunObserver {
     report: Reporter,
     samples: SamplesCsv,
     warned_no_cgroup: bool,
+    notify: notify::Notifier,
 }
 
 impl Observer for RunObserver {
@@ -328,6 +338,13 @@ impl Observer for RunObserver {
         if let Err(e) = self.samples.write(sample) {
             tracing::warn!("{e}");
         }
+        let rss_bytes = (sample.tree.processes > 0).then_some(sample.tree.rss_bytes);
+        let gpu_bytes = sample.gpu.as_ref().and_then(|gpu| gpu.job_bytes);
+        self.notify.memory(rss_bytes, gpu_bytes);
+    }
+
+    fn started(&mut self) {
+        self.notify.started();
     }
 
     fn notice(&mut self, notice: &Notice) {
@@ -439,6 +456,11 @@ async fn attempt_loop(
             Err(e) => break Err(e),
         };
         let log = run_dir.open_log(attempt, &report);
+        observer.notify.attempt(
+            attempt,
+            settings.limits.max_attempts,
+            &knob_text(knobs, &ladder.values),
+        );
         let end = match supervisor
             .run_attempt(attempt, &launch, log, observer)
             .await
@@ -480,6 +502,7 @@ async fn attempt_loop(
         );
         match decision {
             Decision::Relaunch(next) => {
+                observer.notify.waiting(next.delay, attempt + 1);
                 let between =
                     between_attempts(&mut supervisor, settings, &report, &end, &mut ladder, next);
                 if let Some(signal) = between.await {
@@ -487,6 +510,7 @@ async fn attempt_loop(
                 }
             }
             Decision::Stop { outcome, reason } => {
+                observer.notify.ended(outcome.as_str(), reason.as_deref());
                 if let Some(reason) = reason {
                     report.say(&format!("stopping: {} ({reason})", outcome.as_str()));
                 }
@@ -494,6 +518,9 @@ async fn attempt_loop(
             }
         }
     };
+    if let Ok((Outcome::Interrupted, _)) = result {
+        observer.notify.ended(Outcome::Interrupted.as_str(), None);
+    }
     // The user's files come back while the guard still watches, then the guard is let go.
     if let Some(files) = files {
         for line in files.finish() {
@@ -891,6 +918,16 @@ fn final_sizes(knobs: &KnobSet, values: &[Value]) -> FinalSizes {
         batch_size: knobs.int_of("batch", values),
         accum: knobs.int_of("accum", values),
     }
+}
+
+/// Each knob's name and value as text, for the service manager's status line.
+fn knob_text(knobs: &KnobSet, values: &[Value]) -> Vec<(String, String)> {
+    knobs
+        .knobs
+        .iter()
+        .zip(values)
+        .map(|(knob, value)| (knob.name.clone(), value.to_string()))
+        .collect()
 }
 
 /// The argv and environment of the next attempt, its config files put where it reads them.
