@@ -42,6 +42,7 @@ pub mod doctor;
 pub mod dry_run;
 pub mod fit;
 pub mod gpu;
+pub mod install;
 pub mod jobfile;
 pub mod jobs;
 pub mod kernel;
@@ -138,8 +139,38 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
         Command::Run(args) => run_job(args.validate()?, report),
         Command::Classify(args) => Ok(classify_files(&args)),
         Command::Doctor(_) => Ok(doctor::run(report)),
+        Command::Completions(args) => print_bytes(&install::completions(args.shell)),
+        Command::Man(args) => man(&args),
         Command::Guard => Ok(child::guard_main(std::io::stdin().lock())),
     }
+}
+
+/// `oomguard man`: one page printed, or every page written into `--dir`.
+fn man(args: &cli::ManArgs) -> Result<i32, Error> {
+    if let Some(dir) = &args.dir {
+        install::write_man_pages(dir).map_err(|source| Error::Internal {
+            action: "cannot write the man pages",
+            source,
+        })?;
+        return Ok(0);
+    }
+    match install::man_page(args.command.as_deref()) {
+        Ok(page) => print_bytes(&page),
+        Err(why) => Err(Error::Usage(UsageError::ManPage(why))),
+    }
+}
+
+/// Generated text on stdout (a completion script, a man page), for the shell to redirect.
+fn print_bytes(bytes: &[u8]) -> Result<i32, Error> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|source| Error::Internal {
+            action: "cannot write to standard output",
+            source,
+        })?;
+    Ok(0)
 }
 
 /// `oomguard run`: checks what can be checked before anything starts, then runs the attempts.
