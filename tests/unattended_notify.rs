@@ -253,3 +253,186 @@ fn an_unreachable_notify_socket_does_not_stop_the_run() {
 fn units_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd")
 }
+
+/// Runs systemd/verify (see there for what makes `systemd-analyze verify` work offline) with
+/// the binary under test standing in for the installed one.
+fn verify(units: &[&Path]) -> std::process::Output {
+    Command::new("bash")
+        .arg(units_dir().join("verify"))
+        .arg(util::bin())
+        .args(units)
+        .output()
+        .expect("bash runs systemd/verify")
+}
+
+#[test]
+fn both_units_pass_systemd_analyze_verify() {
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("SKIPPED both_units_pass_systemd_analyze_verify: systemd-analyze is not installed (apt-get install systemd; .ci/run does)");
+        return;
+    }
+    let out = verify(&[]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr_of(&out)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 unit(s) pass"));
+
+    // Not blind: verify itself exits 0 on a misspelt value and only prints it; the script fails.
+    let sandbox = Sandbox::new();
+    let text = std::fs::read_to_string(units_dir().join("oomguard@.service")).expect("unit");
+    let broken = sandbox.path("oomguard@.service");
+    let typo = text.replace("OOMPolicy=continue", "OOMPolicy=contineu");
+    assert_ne!(typo, text, "the unit sets OOMPolicy=continue");
+    std::fs::write(&broken, typo).expect("write");
+    let out = verify(&[&broken]);
+    assert!(!out.status.success(), "a broken unit passed");
+    assert!(stderr_of(&out).contains("contineu"), "{}", stderr_of(&out));
+}
+
+/// The `Key=value` settings of a unit file's [Service] section.
+fn service_settings(unit: &str) -> Vec<(String, String)> {
+    let mut in_service = false;
+    let mut settings = Vec::new();
+    for line in unit.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_service = line == "[Service]";
+        } else if let (true, Some((key, value))) = (in_service, line.split_once('=')) {
+            if !line.starts_with('#') {
+                settings.push((key.to_string(), value.to_string()));
+            }
+        }
+    }
+    settings
+}
+
+#[test]
+fn the_units_set_what_an_unattended_training_job_needs_and_nothing_that_hides_the_gpu() {
+    for (unit, job_file) in [
+        ("oomguard@.service", "/etc/oomguard/%i.toml"),
+        ("user/oomguard@.service", "%E/oomguard/%i.toml"),
+    ] {
+        let text = std::fs::read_to_string(units_dir().join(unit)).expect("unit file");
+        let settings = service_settings(&text);
+        let get = |key: &str| {
+            settings
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+                .unwrap_or_else(|| panic!("{unit}: no {key}="))
+        };
+        let table = [
+            ("Type", "notify"),
+            ("OOMPolicy", "continue"),
+            ("Delegate", "yes"),
+            ("KillMode", "mixed"),
+            ("Restart", "on-failure"),
+            ("NotifyAccess", "main"),
+        ];
+        for (key, want) in table {
+            assert_eq!(get(key), want, "{unit}: {key}");
+        }
+        assert_eq!(
+            get("ExecStart"),
+            format!("oomguard run --config {job_file}"),
+            "{unit}"
+        );
+        let prevented: Vec<&str> = get("RestartPreventExitStatus").split_whitespace().collect();
+        assert!(
+            prevented.contains(&"75") && prevented.contains(&"2"),
+            "{unit}: {prevented:?}"
+        );
+        // Longer than oomguard's default --grace (30s), so the job gets its graceful stop.
+        let seconds = |key| {
+            humantime::parse_duration(get(key))
+                .unwrap_or_else(|e| panic!("{unit}: {key}: {e}"))
+                .as_secs()
+        };
+        assert!(seconds("TimeoutStopSec") > 30, "{unit}");
+        assert!(seconds("RestartSec") >= 1, "{unit}: systemd's 100 ms");
+        assert!(seconds("WatchdogSec") >= 2, "{unit}");
+        for hides in [
+            "PrivateDevices",
+            "DevicePolicy",
+            "DeviceAllow",
+            "MemoryMax",
+            "MemoryHigh",
+            "MemoryLimit",
+            "MemorySwapMax",
+        ] {
+            assert!(
+                !settings.iter().any(|(k, _)| k == hides),
+                "{unit} sets {hides}"
+            );
+        }
+    }
+}
+
+#[test]
+fn completions_and_man_pages_come_from_the_command_line_definitions() {
+    let sandbox = Sandbox::new();
+    for (shell, expect) in [
+        ("bash", "--max-attempts"),
+        ("zsh", "--max-attempts"),
+        ("fish", "-l max-attempts"),
+    ] {
+        let out = sandbox
+            .oomguard(&["completions", shell])
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(0), "{shell}: {}", stderr_of(&out));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(expect), "{shell}: {script}");
+    }
+    let out = sandbox
+        .oomguard(&["completions", "tcsh"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+
+    let out = sandbox.oomguard(&["man", "run"]).output().expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let page = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        page.contains(".TH oomguard-run 1") && page.contains("memory\\-max"),
+        "{page}"
+    );
+
+    let out = sandbox
+        .oomguard(&["man", "frobnicate"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr_of(&out).contains("no man page for `frobnicate`"),
+        "{}",
+        stderr_of(&out)
+    );
+
+    let dir = sandbox.path("man");
+    let out = sandbox
+        .oomguard(&["man", "--dir", dir.to_str().expect("utf-8")])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let mut pages: Vec<String> = std::fs::read_dir(&dir)
+        .expect("pages written")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    pages.sort();
+    for page in [
+        "oomguard.1",
+        "oomguard-run.1",
+        "oomguard-classify.1",
+        "oomguard-doctor.1",
+    ] {
+        assert!(pages.iter().any(|p| p == page), "{pages:?}");
+    }
+    assert!(!pages.iter().any(|p| p.contains("guard-__")), "{pages:?}");
+}
