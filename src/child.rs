@@ -167,6 +167,10 @@ pub fn spawn(
             .env("LOGNAME", &who.name);
     }
     let run_as = launch.run_as.clone();
+    // The service manager's variables are oomguard's (see crate::notify), not the job's.
+    for key in crate::notify::FOR_OOMGUARD_ONLY {
+        cmd.env_remove(key);
+    }
     cmd.args(&launch.argv[1..])
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::inherit())

@@ -46,6 +46,10 @@ pub enum Command {
     /// Show what this machine allows and what oomguard will use (cgroups, kernel log, PSI,
     /// NVML), with the sampling cost measured on the spot.
     Doctor(DoctorArgs),
+    /// Print a shell completion script: `oomguard completions bash > /etc/bash_completion.d/oomguard`.
+    Completions(CompletionsArgs),
+    /// Print a man page (roff), generated from these same definitions: `oomguard man | man -l -`.
+    Man(ManArgs),
     /// Internal: the guard process that kills the job if oomguard itself is killed.
     #[command(name = "__guard", hide = true)]
     Guard,
@@ -340,6 +344,23 @@ pub struct StatusArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The page of one command (`oomguard man run` is oomguard-run(1)) [default: oomguard(1)].
+    #[arg(value_name = "COMMAND")]
+    pub command: Option<String>,
+    /// Write every page (oomguard.1, oomguard-run.1, ...) into DIR instead of printing one.
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
 pub struct ClassifyArgs {
     /// Print one JSON object per file instead of CLASS<TAB>FILE.
     #[arg(long)]
@@ -460,6 +481,9 @@ pub enum UsageError {
     Hook(String),
     #[error("--memory-max {} is too small for any job to start (an empty python3 needs about 7 MiB): use at least 32M", crate::units::human_bytes(*.0))]
     MemoryMaxTooSmall(u64),
+    /// `oomguard man COMMAND` names no command with a page.
+    #[error("{0}")]
+    ManPage(String),
 }
 
 /// The causes `--dry-run=CAUSE` and `on = [...]` accept.

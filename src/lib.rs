@@ -49,11 +49,13 @@ pub mod dry_run;
 pub mod fit;
 pub mod gpu;
 pub mod hooks;
+pub mod install;
 pub mod jobfile;
 pub mod jobs;
 pub mod kernel;
 pub mod knobs;
 pub mod mem;
+pub mod notify;
 pub mod oom_numbers;
 pub mod outcome;
 pub mod policy;
@@ -147,9 +149,39 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
         Command::Classify(args) => Ok(classify_files(&args)),
         Command::Status(args) => show_status(&args, report),
         Command::Doctor(_) => Ok(doctor::run(report)),
+        Command::Completions(args) => print_bytes(&install::completions(args.shell)),
+        Command::Man(args) => man(&args),
         Command::Guard => Ok(child::guard_main(std::io::stdin().lock())),
         Command::Hook(args) => Ok(hooks::wrapper_main(args.timeout_ms, &args.argv)),
     }
+}
+
+/// `oomguard man`: one page printed, or every page written into `--dir`.
+fn man(args: &cli::ManArgs) -> Result<i32, Error> {
+    if let Some(dir) = &args.dir {
+        install::write_man_pages(dir).map_err(|source| Error::Internal {
+            action: "cannot write the man pages",
+            source,
+        })?;
+        return Ok(0);
+    }
+    match install::man_page(args.command.as_deref()) {
+        Ok(page) => print_bytes(&page),
+        Err(why) => Err(Error::Usage(UsageError::ManPage(why))),
+    }
+}
+
+/// Generated text on stdout (a completion script, a man page), for the shell to redirect.
+fn print_bytes(bytes: &[u8]) -> Result<i32, Error> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|source| Error::Internal {
+            action: "cannot write to standard output",
+            source,
+        })?;
+    Ok(0)
 }
 
 /// `oomguard run`: checks what can be checked before anything starts, then runs the attempts.
@@ -279,6 +311,7 @@ fn run_in(
         report,
         samples,
         warned_no_cgroup: false,
+        notify: notify::Notifier::from_env(),
     };
     // From here on the job's output and our own lines go through the writer threads, so a slow
     // reader of our output never costs the log, the classifier or the attempt's end a byte.
@@ -286,7 +319,12 @@ fn run_in(
         action: "cannot start forwarding the job's output",
         source,
     })?;
+    let watchdog = observer.notify.watchdog();
     let result = runtime.block_on(async {
+        // Pings only while this runtime turns, i.e. while the attempt loop is alive.
+        if let Some(watchdog) = watchdog {
+            tokio::spawn(watchdog.run());
+        }
         let sampler = Sampler::new(gpu, settings.interval);
         let supervisor = Supervisor::new(setup, sampler).map_err(|source| Error::Internal {
             action: "cannot listen for signals",
@@ -303,6 +341,7 @@ fn run_in(
         )
         .await
     });
+    observer.notify.stopping();
     // Like `tee`, oomguard ends only once every byte of the job's output is written out; a stop
     // signal (Ctrl-C at a terminal paused with Ctrl-S) or Ctrl-Z acts on that wait as on `tee`'s.
     signals::default_stops();
@@ -350,11 +389,13 @@ fn cgroup_setup(plan: CgroupPlan) -> Result<Option<(cgroup::Parent, cgroup::Limi
     }
 }
 
-/// Writes samples to samples.csv and tells the user about notices.
+/// Writes samples to samples.csv and tells the user about notices (and the service manager,
+/// where there is one, how the attempt stands).
 struct RunObserver {
     report: Reporter,
     samples: SamplesCsv,
     warned_no_cgroup: bool,
+    notify: notify::Notifier,
 }
 
 impl Observer for RunObserver {
@@ -364,6 +405,13 @@ impl Observer for RunObserver {
         if let Err(e) = self.samples.write(sample) {
             report::unsaved("samples.csv", &e);
         }
+        let rss_bytes = (sample.tree.processes > 0).then_some(sample.tree.rss_bytes);
+        let gpu_bytes = sample.gpu.as_ref().and_then(|gpu| gpu.job_bytes);
+        self.notify.memory(rss_bytes, gpu_bytes);
+    }
+
+    fn started(&mut self) {
+        self.notify.started();
     }
 
     fn notice(&mut self, notice: &Notice) {
@@ -495,6 +543,11 @@ async fn attempt_loop(
             &report,
         );
         let log = run_dir.open_log(attempt, &report);
+        observer.notify.attempt(
+            attempt,
+            settings.limits.max_attempts,
+            &knob_text(knobs, &ladder.values),
+        );
         let end = match supervisor
             .run_attempt(attempt, &launch, log, observer)
             .await
@@ -548,6 +601,7 @@ async fn attempt_loop(
                     run_dir: run_dir.path(),
                 };
                 hooks.start(&settings.hooks, &occasion, &report);
+                observer.notify.waiting(next.delay, attempt + 1);
                 let between =
                     between_attempts(&mut supervisor, settings, &report, &end, &mut ladder, next);
                 if let Some(signal) = between.await {
@@ -555,6 +609,7 @@ async fn attempt_loop(
                 }
             }
             Decision::Stop { outcome, reason } => {
+                observer.notify.ended(outcome.as_str(), reason.as_deref());
                 if let Some(reason) = reason {
                     report.say(&format!("stopping: {} ({reason})", outcome.as_str()));
                 }
@@ -562,6 +617,9 @@ async fn attempt_loop(
             }
         }
     };
+    if let Ok((Outcome::Interrupted, _)) = result {
+        observer.notify.ended(Outcome::Interrupted.as_str(), None);
+    }
     // The user's files come back while the guard still watches, then the guard is let go.
     if let Some(files) = files {
         for line in files.finish() {
@@ -1079,6 +1137,16 @@ fn final_sizes(knobs: &KnobSet, values: &[Value]) -> FinalSizes {
         batch_size: knobs.int_of("batch", values),
         accum: knobs.int_of("accum", values),
     }
+}
+
+/// Each knob's name and value as text, for the service manager's status line.
+fn knob_text(knobs: &KnobSet, values: &[Value]) -> Vec<(String, String)> {
+    knobs
+        .knobs
+        .iter()
+        .zip(values)
+        .map(|(knob, value)| (knob.name.clone(), value.to_string()))
+        .collect()
 }
 
 /// The argv and environment of the next attempt, its config files put where it reads them.

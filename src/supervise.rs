@@ -120,6 +120,8 @@ pub enum GpuWait {
 pub trait Observer {
     fn sample(&mut self, sample: &Sample);
     fn notice(&mut self, notice: &Notice);
+    /// The attempt's job was spawned and runs (the service manager hears `READY=1`).
+    fn started(&mut self) {}
 }
 
 /// What one attempt did, in plain data.
@@ -631,6 +633,7 @@ impl Supervisor {
         let pty = self.open_pty();
         let spawned = child::spawn(launch, procs_fd, pty)?;
         let pgid = spawned.pid;
+        observer.started();
         if let Some(guard) = self.guard.as_mut() {
             guard.watch(Some(pgid), cgroup.as_ref().map(JobCgroup::dir));
         }
