@@ -21,20 +21,37 @@ pub fn completions(shell: clap_complete::Shell) -> Vec<u8> {
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), BIN, &mut out);
     let text = String::from_utf8(out).expect("clap_complete writes UTF-8");
-    without_guard(&text).into_bytes()
+    without_internal(&text).into_bytes()
 }
 
-/// clap_complete's bash and fish scripts offer hidden subcommands too: the internal guard is not
-/// for people to type, so it leaves bash's word lists and fish's offers (bash's case arms for it
-/// stay, unreachable).
-fn without_guard(script: &str) -> String {
+/// The hidden internal subcommands (`__guard`, `__hook`): not for people to type.
+fn internal() -> Vec<String> {
+    Cli::command()
+        .get_subcommands()
+        .filter(|s| s.is_hide_set())
+        .map(|s| s.get_name().to_string())
+        .collect()
+}
+
+/// clap_complete's bash and fish scripts offer hidden subcommands too: the internal ones leave
+/// bash's word lists and fish's offers (bash's case arms for them stay, unreachable).
+fn without_internal(script: &str) -> String {
+    let hidden = internal();
     let mut kept = String::with_capacity(script.len());
     for line in script.lines() {
-        if line.starts_with("complete ") && line.contains("-a \"__guard\"") {
+        let offers_hidden = hidden.iter().any(|name| {
+            line.contains(&format!("-a \"{name}\""))
+                || line.contains(&format!("__fish_oomguard_using_subcommand {name}"))
+        });
+        if line.starts_with("complete ") && offers_hidden {
             continue;
         }
         if line.trim_start().starts_with("opts=") {
-            kept.push_str(&line.replace(" __guard", ""));
+            let mut words = line.to_string();
+            for name in &hidden {
+                words = words.replace(&format!(" {name}"), "");
+            }
+            kept.push_str(&words);
         } else {
             kept.push_str(line);
         }
@@ -117,14 +134,16 @@ mod tests {
             for word in ["run", "classify", "doctor", "completions", "man", option] {
                 assert!(script.contains(word), "{shell}: no {word}");
             }
-            let offered = script
-                .lines()
-                .filter(|l| l.contains("opts=") || l.contains("-a \"__guard\""));
-            for line in offered {
-                assert!(
-                    !line.contains("__guard"),
-                    "{shell}: the guard is offered: {line}"
-                );
+            for name in ["__guard", "__hook"] {
+                // Offered: in bash's word lists, as fish's `-a` word or a subcommand fish
+                // completes options for (fish's "not seen" conditions may still name it).
+                let offered = script.lines().find(|l| {
+                    (l.trim_start().starts_with("opts=") && l.contains(name))
+                        || l.contains(&format!("-a \"{name}\""))
+                        || l.contains(&format!("using_subcommand {name}\""))
+                        || l.contains(&format!("using_subcommand {name};"))
+                });
+                assert_eq!(offered, None, "{shell}: {name} is offered");
             }
         }
     }
@@ -138,6 +157,9 @@ mod tests {
         assert!(run.contains(".TH oomguard-run 1"), "{run}");
         assert!(run.contains("max\\-attempts"), "{run}");
         let err = man_page(Some("__guard")).expect_err("hidden");
-        assert!(err.contains("pages are run, classify, doctor"), "{err}");
+        assert!(
+            err.contains("pages are run, classify, status, doctor"),
+            "{err}"
+        );
     }
 }
