@@ -1029,6 +1029,8 @@ impl JobRun {
         match store.update(|memory| memory.run = Some(current)) {
             Ok(None) => {}
             Ok(Some(moved)) => self.warn(report, &moved.to_string()),
+            // A full disk is told once, at the end, with everything else left unsaved.
+            Err(e) if e.is_out_of_space() => crate::report::unsaved("job state", &e),
             Err(e) => self.warn(
                 report,
                 &format!("{e}; `oomguard status` will not show this run as it is"),
