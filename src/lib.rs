@@ -478,6 +478,64 @@ struct Ladder {
     hint_pending: Option<policy::Hint>,
 }
 
+impl Ladder {
+    /// The ladder at the start of a run: the values of what worked in the job's last run (or
+    /// of the attempt its killed oomguard was in), else the command's own. `original` stays the
+    /// command's, so the effective batch kept on the way down is the command's.
+    fn new(settings: &RunSettings, job: &jobs::JobRun) -> Ladder {
+        let knobs = &settings.knobs;
+        let original = knobs.originals();
+        Ladder {
+            rules: knobs.rules(),
+            values: job
+                .start()
+                .map_or_else(|| original.clone(), |start| start.values.clone()),
+            original,
+            changed: Vec::new(),
+            history: Vec::new(),
+            warned_effective: false,
+            resume_from: None,
+            started: SystemTime::now(),
+            evidence: Vec::new(),
+            // `--fresh` starts over: neither the values nor the evidence of earlier runs.
+            past: if settings.job.fresh {
+                Vec::new()
+            } else {
+                earlier_runs(job, knobs)
+            },
+            hint_available: settings.allocator_hint && !allocator_conf_set(knobs),
+            hint_given: false,
+            hint_pending: None,
+        }
+    }
+
+    /// Takes in how the last attempt ended: its cause with its values, and what its numbers
+    /// tell the fit.
+    fn learn(&mut self, settings: &RunSettings, cause: Cause, end: &AttemptEnd) {
+        self.history.push((cause, self.values.clone()));
+        self.evidence
+            .push(fit::observe(&observed(settings, cause, end)));
+    }
+
+    /// The policy's decision after the last attempt.
+    fn decide(&self, settings: &RunSettings) -> Decision {
+        let plan = policy::StepPlan {
+            strategy: settings.strategy,
+            margin: settings.margin,
+            evidence: self.evidence.clone(),
+            past: self.past.clone(),
+            allocator_hint: self.hint_available,
+        };
+        policy::decide_with(
+            &self.history,
+            &self.rules,
+            &self.original,
+            &settings.limits,
+            &plan,
+        )
+    }
+}
+
 /// The attempt loop: launch, supervise, classify, record, decide.
 async fn attempt_loop(
     mut supervisor: Supervisor,
@@ -493,61 +551,32 @@ async fn attempt_loop(
     if let Some(files) = files.as_deref() {
         supervisor.guard_files(&files.journal_paths());
     }
-    let original = knobs.originals();
-    let mut ladder = Ladder {
-        rules: knobs.rules(),
-        // What worked in the job's last run, else the command's own; `original` stays the
-        // command's, so the effective batch kept on the way down is the command's.
-        values: job
-            .start()
-            .map_or_else(|| original.clone(), |start| start.values.clone()),
-        original,
-        changed: Vec::new(),
-        history: Vec::new(),
-        warned_effective: false,
-        resume_from: None,
-        started: SystemTime::now(),
-        evidence: Vec::new(),
-        // `--fresh` starts over: neither the values nor the evidence of earlier runs.
-        past: if settings.job.fresh {
-            Vec::new()
-        } else {
-            earlier_runs(job, knobs)
-        },
-        hint_available: settings.allocator_hint && !allocator_conf_set(knobs),
-        hint_given: false,
-        hint_pending: None,
-    };
+    let mut ladder = Ladder::new(settings, job);
     let mut hooks = hooks::Pending::default();
     let result = loop {
         let attempt = ladder.history.len() as u32 + 1;
-        if let (1, Some(resume)) = (attempt, settings.resume.as_ref().filter(|r| r.first)) {
-            match resume_first(&mut supervisor, settings, resume, &report).await {
-                Ok(path) => ladder.resume_from = path,
-                Err(signal) => break Ok((Outcome::Interrupted, 128 + signal as i32)),
-            }
-        }
-        // A relaunch hook is done (or killed at its limit) before the attempt: see `hooks`.
-        if let Some(signal) = wait_hooks(&mut supervisor, &mut hooks, &report, run_dir.path()).await
-        {
+        let ready = before_attempt(
+            &mut supervisor,
+            settings,
+            &mut ladder,
+            &mut hooks,
+            run_dir,
+            &report,
+        );
+        if let Some(signal) = ready.await {
             break Ok((Outcome::Interrupted, 128 + signal as i32));
         }
         let launch = match launch_for(settings, &ladder, files.as_deref_mut(), run_dir.path()) {
             Ok(launch) => launch,
             Err(e) => break Err(e),
         };
-        job.attempt_started(
-            attempt,
-            knob_values(knobs, &ladder.values),
-            run_dir.path(),
-            &report,
-        );
+        let values_now = knob_values(knobs, &ladder.values);
+        job.attempt_started(attempt, values_now, run_dir.path(), &report);
         let log = run_dir.open_log(attempt, &report);
-        observer.notify.attempt(
-            attempt,
-            settings.limits.max_attempts,
-            &knob_text(knobs, &ladder.values),
-        );
+        let knobs_text = knob_text(knobs, &ladder.values);
+        observer
+            .notify
+            .attempt(attempt, settings.limits.max_attempts, &knobs_text);
         let end = match supervisor
             .run_attempt(attempt, &launch, log, observer)
             .await
@@ -570,38 +599,16 @@ async fn attempt_loop(
             .last()
             .expect("record added this attempt");
         job.remember(recorded, run_dir.path(), &report);
-        ladder.history.push((verdict.cause, ladder.values.clone()));
-        ladder
-            .evidence
-            .push(fit::observe(&observed(settings, verdict.cause, &end)));
-        let plan = policy::StepPlan {
-            strategy: settings.strategy,
-            margin: settings.margin,
-            evidence: ladder.evidence.clone(),
-            past: ladder.past.clone(),
-            allocator_hint: ladder.hint_available,
-        };
-        let decision = policy::decide_with(
-            &ladder.history,
-            &ladder.rules,
-            &ladder.original,
-            &settings.limits,
-            &plan,
-        );
-        match decision {
+        ladder.learn(settings, verdict.cause, &end);
+        match ladder.decide(settings) {
             Decision::Relaunch(next) => {
-                let next_knobs = knob_values(knobs, &next.values);
-                job.waiting(attempt + 1, next_knobs.clone(), run_dir.path(), &report);
-                let occasion = hooks::Occasion {
-                    event: hooks::Event::Relaunch,
-                    outcome: None,
+                let told = Told {
                     attempt,
-                    cause: Some(verdict.cause),
-                    knobs: &next_knobs,
+                    cause: verdict.cause,
                     run_dir: run_dir.path(),
+                    report: &report,
                 };
-                hooks.start(&settings.hooks, &occasion, &report);
-                observer.notify.waiting(next.delay, attempt + 1);
+                tell_relaunch(settings, job, &mut hooks, observer, &told, &next);
                 let between =
                     between_attempts(&mut supervisor, settings, &report, &end, &mut ladder, next);
                 if let Some(signal) = between.await {
@@ -631,7 +638,88 @@ async fn attempt_loop(
         .map_or(Outcome::Failed, |(outcome, _)| *outcome);
     job.ended(outcome, &report);
     let code = close_run(result, summary, run_dir, &report);
-    // After summary.json has its end: the hooks may read it.
+    exit_hooks(
+        &mut supervisor,
+        settings,
+        &mut hooks,
+        summary,
+        outcome,
+        run_dir,
+        &report,
+    )
+    .await;
+    supervisor.finish();
+    code
+}
+
+/// Before each attempt: `--resume-first`'s checkpoint for attempt 1, and the relaunch hooks of
+/// the last attempt done (or killed at their limit). Returns the user's stop signal if one came.
+async fn before_attempt(
+    supervisor: &mut Supervisor,
+    settings: &RunSettings,
+    ladder: &mut Ladder,
+    hooks: &mut hooks::Pending,
+    run_dir: &RunDir,
+    report: &Reporter,
+) -> Option<Signal> {
+    let first = ladder.history.is_empty();
+    if let (true, Some(resume)) = (first, settings.resume.as_ref().filter(|r| r.first)) {
+        match resume_first(supervisor, settings, resume, report).await {
+            Ok(path) => ladder.resume_from = path,
+            Err(signal) => return Some(signal),
+        }
+    }
+    wait_hooks(supervisor, hooks, report, run_dir.path()).await
+}
+
+/// What a relaunch is told with: the attempt that ended and why.
+struct Told<'a> {
+    attempt: u32,
+    cause: Cause,
+    run_dir: &'a Path,
+    report: &'a Reporter,
+}
+
+/// A relaunch decided: the job's file shows it waiting, the relaunch hooks start, the service
+/// manager hears it.
+fn tell_relaunch(
+    settings: &RunSettings,
+    job: &mut jobs::JobRun,
+    hooks: &mut hooks::Pending,
+    observer: &mut RunObserver,
+    told: &Told,
+    next: &policy::Next,
+) {
+    let next_knobs = knob_values(&settings.knobs, &next.values);
+    job.waiting(
+        told.attempt + 1,
+        next_knobs.clone(),
+        told.run_dir,
+        told.report,
+    );
+    let occasion = hooks::Occasion {
+        event: hooks::Event::Relaunch,
+        outcome: None,
+        attempt: told.attempt,
+        cause: Some(told.cause),
+        knobs: &next_knobs,
+        run_dir: told.run_dir,
+    };
+    hooks.start(&settings.hooks, &occasion, told.report);
+    observer.notify.waiting(next.delay, told.attempt + 1);
+}
+
+/// After summary.json has its end (the hooks may read it): the exit hooks, waited for. A stop
+/// signal here only cuts them short: the run's status is decided.
+async fn exit_hooks(
+    supervisor: &mut Supervisor,
+    settings: &RunSettings,
+    hooks: &mut hooks::Pending,
+    summary: &Summary,
+    outcome: Outcome,
+    run_dir: &RunDir,
+    report: &Reporter,
+) {
     let last = summary.attempts().last();
     let last_knobs = last.map(|a| a.knobs.clone()).unwrap_or_default();
     let occasion = hooks::Occasion {
@@ -642,11 +730,8 @@ async fn attempt_loop(
         knobs: &last_knobs,
         run_dir: run_dir.path(),
     };
-    hooks.start(&settings.hooks, &occasion, &report);
-    // A stop signal here only cuts the hooks short: the run's status is decided.
-    let _ = wait_hooks(&mut supervisor, &mut hooks, &report, run_dir.path()).await;
-    supervisor.finish();
-    code
+    hooks.start(&settings.hooks, &occasion, report);
+    let _ = wait_hooks(supervisor, hooks, report, run_dir.path()).await;
 }
 
 /// Waits for the hooks still running, each at most until its limit; on the user's stop signal
