@@ -196,7 +196,8 @@ pub fn estimate(req: &Request) -> Result<Estimate, String> {
         (fixed, per, basis)
     } else {
         let line = failed.get(1).and_then(|next| {
-            if !usable(&lowest) && !usable(next) {
+            // Both bounds must carry scale: a line through a bare one overshoots.
+            if !usable(&lowest) || !usable(next) {
                 return None;
             }
             let per =
@@ -331,11 +332,15 @@ mod tests {
             ),
             // Never above the smallest failure − 1.
             (vec![fail(10, 100 * GIB)], 80 * GIB, None, Ok(7)),
+            // A line needs two bounds that carry scale: 74 GiB at 66 is below the card (others
+            // held the rest), so it bounds nothing and the fit does not draw a line through it
+            // (on the benchmark's layered deaths such lines overshot: 2.16 failed attempts
+            // against halving's 2.00; without them 2.01).
             (
                 vec![fail(100, 108 * GIB), fail(66, 74 * GIB)],
                 80 * GIB,
                 None,
-                Ok(64),
+                Err("GPU 80.0 GiB, need at 66 ≥ 74.0 GiB"),
             ),
             // The fixed part alone fills the budget: the floor.
             (
