@@ -240,8 +240,8 @@ fn bad_addresses_busy_ports_and_missing_directories_are_usage_errors() {
     let busy_addr = busy.local_addr().unwrap().to_string();
     let missing: PathBuf = p.sb.path("no/such/dir/oomguard.prom");
     let table: &[(&[&str], &str)] = &[
-        (&["--metrics-addr", "nonsense"], "--metrics-addr"),
-        (&["--metrics-addr", "70000"], "--metrics-addr"),
+        (&["--metrics-addr", "nonsense"], "is not an address"),
+        (&["--metrics-addr", "70000"], "is not an address"),
         (&["--metrics-addr", &busy_addr], "cannot listen"),
         (
             &["--metrics-textfile", missing.to_str().unwrap()],
