@@ -145,6 +145,14 @@ pub struct RunArgs {
     /// stalled, relaunched unchanged only within --retries) [default: off].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub stall_timeout: Option<Duration>,
+    /// Serve Prometheus metrics at http://ADDR/metrics: a port (9184) listens on loopback only,
+    /// IP:PORT (0.0.0.0:9184) as given.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<String>,
+    /// Write the same metrics to PATH for node_exporter's textfile collector, replaced
+    /// atomically at every sample (the directory must exist).
+    #[arg(long, value_name = "PATH")]
+    pub metrics_textfile: Option<PathBuf>,
     /// Give the job pipes for its stdout and stderr even when oomguard's are a terminal (by
     /// default the job then gets a pseudo-terminal, so progress bars draw as without oomguard).
     #[arg(long)]
@@ -484,6 +492,10 @@ pub enum UsageError {
     /// `oomguard man COMMAND` names no command with a page.
     #[error("{0}")]
     ManPage(String),
+    /// `--metrics-addr` that does not parse or cannot be bound, `--metrics-textfile` in a
+    /// directory that does not exist.
+    #[error("{0}")]
+    Metrics(String),
 }
 
 /// The causes `--dry-run=CAUSE` and `on = [...]` accept.
@@ -607,6 +619,11 @@ impl RunArgs {
         if self.interval < MIN_INTERVAL {
             return Err(UsageError::IntervalTooShort(self.interval));
         }
+        let metrics = crate::metrics::MetricsPlan::new(
+            self.metrics_addr.as_deref(),
+            self.metrics_textfile.as_deref(),
+        )
+        .map_err(UsageError::Metrics)?;
         let cgroup = if self.no_cgroup {
             CgroupPlan::Off
         } else if self.memory_max.is_some() {
@@ -651,6 +668,7 @@ impl RunArgs {
             margin: self.margin,
             allocator_hint: !self.no_allocator_hint,
             job_context,
+            metrics,
         })
     }
 }

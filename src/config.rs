@@ -53,6 +53,8 @@ pub struct RunSettings {
     pub quiet: crate::quiet::Timeouts,
     /// From the job file: where the job runs, its `[env]`, and whom it runs as.
     pub job_context: crate::runas::JobContext,
+    /// `--metrics-addr` / `--metrics-textfile`.
+    pub metrics: crate::metrics::MetricsPlan,
 }
 
 /// Whether attempts run in their own memory cgroup.

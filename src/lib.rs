@@ -55,6 +55,7 @@ pub mod jobs;
 pub mod kernel;
 pub mod knobs;
 pub mod mem;
+pub mod metrics;
 pub mod notify;
 pub mod oom_numbers;
 pub mod outcome;
@@ -200,6 +201,7 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
             report.warn(&line);
         }
     }
+    let metrics = start_metrics(&settings)?;
     let cgroup = cgroup_setup(settings.cgroup)?;
     let run_dir = RunDir::create(
         settings.run_dir.as_deref(),
@@ -228,6 +230,7 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         cgroup,
         report,
         files.as_mut(),
+        metrics,
     );
     // Every way out passes here (a panic through Patcher's Drop): the user's files come back.
     if let Some(files) = files.as_mut() {
@@ -268,6 +271,7 @@ fn run_in(
     cgroup: Option<(cgroup::Parent, cgroup::Limits)>,
     report: Reporter,
     files: Option<&mut Patcher>,
+    metrics: Option<metrics::Exporter>,
 ) -> Result<i32, Error> {
     run_dir.save(summary, false).map_err(Error::RunDir)?;
     let samples = run_dir.open_samples().map_err(Error::RunDir)?;
@@ -278,6 +282,9 @@ fn run_in(
     );
     for note in &settings.knobs.notes {
         report.say(note);
+    }
+    if let Some(url) = metrics.as_ref().and_then(|m| m.url()) {
+        report.say(&format!("metrics at {url}"));
     }
     if settings.knobs.automatic && settings.knobs.index("batch").is_none() {
         report.warn("no batch flag found in the command: an out-of-memory death will not be relaunched smaller (name the flag with --batch-arg)");
@@ -312,7 +319,9 @@ fn run_in(
         samples,
         warned_no_cgroup: false,
         notify: notify::Notifier::from_env(),
+        metrics,
     };
+    let metrics_server = observer.metrics.as_mut().and_then(|m| m.server());
     // From here on the job's output and our own lines go through the writer threads, so a slow
     // reader of our output never costs the log, the classifier or the attempt's end a byte.
     stream::install().map_err(|source| Error::Internal {
@@ -324,6 +333,9 @@ fn run_in(
         // Pings only while this runtime turns, i.e. while the attempt loop is alive.
         if let Some(watchdog) = watchdog {
             tokio::spawn(watchdog.run());
+        }
+        if let Some(server) = metrics_server {
+            tokio::spawn(server);
         }
         let sampler = Sampler::new(gpu, settings.interval);
         let supervisor = Supervisor::new(setup, sampler).map_err(|source| Error::Internal {
@@ -356,6 +368,17 @@ fn open_job(settings: &RunSettings, summary: &mut Summary, report: &Reporter) ->
     summary.job = Some(job.name().to_string());
     summary.started_from = job.start().map(|start| start.knob_values(&settings.knobs));
     job
+}
+
+/// `--metrics-addr` bound (a port in use is a usage error before anything starts) and the
+/// metrics set up, where asked for.
+fn start_metrics(settings: &RunSettings) -> Result<Option<metrics::Exporter>, Error> {
+    let limit_bytes = match settings.cgroup {
+        CgroupPlan::Required(limits) => limits.memory_max_bytes,
+        _ => None,
+    };
+    metrics::Exporter::start(&settings.metrics, limit_bytes)
+        .map_err(|why| Error::Usage(UsageError::Metrics(why)))
 }
 
 /// Finds where attempt cgroups can be made. `--memory-max` without a writable memory cgroup is
@@ -396,6 +419,8 @@ struct RunObserver {
     samples: SamplesCsv,
     warned_no_cgroup: bool,
     notify: notify::Notifier,
+    /// `--metrics-addr` / `--metrics-textfile`, where asked for.
+    metrics: Option<metrics::Exporter>,
 }
 
 impl Observer for RunObserver {
@@ -408,6 +433,9 @@ impl Observer for RunObserver {
         let rss_bytes = (sample.tree.processes > 0).then_some(sample.tree.rss_bytes);
         let gpu_bytes = sample.gpu.as_ref().and_then(|gpu| gpu.job_bytes);
         self.notify.memory(rss_bytes, gpu_bytes);
+        if let Some(metrics) = &self.metrics {
+            metrics.sample(sample);
+        }
     }
 
     fn started(&mut self) {
@@ -577,6 +605,9 @@ async fn attempt_loop(
         observer
             .notify
             .attempt(attempt, settings.limits.max_attempts, &knobs_text);
+        if let Some(metrics) = &observer.metrics {
+            metrics.attempt(attempt, &knobs_text);
+        }
         let end = match supervisor
             .run_attempt(attempt, &launch, log, observer)
             .await
@@ -707,6 +738,9 @@ fn tell_relaunch(
     };
     hooks.start(&settings.hooks, &occasion, told.report);
     observer.notify.waiting(next.delay, told.attempt + 1);
+    if let Some(metrics) = &observer.metrics {
+        metrics.relaunch(told.cause.as_str());
+    }
 }
 
 /// After summary.json has its end (the hooks may read it): the exit hooks, waited for. A stop

@@ -1,0 +1,593 @@
+//! Metrics for Prometheus: `--metrics-addr ADDR` serves them over HTTP (`GET /metrics`, the
+//! text exposition format, one request per connection) and `--metrics-textfile PATH` writes them
+//! for node_exporter's textfile collector, replaced atomically (a temporary file in the same
+//! directory, then a rename) on every sample tick. The figures are those the run already has:
+//! the sampler's tree memory, cgroup usage and GPU memory, the attempt number, relaunches by
+//! cause and the knob values; this module only holds and publishes them. Sampling, classifying
+//! and deciding stay where they are (`sampler`, `classify`, `policy`); the encoding is the
+//! `prometheus` crate's.
+
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use prometheus::{GaugeVec, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+
+use crate::sampler::Sample;
+
+/// `--metrics-addr` and `--metrics-textfile`, checked: the address parses and the textfile's
+/// directory exists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetricsPlan {
+    pub addr: Option<SocketAddr>,
+    pub textfile: Option<PathBuf>,
+}
+
+impl MetricsPlan {
+    /// Checks the flags as given; the port is bound later, by [`Exporter::start`], still before
+    /// anything starts.
+    pub fn new(addr: Option<&str>, textfile: Option<&Path>) -> Result<MetricsPlan, String> {
+        let addr = addr.map(parse_addr).transpose()?;
+        let textfile = textfile.map(check_textfile).transpose()?;
+        Ok(MetricsPlan { addr, textfile })
+    }
+
+    /// Whether either output was asked for.
+    pub fn wanted(&self) -> bool {
+        self.addr.is_some() || self.textfile.is_some()
+    }
+}
+
+/// Parses `--metrics-addr`: a bare port (or `:PORT`) listens on loopback only, since metrics
+/// name the job's command line and memory; `HOST:PORT` (`0.0.0.0:9184`, `[::]:9184`) as given.
+pub fn parse_addr(text: &str) -> Result<SocketAddr, String> {
+    let bad = || {
+        format!(
+            "--metrics-addr {text:?} is not an address: use a port (9184, loopback only) or IP:PORT (0.0.0.0:9184)"
+        )
+    };
+    let trimmed = text.trim();
+    let port_only = trimmed.strip_prefix(':').unwrap_or(trimmed);
+    if let Ok(port) = port_only.parse::<u16>() {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    trimmed.parse::<SocketAddr>().map_err(|_| bad())
+}
+
+/// `--metrics-textfile`: its directory must exist (node_exporter's textfile directory is made
+/// by whoever installs node_exporter; making it here would hide a typo).
+fn check_textfile(path: &Path) -> Result<PathBuf, String> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    if path.file_name().is_none() {
+        return Err(format!(
+            "--metrics-textfile {}: not a file name; give a file such as /var/lib/node_exporter/textfile/oomguard.prom",
+            path.display()
+        ));
+    }
+    if !dir.is_dir() {
+        return Err(format!(
+            "--metrics-textfile {}: directory {} does not exist; create it or point at node_exporter's textfile directory",
+            path.display(),
+            dir.display()
+        ));
+    }
+    Ok(path.to_path_buf())
+}
+
+/// The run's metrics. Every handle is shared (the `prometheus` types are reference-counted
+/// atomics), so a clone given to the HTTP task reads what the attempt loop sets.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    tree_bytes: GaugeVec,
+    cgroup_usage_bytes: GaugeVec,
+    cgroup_working_set_bytes: GaugeVec,
+    cgroup_limit_bytes: GaugeVec,
+    gpu_bytes: GaugeVec,
+    attempt: IntGauge,
+    relaunches: IntCounterVec,
+    knobs: GaugeVec,
+}
+
+/// The causes a relaunch counter starts at 0 for, so that `rate()` sees the first one.
+fn relaunch_causes() -> Vec<&'static str> {
+    crate::policy::default_causes()
+        .iter()
+        .map(|c| c.as_str())
+        .collect()
+}
+
+impl Metrics {
+    /// Registers every family; `cgroup_limit_bytes` is `--memory-max` where given.
+    pub fn new(cgroup_limit_bytes: Option<u64>) -> Metrics {
+        let registry = Registry::new();
+        // A gauge with no labels still goes through a vector so that an unknown value (no
+        // cgroup, no GPU) is absent from the output rather than a silent 0.
+        let gauge = |name: &str, help: &str, labels: &[&str]| {
+            let vec = GaugeVec::new(Opts::new(name, help), labels)
+                .expect("metric names and labels are valid constants");
+            registry
+                .register(Box::new(vec.clone()))
+                .expect("each metric name is registered once");
+            vec
+        };
+        let tree_bytes = gauge(
+            "oomguard_tree_memory_bytes",
+            "Memory of the job's process tree by kind: rss (summed), pss (proportional, last read), swap.",
+            &["kind"],
+        );
+        let cgroup_usage_bytes = gauge(
+            "oomguard_cgroup_usage_bytes",
+            "Memory usage of the attempt's cgroup, page cache included (what its limit applies to).",
+            &[],
+        );
+        let cgroup_working_set_bytes = gauge(
+            "oomguard_cgroup_working_set_bytes",
+            "The attempt cgroup's usage less the inactive file cache the kernel can drop.",
+            &[],
+        );
+        let cgroup_limit = gauge(
+            "oomguard_cgroup_limit_bytes",
+            "Memory limit of each attempt's cgroup (--memory-max).",
+            &[],
+        );
+        let gpu_bytes = gauge(
+            "oomguard_gpu_memory_bytes",
+            "GPU memory held by the job's processes over all devices (NVML).",
+            &[],
+        );
+        let knobs = gauge(
+            "oomguard_knob_value",
+            "Current value of each knob oomguard turns (numbers as they are, booleans as 0/1).",
+            &["knob"],
+        );
+        let attempt = IntGauge::new(
+            "oomguard_attempt",
+            "Number of the current (or last) attempt, from 1.",
+        )
+        .expect("metric name is a valid constant");
+        registry
+            .register(Box::new(attempt.clone()))
+            .expect("each metric name is registered once");
+        let relaunches = IntCounterVec::new(
+            Opts::new(
+                "oomguard_relaunches_total",
+                "Relaunches decided after an attempt died, by the cause of its death.",
+            ),
+            &["cause"],
+        )
+        .expect("metric name and label are valid constants");
+        registry
+            .register(Box::new(relaunches.clone()))
+            .expect("each metric name is registered once");
+        for cause in relaunch_causes() {
+            relaunches.with_label_values(&[cause]);
+        }
+        let metrics = Metrics {
+            registry,
+            tree_bytes,
+            cgroup_usage_bytes,
+            cgroup_working_set_bytes,
+            cgroup_limit_bytes: cgroup_limit,
+            gpu_bytes,
+            attempt,
+            relaunches,
+            knobs,
+        };
+        if let Some(limit) = cgroup_limit_bytes {
+            metrics
+                .cgroup_limit_bytes
+                .with_label_values(&[] as &[&str])
+                .set(limit as f64);
+        }
+        metrics
+    }
+
+    /// A sample tick: the figures this tick read. PSS and swap are read only on some ticks, so
+    /// their gauges keep the last reading.
+    pub fn sample(&self, sample: &Sample) {
+        if sample.tree.processes > 0 {
+            self.tree_bytes
+                .with_label_values(&["rss"])
+                .set(sample.tree.rss_bytes as f64);
+        }
+        if let Some(pss) = sample.tree.pss_bytes {
+            self.tree_bytes.with_label_values(&["pss"]).set(pss as f64);
+        }
+        if let Some(swap) = sample.tree.swap_bytes {
+            self.tree_bytes
+                .with_label_values(&["swap"])
+                .set(swap as f64);
+        }
+        set_or_clear(&self.cgroup_usage_bytes, sample.cgroup_bytes);
+        set_or_clear(
+            &self.cgroup_working_set_bytes,
+            sample.cgroup_working_set_bytes,
+        );
+        set_or_clear(
+            &self.gpu_bytes,
+            sample.gpu.as_ref().and_then(|gpu| gpu.job_bytes),
+        );
+    }
+
+    /// An attempt starts with these knob values (name, value as text): the previous attempt's
+    /// memory figures no longer describe anything running.
+    pub fn attempt(&self, attempt: u32, knobs: &[(String, String)]) {
+        self.attempt.set(i64::from(attempt));
+        self.tree_bytes.reset();
+        self.cgroup_usage_bytes.reset();
+        self.cgroup_working_set_bytes.reset();
+        self.gpu_bytes.reset();
+        for (name, text) in knobs {
+            match knob_number(text) {
+                Some(value) => self.knobs.with_label_values(&[name.as_str()]).set(value),
+                None => {
+                    let _ = self.knobs.remove_label_values(&[name.as_str()]);
+                }
+            }
+        }
+    }
+
+    /// A relaunch was decided after a death of `cause` (its `as_str` name).
+    pub fn relaunch(&self, cause: &str) {
+        self.relaunches.with_label_values(&[cause]).inc();
+    }
+
+    /// The text exposition format (Prometheus 0.0.4, which node_exporter's textfile collector
+    /// reads too).
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        TextEncoder::new()
+            .encode_utf8(&self.registry.gather(), &mut text)
+            .expect("encoding to a String cannot fail for valid metric families");
+        text
+    }
+}
+
+/// Sets a label-less gauge, or removes it where the value is unknown this tick.
+fn set_or_clear(vec: &GaugeVec, value: Option<u64>) {
+    match value {
+        Some(value) => vec.with_label_values(&[] as &[&str]).set(value as f64),
+        None => vec.reset(),
+    }
+}
+
+/// A knob's value as a number: integers and decimals as they are, booleans as 0/1; text
+/// values (an optimizer's name) have no gauge.
+pub fn knob_number(text: &str) -> Option<f64> {
+    match text.trim() {
+        "true" | "True" => Some(1.0),
+        "false" | "False" => Some(0.0),
+        other => other.parse::<f64>().ok().filter(|v| v.is_finite()),
+    }
+}
+
+/// The metrics of one run and where they go: the HTTP listener (bound before anything starts)
+/// and the textfile.
+pub struct Exporter {
+    pub metrics: Metrics,
+    listener: Option<std::net::TcpListener>,
+    /// Where the listener is bound (its real port where `--metrics-addr 0` let the kernel pick).
+    bound: Option<SocketAddr>,
+    textfile: Option<PathBuf>,
+}
+
+impl Exporter {
+    /// Binds `--metrics-addr` now, so that a port in use is a usage error before any attempt
+    /// runs. `None` where neither flag was given.
+    pub fn start(
+        plan: &MetricsPlan,
+        cgroup_limit_bytes: Option<u64>,
+    ) -> Result<Option<Exporter>, String> {
+        if !plan.wanted() {
+            return Ok(None);
+        }
+        let listener = match plan.addr {
+            None => None,
+            Some(addr) => {
+                let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+                    format!("--metrics-addr {addr}: cannot listen there ({e}); pick a free port or another address")
+                })?;
+                // tokio takes over a listener only in non-blocking mode.
+                listener.set_nonblocking(true).map_err(|e| {
+                    format!("--metrics-addr {addr}: cannot set up the listener ({e})")
+                })?;
+                Some(listener)
+            }
+        };
+        let bound = listener.as_ref().and_then(|l| l.local_addr().ok());
+        // The textfile is first written when attempt 1 starts: a run refused later (no cgroup
+        // for --memory-max) leaves nothing behind.
+        Ok(Some(Exporter {
+            metrics: Metrics::new(cgroup_limit_bytes),
+            listener,
+            bound,
+            textfile: plan.textfile.clone(),
+        }))
+    }
+
+    /// The metrics' URL, where served.
+    pub fn url(&self) -> Option<String> {
+        self.bound.map(|addr| format!("http://{addr}/metrics"))
+    }
+
+    /// The HTTP server's task, to be spawned on the run's runtime; `Some` once (the listener
+    /// moves into it).
+    pub fn server(&mut self) -> Option<impl std::future::Future<Output = ()> + 'static> {
+        let listener = self.listener.take()?;
+        let metrics = self.metrics.clone();
+        // Handed to tokio inside the task: registering it needs the runtime's reactor.
+        Some(async move {
+            match tokio::net::TcpListener::from_std(listener) {
+                Ok(listener) => serve(listener, metrics).await,
+                Err(e) => tracing::warn!("--metrics-addr: cannot serve metrics: {e}"),
+            }
+        })
+    }
+
+    /// A sample tick: the gauges set, the textfile replaced.
+    pub fn sample(&self, sample: &Sample) {
+        self.metrics.sample(sample);
+        self.write_textfile();
+    }
+
+    /// An attempt starts (see [`Metrics::attempt`]).
+    pub fn attempt(&self, attempt: u32, knobs: &[(String, String)]) {
+        self.metrics.attempt(attempt, knobs);
+        self.write_textfile();
+    }
+
+    /// A relaunch was decided (see [`Metrics::relaunch`]).
+    pub fn relaunch(&self, cause: &str) {
+        self.metrics.relaunch(cause);
+        self.write_textfile();
+    }
+
+    /// Replaces the textfile; a failure (full disk) costs this tick's file, not the run.
+    fn write_textfile(&self) {
+        if let Some(path) = &self.textfile {
+            match write_atomically(path, self.metrics.render().as_bytes()) {
+                Ok(()) => crate::report::saved("metrics textfile"),
+                Err(e) => crate::report::unsaved("metrics textfile", &e),
+            }
+        }
+    }
+}
+
+/// Writes `bytes` to a temporary file beside `path` and renames it over `path`, so that a
+/// reader (node_exporter) sees the old file or the new one, never a partial one. The temporary
+/// name does not end in `.prom`, which node_exporter would read.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .expect("MetricsPlan checked that the textfile has a file name");
+    let mut temp_name = std::ffi::OsString::from(".");
+    temp_name.push(name);
+    temp_name.push(format!(".{}.tmp", std::process::id()));
+    let temp = path.with_file_name(temp_name);
+    let result = (|| {
+        let mut file = std::fs::File::create(&temp)?;
+        file.write_all(bytes)?;
+        std::fs::rename(&temp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result
+}
+
+/// The longest a client may take to send its request: a stuck client costs one task, briefly.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most request bytes read: a scraper's GET fits many times over.
+const MAX_REQUEST_BYTES: usize = 16 * 1024;
+
+/// Accepts connections for the rest of the run, each answered by its own task.
+async fn serve(listener: tokio::net::TcpListener, metrics: Metrics) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let metrics = metrics.clone();
+                tokio::spawn(async move {
+                    let _ = tokio::time::timeout(REQUEST_TIMEOUT, answer(stream, &metrics)).await;
+                });
+            }
+            // Out of file descriptors and the like: try again shortly instead of spinning.
+            Err(e) => {
+                tracing::debug!("metrics: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Reads one request's head and answers it, then closes the connection (by dropping it).
+/// Readiness plus `try_read`/`try_write` need none of tokio's `io-util` extras.
+async fn answer(stream: tokio::net::TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 2048];
+    while !head_complete(&head) && head.len() <= MAX_REQUEST_BYTES {
+        stream.readable().await?;
+        match stream.try_read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    let response = respond(&head, || metrics.render());
+    let mut sent = 0;
+    while sent < response.len() {
+        stream.writable().await?;
+        match stream.try_write(&response[sent..]) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Whether a request head has ended (a blank line; bare `\n` tolerated as HTTP allows).
+fn head_complete(head: &[u8]) -> bool {
+    head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n")
+}
+
+/// The HTTP/1.1 response to a request head: `GET /metrics` (any query string) gets the
+/// metrics, `HEAD` the same headers, another path 404 and another method 405.
+fn respond(head: &[u8], render: impl FnOnce() -> String) -> Vec<u8> {
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.split_whitespace();
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let (status, content_type, body, send_body) = match (method, path) {
+        ("GET" | "HEAD", "/metrics") => {
+            ("200 OK", prometheus::TEXT_FORMAT, render(), method == "GET")
+        }
+        ("GET" | "HEAD", _) => (
+            "404 Not Found",
+            "text/plain",
+            "oomguard serves its metrics at /metrics\n".to_string(),
+            method == "GET",
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "only GET /metrics\n".to_string(),
+            true,
+        ),
+    };
+    let mut response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if send_body {
+        response.extend_from_slice(body.as_bytes());
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        let local = |port| SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+        let table: &[(&str, Option<SocketAddr>)] = &[
+            ("9184", Some(local(9184))),
+            (":9184", Some(local(9184))),
+            ("127.0.0.1:9184", Some(local(9184))),
+            ("0.0.0.0:9184", Some("0.0.0.0:9184".parse().unwrap())),
+            ("[::1]:9184", Some("[::1]:9184".parse().unwrap())),
+            ("0", Some(local(0))),
+            ("99999", None),
+            ("localhost:x", None),
+            ("", None),
+            ("0.0.0.0", None),
+        ];
+        for (text, want) in table {
+            assert_eq!(parse_addr(text).ok(), *want, "{text}");
+        }
+    }
+
+    #[test]
+    fn knob_numbers() {
+        let table = [
+            ("8", Some(8.0)),
+            ("0.5", Some(0.5)),
+            ("1e-4", Some(1e-4)),
+            ("true", Some(1.0)),
+            ("False", Some(0.0)),
+            ("adamw", None),
+            ("nan", None),
+        ];
+        for (text, want) in table {
+            assert_eq!(knob_number(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn responses() {
+        let table: &[(&str, &str, bool)] = &[
+            ("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "200 OK", true),
+            ("GET /metrics?x=1 HTTP/1.0\r\n\r\n", "200 OK", true),
+            ("HEAD /metrics HTTP/1.1\r\n\r\n", "200 OK", false),
+            ("GET / HTTP/1.1\r\n\r\n", "404 Not Found", false),
+            (
+                "POST /metrics HTTP/1.1\r\n\r\n",
+                "405 Method Not Allowed",
+                false,
+            ),
+            ("", "405 Method Not Allowed", false),
+        ];
+        for (request, status, has_metrics) in table {
+            let response = String::from_utf8(respond(request.as_bytes(), || {
+                "oomguard_attempt 1\n".into()
+            }))
+            .unwrap();
+            assert!(
+                response.starts_with(&format!("HTTP/1.1 {status}\r\n")),
+                "{request:?}: {response}"
+            );
+            assert_eq!(
+                response.ends_with("\r\n\r\noomguard_attempt 1\n"),
+                *has_metrics,
+                "{request:?}: {response}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_help_and_types() {
+        let metrics = Metrics::new(Some(1 << 30));
+        metrics.attempt(
+            2,
+            &[
+                ("batch".into(), "32".into()),
+                ("pin".into(), "true".into()),
+                ("opt".into(), "adamw".into()),
+            ],
+        );
+        metrics.relaunch("device_oom");
+        let text = metrics.render();
+        for want in [
+            "# HELP oomguard_attempt ",
+            "# TYPE oomguard_attempt gauge",
+            "oomguard_attempt 2\n",
+            "# TYPE oomguard_relaunches_total counter",
+            "oomguard_relaunches_total{cause=\"device_oom\"} 1\n",
+            "oomguard_relaunches_total{cause=\"host_oom\"} 0\n",
+            "oomguard_knob_value{knob=\"batch\"} 32\n",
+            "oomguard_knob_value{knob=\"pin\"} 1\n",
+            "oomguard_cgroup_limit_bytes 1073741824\n",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from\n{text}");
+        }
+        // Unknown is absent, not 0.
+        for absent in [
+            "knob=\"opt\"",
+            "oomguard_gpu_memory_bytes",
+            "oomguard_cgroup_usage_bytes",
+        ] {
+            assert!(!text.contains(absent), "{absent:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn textfile_is_replaced_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("oomguard.prom");
+        write_atomically(&path, b"a 1\n").unwrap();
+        write_atomically(&path, b"a 2\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "a 2\n");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "no temporary file left behind");
+    }
+}
