@@ -247,18 +247,8 @@ impl Chain {
 
     /// Reads every level's OOM-kill counter and limit, the process's own cgroup first.
     pub fn read(&self) -> Vec<Level> {
-        let (events, parse_events, limit): (_, fn(&str) -> Option<u64>, _) = match self.version {
-            Version::V1 => (
-                "memory.oom_control",
-                cgroup::parse_oom_control_oom_kill,
-                "memory.limit_in_bytes",
-            ),
-            Version::V2 => (
-                "memory.events",
-                cgroup::parse_memory_events_oom_kill,
-                "memory.max",
-            ),
-        };
+        let files = self.version.files();
+        let (events, parse_events, limit) = (files.oom_kills, files.parse_oom_kills, files.limit);
         let read = |dir: &Path, file: &str| fs::read_to_string(dir.join(file)).ok();
         self.levels()
             .into_iter()
