@@ -31,8 +31,10 @@ fn main() {
     let supervised = best_of(rounds, || {
         let dir = run_dir.path().join(format!("run-{}", nanos()));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_oomguard"));
+        // Job memory and patch state in the temporary directory, not the user's.
         cmd.args(["-q", "run", "--run-dir", dir.to_str().unwrap(), "--"])
-            .args(&job);
+            .args(&job)
+            .env("XDG_STATE_HOME", run_dir.path());
         let took = time_stdout(&mut cmd, bytes);
         // Keep the disk from filling up over the rounds.
         let _ = std::fs::remove_dir_all(&dir);
