@@ -921,7 +921,6 @@ impl JobRun {
             run: past.run.clone(),
             knobs: past.knobs.clone(),
         });
-        self.memory.push(past.clone());
         if let Some(current) = &mut self.current {
             current.last_cause = Some(past.cause.clone());
             current.peaks = Some(past.peaks);

@@ -146,7 +146,15 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
     let report = Reporter { quiet: cli.quiet };
     report::init_tracing_as(cli.verbose, cli.quiet, cli.log_format);
     match cli.command {
-        Command::Run(args) => run_job(args.validate()?, report),
+        Command::Run(args) => {
+            // Before the knobs are read from the user's files: a file an oomguard killed with
+            // its guard left patched must be read as the user has it, not as it was left.
+            // (`--dry-run` writes nothing, so it reads the files as they are.)
+            if args.dry_run.is_none() {
+                recover_patched_files(&report);
+            }
+            run_job(args.validate()?, report)
+        }
         Command::Classify(args) => Ok(classify_files(&args)),
         Command::Status(args) => show_status(&args, report),
         Command::Doctor(_) => Ok(doctor::run(report)),
@@ -194,13 +202,7 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         print!("{}", dry_run::plan(&settings, cause));
         return Ok(0);
     }
-    // Before anything else: files an oomguard killed with its guard left patched come back.
     let state_dir = report::state_dir();
-    if let Some(dir) = &state_dir {
-        for line in knobs::patch::Patcher::recover(dir) {
-            report.warn(&line);
-        }
-    }
     let metrics = start_metrics(&settings)?;
     let cgroup = cgroup_setup(settings.cgroup)?;
     let run_dir = RunDir::create(
@@ -243,6 +245,16 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         run_dir.discard();
     }
     result
+}
+
+/// Files an oomguard killed together with its guard left patched come back, and the user hears
+/// so: before anything else, and before any knob is read from them.
+fn recover_patched_files(report: &Reporter) {
+    if let Some(dir) = report::state_dir() {
+        for line in knobs::patch::Patcher::recover(&dir) {
+            report.warn(&line);
+        }
+    }
 }
 
 /// A job file's context: its warnings said, and its `workdir` made oomguard's own working

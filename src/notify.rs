@@ -94,6 +94,10 @@ impl Notifier {
 
     /// A sample of the running attempt: the heading with its memory, sent if that changed.
     pub fn memory(&mut self, rss_bytes: Option<u64>, gpu_bytes: Option<u64>) {
+        // Every sample comes here: without a service manager, not even the text is built.
+        if !self.enabled() {
+            return;
+        }
         if let Some(heading) = &self.heading {
             let text = with_memory(heading, rss_bytes, gpu_bytes);
             self.status(&text);

@@ -319,17 +319,6 @@ pub struct Stepped {
     pub reason: Option<String>,
 }
 
-/// One step down the ladder after `cause`, or why nothing can move.
-pub fn step(
-    cause: Cause,
-    rules: &[Rule],
-    original: &[Value],
-    current: &[Value],
-) -> Result<Stepped, String> {
-    let history = [(cause, current.to_vec())];
-    step_with(cause, rules, original, &history, &StepPlan::default())
-}
-
 /// [`step`] from the last values in `history`, a halving knob moved by `plan`'s strategy.
 pub fn step_with(
     cause: Cause,

@@ -9,13 +9,7 @@ mod util;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use util::{alive, causes, fixture, stderr_of, Sandbox};
-
-/// Whether the tests run as root (the owner of /proc/self).
-fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
+use util::{alive, causes, fixture, is_root, stderr_of, Sandbox};
 
 /// What the launchers and ranks recorded: per attempt, each rank's `--batch_size`; and every
 /// PID (launchers' and ranks') and cgroup the fixtures made.

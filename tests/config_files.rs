@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use serde_json::json;
-use util::{alive, kill, stderr_of, wait_until, Project};
+use util::{alive, guard_of, kill, stderr_of, wait_until, Project};
 
 /// Comments, order, quoting and blank lines an edit must not disturb.
 const YAML: &str = "# EMG training\ntraining:\n  # per step\n  batch_size: 64   # fits 24G\n\n  gradient_accumulation_steps: 1\n  num_workers: 4\n  pin_memory: true\n  optimizer: 'adamw'\n";
@@ -130,19 +130,6 @@ fn start_holding(p: &Project, hold: &Path, extra: &[&str]) -> Child {
     child
 }
 
-/// The PID of oomguard's guard process (`oomguard __guard`, its child).
-fn guard_of(pid: u32) -> u32 {
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
-    children
-        .split_whitespace()
-        .map(|c| c.parse::<u32>().unwrap())
-        .find(|c| {
-            std::fs::read(format!("/proc/{c}/cmdline"))
-                .is_ok_and(|cmd| cmd.split(|&b| b == 0).any(|arg| arg == b"__guard"))
-        })
-        .expect("oomguard runs a guard")
-}
-
 #[test]
 fn the_file_is_identical_after_sigint_and_sigterm() {
     for (signal, code) in [(Signal::SIGINT, 130), (Signal::SIGTERM, 143)] {
@@ -222,6 +209,30 @@ fn after_oomguard_and_its_guard_are_sigkilled_the_next_start_restores_the_file_f
         Some(true),
         "said first: {stderr}"
     );
+}
+
+/// The next run of the same job, after oomguard and its guard were both SIGKILLed with the file
+/// patched, reads the user's values (restored first), not the dead run's.
+#[test]
+fn the_next_run_after_both_were_killed_starts_from_the_users_values() {
+    let (p, config) = project();
+    let hold = p.sb.path("hold");
+    let mut child = start_holding(&p, &hold, &[]);
+    let guard = guard_of(child.id());
+    kill(guard, Signal::SIGKILL);
+    assert!(wait_until(Duration::from_secs(10), || !alive(guard)));
+    kill(child.id(), Signal::SIGKILL);
+    child.wait().unwrap();
+    assert!(std::fs::read_to_string(&config)
+        .unwrap()
+        .contains("batch_size: 32"));
+    // A fresh record and run directory for the next run (the killed one's are the test's).
+    std::fs::remove_file(p.record()).unwrap();
+    std::fs::remove_dir_all(p.sb.run_dir()).unwrap();
+    let next = p.run(&[BATCH, ACCUM, "--fresh"], &[], &[]);
+    assert_eq!(next.status.code(), Some(0), "{}", stderr_of(&next));
+    assert_eq!(p.seen()[0]["training.batch_size"], json!(64));
+    assert_untouched(&config);
 }
 
 #[test]

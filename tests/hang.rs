@@ -8,8 +8,8 @@
 
 mod util;
 
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -244,7 +244,7 @@ fn hang_timeout_zero_waits_for_the_job() {
     running.wait_ticks(&sb, 40);
     let pid = record(&rec)[0]["pid"].as_u64().unwrap() as u32;
     assert!(alive(pid), "the job was left waiting");
-    release(&fifo);
+    util::release_fifo(&fifo);
     let out = running.finish();
     let err = stderr_of(&out);
     assert!(out.status.success(), "{err}");
@@ -253,17 +253,6 @@ fn hang_timeout_zero_waits_for_the_job() {
     assert_eq!(causes(&summary), ["ok"], "{summary:#}");
     let log = std::fs::read_to_string(&log).unwrap();
     assert!(log.contains("released"), "{log}");
-}
-
-/// Lets a job blocked reading `fifo` go on; fails if nothing reads it any more (the job is gone).
-fn release(fifo: &PathBuf) {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut w = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
-        .open(fifo)
-        .expect("the job still reads the FIFO");
-    w.write_all(b"go\n").unwrap();
 }
 
 #[test]

@@ -13,16 +13,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use util::{fixture, stderr_of, Sandbox};
+use util::{fixture, is_root, stderr_of, Sandbox};
 
 const PYTHON: &str = "/usr/bin/python3";
 
 /// The words of the warning a root run without `user` gives.
 const ROOT_WARNING: &str = "the job runs as root, as the file names no user";
-
-fn is_root() -> bool {
-    nix::unistd::Uid::effective().is_root()
-}
 
 /// `command = [...]` running the fixture.
 fn command_line() -> String {

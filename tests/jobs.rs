@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use util::{causes, fixture, stderr_of, wait_until, Project};
+use util::{causes, fixture, sizes, stderr_of, wait_until, Project};
 
 /// The job fits at a batch of 2 or less: from 8, run 1 needs 3 attempts.
 const FITS: (&str, &str) = ("JOB_FITS", "s['batch_size'] <= 2");
@@ -50,28 +50,6 @@ fn summary(p: &Project, run: &str) -> Value {
     let text =
         std::fs::read_to_string(p.sb.path(run).join("summary.json")).expect("summary.json written");
     serde_json::from_str(&text).expect("summary.json is JSON")
-}
-
-/// Every attempt's `--batch_size` and `--grad_accum` as its command had them.
-fn sizes(summary: &Value) -> Vec<(u64, u64)> {
-    summary["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            let command: Vec<&str> = a["command"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| t.as_str().unwrap())
-                .collect();
-            let after = |flag: &str| -> u64 {
-                let i = command.iter().position(|t| *t == flag).unwrap();
-                command[i + 1].parse().unwrap()
-            };
-            (after("--batch_size"), after("--grad_accum"))
-        })
-        .collect()
 }
 
 fn jobs_dir(p: &Project) -> PathBuf {

@@ -11,7 +11,6 @@ mod util;
 
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -227,25 +226,6 @@ fn slow_writer(path: PathBuf) -> (mpsc::Sender<()>, std::thread::JoinHandle<u64>
     (finish, writer)
 }
 
-/// Lets the job, held on the FIFO `hold` once its own checkpoints are written, go on to die.
-fn release(hold: &Path) {
-    let mut writer = None;
-    assert!(
-        wait_until(Duration::from_secs(30), || {
-            // Without a reader yet, a non-blocking open fails (ENXIO): poll instead of hanging.
-            writer = OpenOptions::new()
-                .write(true)
-                .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
-                .open(hold)
-                .ok();
-            writer.is_some()
-        }),
-        "the job never waited on {}",
-        hold.display()
-    );
-    writer.unwrap().write_all(b"go\n").unwrap();
-}
-
 /// Starts a run whose attempt 1 writes epoch_1 and epoch_2 and then dies while this test is
 /// writing epoch_3; returns oomguard, its stderr lines as they come, and the writer.
 fn run_while_writing(
@@ -290,7 +270,7 @@ fn run_while_writing(
         "attempt 1 never wrote its checkpoints"
     );
     let (finish, writer) = slow_writer(sb.path("ckpt/epoch_3.pt"));
-    release(&hold);
+    util::release_fifo(&hold);
     (child, lines, finish, writer)
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
-use util::{alive, fixture, kill, stderr_of, wait_until, Project};
+use util::{alive, fixture, guard_of, kill, release_fifo, stderr_of, wait_until, Project};
 
 const NAME: &str = "nightly";
 const ARGS: [&str; 4] = ["--batch_size", "8", "--grad_accum", "1"];
@@ -76,8 +76,8 @@ fn start_holding(mut cmd: Command, hold: &Path) -> Child {
     child
 }
 
-/// Lets the attempt holding on `hold` go on, if one still reads it.
-fn release(hold: &Path) {
+/// Lets the attempt holding on `hold` go on, if one still reads it (after a kill, none may).
+fn release_if_read(hold: &Path) {
     // Non-blocking: with no reader left (a killed job), there is nobody to tell.
     if let Ok(mut fifo) = std::fs::OpenOptions::new()
         .write(true)
@@ -114,26 +114,13 @@ fn table(p: &Project) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The PID of oomguard's guard process (`oomguard __guard`, its child).
-fn guard_of(pid: u32) -> u32 {
-    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
-    children
-        .split_whitespace()
-        .map(|c| c.parse::<u32>().unwrap())
-        .find(|c| {
-            std::fs::read(format!("/proc/{c}/cmdline"))
-                .is_ok_and(|cmd| cmd.split(|&b| b == 0).any(|arg| arg == b"__guard"))
-        })
-        .expect("oomguard runs a guard")
-}
-
 /// SIGKILL to oomguard and its guard, as when systemd or the OOM killer takes them.
 fn kill_oomguard(child: Child, hold: &Path) -> String {
     let guard = guard_of(child.id());
     kill(guard, Signal::SIGKILL);
     assert!(wait_until(LONG, || !alive(guard)));
     kill(child.id(), Signal::SIGKILL);
-    release(hold);
+    release_if_read(hold);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), None, "killed");
     stderr_of(&out)
@@ -142,25 +129,7 @@ fn kill_oomguard(child: Child, hold: &Path) -> String {
 /// Every attempt's `--batch_size` and `--grad_accum`, from the commands in summary.json.
 fn sizes(p: &Project, run: &str) -> Vec<(u64, u64)> {
     let text = std::fs::read_to_string(p.sb.path(run).join("summary.json")).unwrap();
-    let summary: Value = serde_json::from_str(&text).unwrap();
-    summary["attempts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            let command: Vec<&str> = a["command"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| t.as_str().unwrap())
-                .collect();
-            let after = |flag: &str| -> u64 {
-                let i = command.iter().position(|t| *t == flag).unwrap();
-                command[i + 1].parse().unwrap()
-            };
-            (after("--batch_size"), after("--grad_accum"))
-        })
-        .collect()
+    util::sizes(&serde_json::from_str(&text).unwrap())
 }
 
 /// The batch size every attempt of every run saw, in order.
@@ -203,7 +172,7 @@ fn status_follows_a_run_from_running_to_succeeded() {
     }
     assert!(lines.starts_with("NAME"), "{lines}");
 
-    release(&hold);
+    release_fifo(&hold);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let done = nightly(&p);
@@ -316,7 +285,7 @@ fn a_restarted_job_continues_with_the_values_of_the_attempt_its_killed_oomguard_
     // last time (2, 4), and says so once.
     let hold_d = p.sb.path("hold-d");
     let d = start_holding(job(&p, "run-d", "0s", &[], fits, Some(&hold_d)), &hold_d);
-    release(&hold_d);
+    release_fifo(&hold_d);
     let out = d.wait_with_output().unwrap();
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");

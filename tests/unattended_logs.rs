@@ -7,13 +7,7 @@ mod util;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use util::{fixture, stderr_of, Sandbox};
-
-/// Whether the tests run as root (the effective uid of /proc/self).
-fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
+use util::{fixture, is_root, stderr_of, Sandbox};
 
 /// A 1 MiB tmpfs mounted at a directory of the sandbox, unmounted when dropped.
 struct SmallDisk {

@@ -116,6 +116,11 @@ fn the_service_manager_hears_ready_status_watchdog_and_stopping() {
     let sandbox = Sandbox::new();
     let socket_path = sandbox.path("notify");
     let manager = Manager::listen(UnixDatagram::bind(&socket_path).expect("bind"));
+    nix::unistd::mkfifo(
+        &sandbox.path("release"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .expect("mkfifo");
     let job = job(&sandbox, "8", "4");
     let job: Vec<&str> = job.iter().map(String::as_str).collect();
     let oomguard = sandbox
@@ -139,7 +144,7 @@ fn the_service_manager_hears_ready_status_watchdog_and_stopping() {
             .position(|m| m.starts_with(running))
             .is_some_and(|at| heard[at..].iter().filter(|m| *m == "WATCHDOG=1").count() >= 2)
     });
-    std::fs::write(sandbox.path("release"), "").expect("release the job");
+    util::release_fifo(&sandbox.path("release"));
     let heard = manager.until_stopping();
     let out = oomguard.wait_with_output().expect("oomguard ends");
     assert!(

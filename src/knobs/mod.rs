@@ -21,7 +21,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::policy::{Moves, Rule};
+use crate::policy::Rule;
 
 /// A knob's value, typed as JSON types it in summary.json.
 #[derive(Debug, Clone, PartialEq)]
@@ -377,17 +377,12 @@ impl KnobSet {
             parts.join(", ")
         }
     }
-
-    /// Whether a knob can ever move on its own (it is not only a partner).
-    pub fn steps_alone(&self, i: usize) -> bool {
-        !matches!(self.knobs[i].rule.moves, Moves::Partner)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{default_causes, Step};
+    use crate::policy::{default_causes, Moves, Step};
 
     fn argv(s: &str) -> Vec<OsString> {
         s.split_whitespace().map(OsString::from).collect()

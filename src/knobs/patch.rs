@@ -701,7 +701,7 @@ impl Claimed {
             return Ok(());
         }
         if text == self.original {
-            return self.put(self.original.clone().as_bytes(), true, pid);
+            return self.put(self.original.as_bytes(), true, pid);
         }
         if !journal.written.iter().any(|w| w == text) {
             let mut journal = journal.clone();

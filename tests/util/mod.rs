@@ -201,3 +201,68 @@ impl Project {
             .collect()
     }
 }
+
+/// Lets a job blocked reading the FIFO `hold` go on. The job may not have opened it yet (it
+/// says it is about to, then opens): a non-blocking open fails (ENXIO) until it does, so the
+/// open is polled rather than missed or left hanging.
+pub fn release_fifo(hold: &Path) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut writer = None;
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            writer = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+                .open(hold)
+                .ok();
+            writer.is_some()
+        }),
+        "nothing read {}",
+        hold.display()
+    );
+    writer
+        .expect("opened above")
+        .write_all(b"go\n")
+        .expect("the job reads the FIFO");
+}
+
+/// Whether the tests run as root (cgroups, tmpfs mounts, other users).
+pub fn is_root() -> bool {
+    nix::unistd::Uid::effective().is_root()
+}
+
+/// The PID of oomguard's guard process (`oomguard __guard`, its child).
+pub fn guard_of(pid: u32) -> u32 {
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    children
+        .split_whitespace()
+        .map(|c| c.parse::<u32>().unwrap())
+        .find(|c| {
+            std::fs::read(format!("/proc/{c}/cmdline"))
+                .is_ok_and(|cmd| cmd.split(|&b| b == 0).any(|arg| arg == b"__guard"))
+        })
+        .expect("oomguard runs a guard")
+}
+
+/// Every attempt's `--batch_size` and `--grad_accum`, from the commands in a summary.json.
+pub fn sizes(summary: &serde_json::Value) -> Vec<(u64, u64)> {
+    summary["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let command: Vec<&str> = a["command"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_str().unwrap())
+                .collect();
+            let after = |flag: &str| -> u64 {
+                let i = command.iter().position(|t| *t == flag).unwrap();
+                command[i + 1].parse().unwrap()
+            };
+            (after("--batch_size"), after("--grad_accum"))
+        })
+        .collect()
+}
