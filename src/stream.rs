@@ -84,7 +84,9 @@ impl Tail {
             joined.extend_from_slice(&self.ring[start..]);
             joined.extend_from_slice(&self.ring[..self.head]);
         }
-        String::from_utf8_lossy(&joined).into_owned()
+        // Valid UTF-8 (the common case) is taken as it is, not copied a second time.
+        String::from_utf8(joined)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
     }
 }
 
@@ -259,6 +261,13 @@ impl Sinks {
         let mut record = self.lock();
         let Record { lines, out } = &mut *record;
         lines[stream.index()].push(chunk, |piece| out.write(stream, piece));
+    }
+
+    /// The supervisor gives up on pipes a process outside the job still holds: what each
+    /// stream holds back as an unfinished line goes to the log and the tail now, as at EOF.
+    pub fn end_streams(&self) {
+        self.end_stream(Target::Stdout);
+        self.end_stream(Target::Stderr);
     }
 
     fn end_stream(&self, stream: Target) {

@@ -367,11 +367,13 @@ impl StartedJob {
 
     /// Whether the pipes carried nothing since the last look (a process outside the job's tree
     /// holds them open): then oomguard stops waiting. Otherwise it looks again later.
-    fn drain_stalled(&mut self) -> bool {
-        if self.sinks.bytes_read() == self.drained_bytes {
-            tracing::warn!("the job's output pipes are held open by a process outside its tree and carried nothing for {PIPE_DRAIN:?}; not waiting for them");
-            // A stray writer is back-pressured again, not buffered without end.
-            self.unbounded.store(false, Ordering::Release);
+    /// `user_stopped`: the user asked to stop, so oomguard stops waiting whatever the pipes do.
+    fn drain_stalled(&mut self, user_stopped: bool) -> bool {
+        // What was in the pipes when the job ended has been read by the first look: anything
+        // later comes from a stray writer, back-pressured again rather than buffered without end.
+        self.unbounded.store(false, Ordering::Release);
+        if user_stopped || self.sinks.bytes_read() == self.drained_bytes {
+            tracing::warn!("the job's output pipes are held open by a process outside its tree and carried nothing for {PIPE_DRAIN:?} (or you asked to stop); not waiting for them");
             return true;
         }
         self.drained_bytes = self.sinks.bytes_read();
@@ -595,7 +597,8 @@ impl Supervisor {
                 Wake::Tick => {}
                 Wake::GraceOver => self.on_grace_over(&job, &mut state),
                 Wake::DrainCheck => {
-                    if job.drain_stalled() {
+                    // A user's stop ends the wait for a pipe a stray writer keeps busy.
+                    if job.drain_stalled(state.user_stop.is_some()) {
                         break;
                     }
                 }
@@ -933,6 +936,10 @@ impl Supervisor {
                 tracing::warn!("{e}");
             }
         }
+        if job.open_pipes > 0 {
+            // Pipes given up on: a line they left unfinished still reaches the log.
+            job.sinks.end_streams();
+        }
         AttemptEnd {
             ending,
             user_stop: state.user_stop,
@@ -963,12 +970,14 @@ impl Supervisor {
                 return GpuWait::StillHeld(holders);
             }
             tokio::select! {
-                _ = tokio::time::sleep(GPU_FREE_POLL) => {}
+                // A stop already delivered wins over a poll that is also due.
+                biased;
                 sig = self.signals.next() => {
                     if let Some(stop) = between_attempts(sig) {
                         return GpuWait::Stopped(stop);
                     }
                 }
+                _ = tokio::time::sleep(GPU_FREE_POLL) => {}
             }
         }
     }
@@ -978,12 +987,14 @@ impl Supervisor {
         let until = deadline_after(delay);
         loop {
             tokio::select! {
-                _ = sleep_until(until) => return None,
+                // A stop already delivered wins over a delay that is also over (`--backoff 0s`).
+                biased;
                 sig = self.signals.next() => {
                     if let Some(stop) = between_attempts(sig) {
                         return Some(stop);
                     }
                 }
+                _ = sleep_until(until) => return None,
             }
         }
     }
