@@ -5,6 +5,12 @@
 //! `--max-rss`), it picks the largest batch expected to fit with a margin to spare, and says
 //! in one line what the estimate rests on.
 //!
+//! The fixed part of the line (weights, optimizer state, CUDA context) shows in the memory
+//! sampled before the first training step: [`Ramp`] follows an attempt's samples in constant
+//! memory and finds the last plateau before the final climb. With it, one failure whose bound
+//! carries scale gives the line through `(0, fixed)`, and a bare bound (a kill at the limit)
+//! at least caps the next batch.
+//!
 //! Pure numbers in, a batch out: [`observe`] turns one attempt's numbers into [`Evidence`],
 //! [`estimate`] fits the line. Which knob moves, and what happens when there is no estimate
 //! (it halves), is `policy`'s decision.
@@ -33,6 +39,9 @@ pub struct Evidence {
     /// PyTorch's reserved-but-unallocated memory and the allocation that failed, where the
     /// first is at least the second (fragmentation).
     pub fragmented: Option<(u64, u64)>,
+    /// The memory held on the last plateau before the attempt's final climb (the fixed part,
+    /// seen before the first step), in this evidence's memory; `None` where no plateau showed.
+    pub fixed_bytes: Option<u64>,
 }
 
 /// One attempt's numbers, as the supervisor gathered them.
@@ -49,11 +58,26 @@ pub struct Observed<'a> {
     pub max_gpu_bytes: Option<u64>,
     /// The soft bound that stopped the attempt: its flag, the value seen, the bound.
     pub memory_stop: Option<(&'a str, u64, u64)>,
+    /// The fixed part the attempt's samples showed ([`Ramp::fixed_bytes`]): GPU and host.
+    pub fixed_gpu_bytes: Option<u64>,
+    pub fixed_host_bytes: Option<u64>,
 }
 
 /// What the attempt's numbers say, or `None` when they say nothing about its memory need (a
 /// kill with no cgroup, a failure that was not about memory, a message without sizes).
 pub fn observe(o: &Observed) -> Option<Evidence> {
+    let mut evidence = observe_bound(o)?;
+    evidence.fixed_bytes = match evidence.memory {
+        Memory::Gpu => o.fixed_gpu_bytes,
+        Memory::Host => o.fixed_host_bytes,
+    }
+    // A plateau at or above what the attempt needed is not a part of it.
+    .filter(|&fixed| fixed < evidence.bytes);
+    Some(evidence)
+}
+
+/// [`observe`] without the fixed part.
+fn observe_bound(o: &Observed) -> Option<Evidence> {
     let failure = |memory, bytes, limit| {
         Some(Evidence {
             memory,
@@ -61,6 +85,7 @@ pub fn observe(o: &Observed) -> Option<Evidence> {
             bytes,
             limit: Some(limit),
             fragmented: None,
+            fixed_bytes: None,
         })
     };
     match (o.cause?, o.memory_stop) {
@@ -76,6 +101,7 @@ pub fn observe(o: &Observed) -> Option<Evidence> {
                 bytes,
                 limit: None,
                 fragmented: None,
+                fixed_bytes: None,
             })
         }
         (_, Some(("--max-gpu", value, limit))) => failure(
@@ -139,6 +165,8 @@ pub struct Request<'a> {
     /// batch × partner in the command, where the knob has a partner: divisors of it keep the
     /// effective batch exact.
     pub effective: Option<u64>,
+    /// The fixed part seen before the first step ([`Ramp`]), in this memory.
+    pub fixed_bytes: Option<u64>,
 }
 
 /// The batch to try next and why.
@@ -194,6 +222,21 @@ pub fn estimate(req: &Request) -> Result<Estimate, String> {
             gib(lowest.bytes as f64)
         );
         (fixed, per, basis)
+    } else if let Some(seen) = req.fixed_bytes.filter(|&f| (f as f64) < limit) {
+        let seen_clause = format!("fixed {} {SEEN}", gib(seen as f64));
+        if usable(&lowest) && lowest.bytes > seen {
+            // The line through (0, fixed) and the failure's bound: the bound is a lower one, so
+            // per sample is too; the fixed part no longer inflates it.
+            let per = (lowest.bytes - seen) as f64 / lowest.batch as f64;
+            let basis = format!(
+                "{seen_clause}, need at {} ≈ {}",
+                lowest.batch,
+                gib(lowest.bytes as f64)
+            );
+            (seen as f64, per, basis)
+        } else {
+            return bare_with_fixed(req, lowest, seen, &seen_clause, cap);
+        }
     } else {
         let line = failed.get(1).and_then(|next| {
             // Both bounds must carry scale: a line through a bare one overshoots.
@@ -246,7 +289,7 @@ pub fn estimate(req: &Request) -> Result<Estimate, String> {
         req.min
     };
     let batch = prefer_divisor(candidate, req.effective, req.min);
-    let fixed_part = if fixed > 0.0 {
+    let fixed_part = if fixed > 0.0 && !basis.contains(SEEN) {
         format!(", fixed ≈ {}", gib(fixed))
     } else {
         String::new()
@@ -260,6 +303,157 @@ pub fn estimate(req: &Request) -> Result<Estimate, String> {
             gib(per_sample)
         ),
     })
+}
+
+/// A bare bound with the fixed part known: the attempt died, so `fixed + per_sample × batch >
+/// limit`, i.e. per sample > (limit − fixed) / batch. That caps the next batch at
+/// `batch × (budget − fixed) / (limit − fixed)` but says nothing of how far below: where the cap
+/// is under half the batch (a fixed part near the budget) it is the batch to try; above half it
+/// says less than halving does, and the caller halves.
+fn bare_with_fixed(
+    req: &Request,
+    lowest: Point,
+    fixed_bytes: u64,
+    seen_clause: &str,
+    cap: u64,
+) -> Result<Estimate, String> {
+    let limit = req.limit_bytes as f64;
+    let fixed = fixed_bytes as f64;
+    let budget = limit * (1.0 - req.margin);
+    let at_most = ((budget - fixed) * lowest.batch as f64 / (limit - fixed)).floor();
+    let head = format!(
+        "{} {}, {seen_clause}, need at {} ≥ {}",
+        req.limit_name,
+        human_bytes(req.limit_bytes),
+        lowest.batch,
+        human_bytes(lowest.bytes)
+    );
+    if at_most >= (lowest.batch / 2) as f64 {
+        return Err(format!(
+            "{head}: that shows {} does not fit, not by how much; the fixed part caps it only at {}",
+            lowest.batch, at_most as u64
+        ));
+    }
+    let candidate = if at_most >= 1.0 {
+        (at_most as u64).clamp(req.min, cap)
+    } else {
+        req.min
+    };
+    let batch = prefer_divisor(candidate, req.effective, req.min);
+    Ok(Estimate {
+        batch,
+        reason: format!(
+            "{head}, so at most {} fits: trying {batch}",
+            at_most.max(0.0) as u64
+        ),
+    })
+}
+
+/// How the explanation names a fixed part taken from a [`Ramp`].
+const SEEN: &str = "seen before the first step";
+
+/// Samples in a row within the band that make a plateau...
+pub const PLATEAU_SAMPLES: u32 = 3;
+/// ...or, with at least two samples, this long within it (a slow `--interval`).
+pub const PLATEAU_S: f64 = 1.0;
+/// A plateau's samples lie within this share of its highest one (allocator noise, a logger's
+/// buffers), or within [`PLATEAU_BAND_MIN_BYTES`] for small jobs.
+pub const PLATEAU_BAND: f64 = 0.02;
+pub const PLATEAU_BAND_MIN_BYTES: u64 = 4 << 20;
+/// A plateau at or above this share of the attempt's peak is where the job trained (or died
+/// training), not what it held before its first step.
+pub const PLATEAU_PEAK_SHARE: f64 = 0.9;
+/// Plateaus kept while the attempt runs (each one under every later one; the oldest goes).
+const PLATEAUS_KEPT: usize = 8;
+
+/// A run of samples within the band.
+#[derive(Debug, Clone, Copy)]
+struct Level {
+    first_s: f64,
+    last_s: f64,
+    low_bytes: u64,
+    high_bytes: u64,
+    samples: u32,
+}
+
+impl Level {
+    fn start(time_s: f64, bytes: u64) -> Level {
+        Level {
+            first_s: time_s,
+            last_s: time_s,
+            low_bytes: bytes,
+            high_bytes: bytes,
+            samples: 1,
+        }
+    }
+
+    fn admits(&self, bytes: u64) -> bool {
+        let low = self.low_bytes.min(bytes);
+        let high = self.high_bytes.max(bytes);
+        high - low <= PLATEAU_BAND_MIN_BYTES.max((high as f64 * PLATEAU_BAND) as u64)
+    }
+
+    fn is_plateau(&self) -> bool {
+        self.samples >= PLATEAU_SAMPLES
+            || (self.samples >= 2 && self.last_s - self.first_s >= PLATEAU_S)
+    }
+}
+
+/// Follows one memory series of an attempt (GPU bytes, or the job's host bytes) and finds the
+/// fixed part: the last plateau before the final climb. Fed one sample at a time, it keeps a
+/// few numbers, not the timeline.
+///
+/// A plateau is [`PLATEAU_SAMPLES`] samples (or [`PLATEAU_S`]) within [`PLATEAU_BAND`]. One
+/// counts when memory rose after it, or when it is where the samples end (a kill's climb can
+/// fall between two ticks); one at [`PLATEAU_PEAK_SHARE`] of the peak or above is training,
+/// not loading, and does not count. A timeline that only climbs has none.
+#[derive(Debug, Clone, Default)]
+pub struct Ramp {
+    current: Option<Level>,
+    /// Plateaus that memory rose from, oldest first, each below the next: a later plateau at
+    /// or below an earlier one makes the earlier one useless (the answer is the latest one
+    /// under a threshold).
+    plateaus: Vec<u64>,
+    peak_bytes: u64,
+}
+
+impl Ramp {
+    /// Takes in one sample.
+    pub fn feed(&mut self, time_s: f64, bytes: u64) {
+        self.peak_bytes = self.peak_bytes.max(bytes);
+        match &mut self.current {
+            Some(level) if level.admits(bytes) => {
+                level.last_s = time_s;
+                level.low_bytes = level.low_bytes.min(bytes);
+                level.high_bytes = level.high_bytes.max(bytes);
+                level.samples += 1;
+            }
+            current => {
+                if let Some(level) = current.filter(|l| l.is_plateau() && bytes > l.high_bytes) {
+                    self.plateaus.retain(|&p| p < level.high_bytes);
+                    if self.plateaus.len() == PLATEAUS_KEPT {
+                        self.plateaus.remove(0);
+                    }
+                    self.plateaus.push(level.high_bytes);
+                }
+                *current = Some(Level::start(time_s, bytes));
+            }
+        }
+    }
+
+    /// The fixed part: the latest plateau under [`PLATEAU_PEAK_SHARE`] of the peak, the peak
+    /// being the highest sample or `known_peak_bytes` (a cgroup's high-water mark, the limit
+    /// at a kill), whichever is higher. `None` when no plateau showed.
+    pub fn fixed_bytes(&self, known_peak_bytes: Option<u64>) -> Option<u64> {
+        let peak = self.peak_bytes.max(known_peak_bytes.unwrap_or(0));
+        let below = |p: &u64| (*p as f64) < peak as f64 * PLATEAU_PEAK_SHARE;
+        let open = self
+            .current
+            .filter(Level::is_plateau)
+            .map(|l| l.high_bytes)
+            .filter(below);
+        open.or_else(|| self.plateaus.iter().rev().copied().find(below))
+    }
 }
 
 /// The largest divisor of `effective` within [`DIVISOR_SLACK`] below `candidate` (and not
@@ -298,6 +492,7 @@ mod tests {
             margin: 0.10,
             min: 1,
             effective,
+            fixed_bytes: None,
         }
     }
 
@@ -465,5 +660,177 @@ mod tests {
         })
         .unwrap();
         assert_eq!(e.limit, Some((2 * GIB, "--max-rss")));
+    }
+
+    /// A timeline of (seconds, GiB) at 0.1 s ticks from a list of GiB levels.
+    fn ramp_of(gib: &[f64]) -> Ramp {
+        let mut ramp = Ramp::default();
+        for (k, g) in gib.iter().enumerate() {
+            ramp.feed(k as f64 * 0.1, (g * GIB as f64) as u64);
+        }
+        ramp
+    }
+
+    #[test]
+    fn the_fixed_part_from_the_timeline() {
+        // (what, samples in GiB, known peak in GiB, fixed in GiB)
+        type Row = (&'static str, Vec<f64>, Option<f64>, Option<f64>);
+        let table: Vec<Row> =
+            vec![
+            (
+                "load, plateau, then the step's climb",
+                vec![0.5, 5.0, 10.0, 20.0, 20.0, 20.0, 20.0, 30.0, 40.0, 60.0],
+                None,
+                Some(20.0),
+            ),
+            (
+                "a kill: the climb fell between two ticks, the plateau is where the samples end",
+                vec![1.0, 10.0, 20.0, 20.0, 20.0],
+                Some(40.0),
+                Some(20.0),
+            ),
+            (
+                "step at once: memory only climbs",
+                vec![0.5, 3.0, 8.0, 15.0, 24.0, 33.0, 40.0],
+                Some(40.0),
+                None,
+            ),
+            (
+                "died while loading, before any plateau",
+                vec![0.5, 5.0, 10.0],
+                Some(40.0),
+                None,
+            ),
+            (
+                "noisy plateau (±1%): its highest sample",
+                vec![2.0, 10.0, 20.0, 20.2, 19.8, 20.1, 19.9, 35.0, 50.0],
+                None,
+                Some(20.2),
+            ),
+            (
+                "noise wider than the band breaks every level: none",
+                vec![2.0, 10.0, 20.0, 22.0, 19.0, 21.5, 18.5, 35.0, 50.0],
+                None,
+                None,
+            ),
+            (
+                "DataLoader workers fork after the load: the later plateau",
+                vec![1.0, 8.0, 8.0, 8.0, 11.0, 11.0, 11.0, 25.0, 40.0],
+                None,
+                Some(11.0),
+            ),
+            (
+                "a success: trained at its peak with dips, the plateau before the climb",
+                vec![1.0, 12.0, 12.0, 12.0, 30.0, 30.0, 28.5, 28.5, 28.5, 30.0, 30.0, 30.0],
+                None,
+                Some(12.0),
+            ),
+            (
+                "a plateau at 90% of the peak is training, not loading",
+                vec![1.0, 37.0, 37.0, 37.0, 37.0],
+                Some(40.0),
+                None,
+            ),
+            (
+                "a short pause (two ticks) is not a plateau",
+                vec![1.0, 10.0, 10.0, 30.0, 40.0],
+                None,
+                None,
+            ),
+        ];
+        for (what, samples, peak, want) in table {
+            let got = ramp_of(&samples).fixed_bytes(peak.map(|p| (p * GIB as f64) as u64));
+            let want = want.map(|w| (w * GIB as f64) as u64);
+            assert_eq!(got, want, "{what}");
+        }
+    }
+
+    #[test]
+    fn two_samples_a_second_apart_are_a_plateau() {
+        let mut ramp = Ramp::default();
+        for (t, g) in [(0.0, 1), (2.0, 20), (3.5, 20), (5.0, 60)] {
+            ramp.feed(t, g * GIB);
+        }
+        assert_eq!(ramp.fixed_bytes(None), Some(20 * GIB));
+    }
+
+    #[test]
+    fn the_ramp_keeps_a_few_numbers() {
+        // A long run of steps and plateaus keeps at most PLATEAUS_KEPT levels.
+        let mut ramp = Ramp::default();
+        for k in 0..10_000u64 {
+            ramp.feed(k as f64, (k / 3) * 100 * MIB);
+        }
+        assert!(ramp.plateaus.len() <= PLATEAUS_KEPT);
+        assert!(ramp.fixed_bytes(None).is_some());
+    }
+
+    #[test]
+    fn a_fixed_part_seen_fixes_the_line() {
+        let with = |points: &[Point], fixed_gib: u64| {
+            estimate(&Request {
+                fixed_bytes: Some(fixed_gib * GIB),
+                ..request(points, 80 * GIB, None)
+            })
+        };
+        // A bound with scale: 160 GiB at 64 with 32 GiB fixed: per sample 2 GiB, (72 − 32) / 2
+        // = 20 (without the fixed part: 72 / 2.5 = 28, which does not fit: 32 + 56 = 88).
+        let e = with(&[fail(64, 160 * GIB)], 32).unwrap();
+        assert_eq!(e.batch, 20, "{}", e.reason);
+        assert_eq!(
+            e.reason,
+            "GPU 80.0 GiB, fixed 32.0 GiB seen before the first step, need at 64 ≈ 160.0 GiB, per sample ≈ 2.0 GiB: trying 20"
+        );
+        // A bare bound (a kill at the limit) with a fixed part near the budget: the cap
+        // 64 × (72 − 70) / (80 − 70) = 12 is under half, so it is the batch.
+        let e = with(&[fail(64, 80 * GIB)], 70).unwrap();
+        assert_eq!(e.batch, 12, "{}", e.reason);
+        assert!(
+            e.reason
+                .contains("fixed 70.0 GiB seen before the first step")
+                && e.reason.ends_with("so at most 12 fits: trying 12"),
+            "{}",
+            e.reason
+        );
+        // A bare bound with a small fixed part caps at 64 × 52 / 60 = 55: halving says more.
+        let why = with(&[fail(64, 80 * GIB)], 20).unwrap_err();
+        assert!(
+            why.ends_with(
+                "that shows 64 does not fit, not by how much; the fixed part caps it only at 55"
+            ),
+            "{why}"
+        );
+        // A success and a failure still fix the line from two measurements.
+        let points = [
+            fail(64, 70 * GIB),
+            Point {
+                batch: 16,
+                bytes: 22 * GIB,
+                failed: false,
+            },
+        ];
+        assert_eq!(with(&points, 2).unwrap().batch, 63);
+        // A fixed part at or above the limit is no part of a line.
+        let e = with(&[fail(64, 160 * GIB)], 90).unwrap();
+        assert_eq!(e.batch, 28, "{}", e.reason);
+    }
+
+    #[test]
+    fn observe_attaches_the_fixed_part_of_its_memory() {
+        let kill = Observed {
+            cause: Some(Cause::OomKilled),
+            peak_cgroup_bytes: Some(95 * MIB),
+            cgroup_limit_bytes: Some(96 * MIB),
+            fixed_gpu_bytes: Some(10 * MIB),
+            fixed_host_bytes: Some(40 * MIB),
+            ..Observed::default()
+        };
+        assert_eq!(observe(&kill).unwrap().fixed_bytes, Some(40 * MIB));
+        // A plateau above the need is not part of it.
+        let e = observe(&Observed {
+            fixed_host_bytes: Some(200 * MIB),
+            ..kill
+        });
+        assert_eq!(e.unwrap().fixed_bytes, None);
     }
 }

@@ -332,6 +332,7 @@ fn run_in(
         warned_no_cgroup: false,
         notify: notify::Notifier::from_env(),
         metrics,
+        ramp: AttemptRamp::default(),
     };
     let metrics_server = observer.metrics.as_mut().and_then(|m| m.server());
     // From here on the job's output and our own lines go through the writer threads, so a slow
@@ -433,6 +434,27 @@ struct RunObserver {
     notify: notify::Notifier,
     /// `--metrics-addr` / `--metrics-textfile`, where asked for.
     metrics: Option<metrics::Exporter>,
+    /// The attempt's memory ramp (the fixed part before the first step), for the fit.
+    ramp: AttemptRamp,
+}
+
+/// An attempt's GPU and host memory series, each followed by a [`fit::Ramp`] (a few numbers,
+/// not the timeline). The host series is what the cgroup limit applies to where there is one.
+#[derive(Debug, Clone, Default)]
+struct AttemptRamp {
+    gpu: fit::Ramp,
+    host: fit::Ramp,
+}
+
+impl AttemptRamp {
+    fn feed(&mut self, sample: &Sample) {
+        if let Some(gpu) = sample.gpu_bytes() {
+            self.gpu.feed(sample.unix_time_s, gpu);
+        }
+        if let Some(host) = sample.cgroup_bytes.or_else(|| sample.job_bytes()) {
+            self.host.feed(sample.unix_time_s, host);
+        }
+    }
 }
 
 impl Observer for RunObserver {
@@ -448,9 +470,11 @@ impl Observer for RunObserver {
         if let Some(metrics) = &self.metrics {
             metrics.sample(sample);
         }
+        self.ramp.feed(sample);
     }
 
     fn started(&mut self) {
+        self.ramp = AttemptRamp::default();
         self.notify.started();
     }
 
@@ -557,6 +581,22 @@ impl Ladder {
             .push(fit::observe(&observed(settings, cause, end)));
     }
 
+    /// Adds to the last attempt's evidence the fixed part its samples showed before the first
+    /// step (the peaks include the cgroup's high-water mark, the limit at a kill).
+    fn learn_ramp(&mut self, ramp: &AttemptRamp, end: &AttemptEnd) {
+        let Some(Some(evidence)) = self.evidence.last_mut() else {
+            return;
+        };
+        let (series, peak_bytes) = match evidence.memory {
+            fit::Memory::Gpu => (&ramp.gpu, end.peaks.gpu_bytes),
+            fit::Memory::Host => (&ramp.host, end.peaks.cgroup_bytes),
+        };
+        let peak_bytes = peak_bytes.max(Some(evidence.bytes));
+        evidence.fixed_bytes = series
+            .fixed_bytes(peak_bytes)
+            .filter(|&fixed| fixed < evidence.bytes);
+    }
+
     /// The policy's decision after the last attempt.
     fn decide(&self, settings: &RunSettings) -> Decision {
         let plan = policy::StepPlan {
@@ -643,6 +683,7 @@ async fn attempt_loop(
             .expect("record added this attempt");
         job.remember(recorded, run_dir.path(), &report);
         ladder.learn(settings, verdict.cause, &end);
+        ladder.learn_ramp(&observer.ramp, &end);
         match ladder.decide(settings) {
             Decision::Relaunch(next) => {
                 let told = Told {
@@ -984,6 +1025,7 @@ fn observed<'a>(settings: &RunSettings, cause: Cause, end: &'a AttemptEnd) -> fi
             .memory_stop
             .as_ref()
             .map(|c| (c.bound, c.value_bytes, c.limit_bytes)),
+        ..fit::Observed::default()
     }
 }
 

@@ -478,6 +478,20 @@ fn fit_step(
         margin: plan.margin,
         min,
         effective,
+        fixed_bytes: fixed_seen(last, &plan.evidence),
+    })
+}
+
+/// The fixed part seen before the first step: the last attempt's, else the latest one this run
+/// saw in the same memory (it does not depend on the batch).
+fn fixed_seen(last: &fit::Evidence, evidence: &[Option<fit::Evidence>]) -> Option<u64> {
+    last.fixed_bytes.or_else(|| {
+        evidence
+            .iter()
+            .rev()
+            .flatten()
+            .filter(|e| e.memory == last.memory)
+            .find_map(|e| e.fixed_bytes)
     })
 }
 
@@ -804,6 +818,7 @@ mod tests {
             bytes: need_gib << 30,
             limit: Some((24 << 30, "GPU")),
             fragmented,
+            fixed_bytes: None,
         })
     }
 
@@ -889,6 +904,7 @@ mod tests {
             bytes: gib << 30,
             limit: None,
             fragmented: None,
+            fixed_bytes: None,
         };
         let history = [(Cause::DeviceOom, vec![int(120), int(512)])];
         let original = [int(120), int(512)];
