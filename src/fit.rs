@@ -403,14 +403,14 @@ impl Level {
 /// fixed part: the last plateau before the final climb. Fed one sample at a time, it keeps a
 /// few numbers, not the timeline.
 ///
-/// A plateau is [`PLATEAU_SAMPLES`] samples (or [`PLATEAU_S`]) within [`PLATEAU_BAND`]. One
-/// counts when memory rose after it, or when it is where the samples end (a kill's climb can
-/// fall between two ticks); one at [`PLATEAU_PEAK_SHARE`] of the peak or above is training,
-/// not loading, and does not count. A timeline that only climbs has none.
+/// A plateau is [`PLATEAU_SAMPLES`] samples (or [`PLATEAU_S`]) within [`PLATEAU_BAND`]; the
+/// latest one counts, including the one where the samples end (a kill's climb can fall between
+/// two ticks); one at [`PLATEAU_PEAK_SHARE`] of the peak or above is training, not loading,
+/// and does not count. A timeline that only climbs has none.
 #[derive(Debug, Clone, Default)]
 pub struct Ramp {
     current: Option<Level>,
-    /// Plateaus that memory rose from, oldest first, each below the next: a later plateau at
+    /// Plateaus memory has left, oldest first, each below the next: a later plateau at
     /// or below an earlier one makes the earlier one useless (the answer is the latest one
     /// under a threshold).
     plateaus: Vec<u64>,
@@ -429,7 +429,10 @@ impl Ramp {
                 level.samples += 1;
             }
             current => {
-                if let Some(level) = current.filter(|l| l.is_plateau() && bytes > l.high_bytes) {
+                // Kept whether memory rose or fell after it: a fall (a checkpoint loaded on the
+                // host and freed, the sample after a kill) is followed by whatever comes next,
+                // and a lower plateau later replaces it.
+                if let Some(level) = current.filter(Level::is_plateau) {
                     self.plateaus.retain(|&p| p < level.high_bytes);
                     if self.plateaus.len() == PLATEAUS_KEPT {
                         self.plateaus.remove(0);
@@ -688,6 +691,18 @@ mod tests {
                 vec![1.0, 10.0, 20.0, 20.0, 20.0],
                 Some(40.0),
                 Some(20.0),
+            ),
+            (
+                "a kill, then the emptied cgroup's last sample",
+                vec![1.0, 10.0, 20.0, 20.0, 20.0, 0.01],
+                Some(40.0),
+                Some(20.0),
+            ),
+            (
+                "loaded on the host, freed, then the step: the later, lower plateau",
+                vec![1.0, 30.0, 30.0, 30.0, 12.0, 12.0, 12.0, 40.0, 60.0],
+                None,
+                Some(12.0),
             ),
             (
                 "step at once: memory only climbs",

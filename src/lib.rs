@@ -448,6 +448,10 @@ struct AttemptRamp {
 
 impl AttemptRamp {
     fn feed(&mut self, sample: &Sample) {
+        // Once the job's processes are gone (the sample after it ended) nothing is its memory.
+        if sample.tree.processes == 0 {
+            return;
+        }
         if let Some(gpu) = sample.gpu_bytes() {
             self.gpu.feed(sample.unix_time_s, gpu);
         }
