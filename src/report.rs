@@ -604,7 +604,7 @@ pub enum RunDirError {
 
 /// Whether `name` is a file oomguard writes in a run directory (and so refuses to find there).
 fn is_run_file(name: &str) -> bool {
-    if matches!(name, "summary.json" | "samples.csv") {
+    if matches!(name, "summary.json" | "samples.csv" | "report.html") {
         return true;
     }
     name.strip_prefix("attempt-")
@@ -1166,6 +1166,7 @@ mod tests {
         let table = [
             ("summary.json", true),
             ("samples.csv", true),
+            ("report.html", true),
             ("attempt-1.log", true),
             ("attempt-204.log", true),
             ("attempt-.log", false),

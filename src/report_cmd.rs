@@ -276,7 +276,7 @@ fn build(dir: &Path, summary: SummaryIn, samples: &[Row]) -> RunReport {
         let before = i.checked_sub(1).map(|j| &summary.attempts[j].knobs);
         let mut own = timeline.iter().filter(|p| p.attempt == a.attempt);
         let first = own.next().map(|p| p.t_s);
-        let last = own.last().map(|p| p.t_s).or(first);
+        let last = own.next_back().map(|p| p.t_s).or(first);
         // An attempt starts at its first sample, else at its recorded start, never before
         // the one before it ended; it ends after its duration, never before its last sample.
         let start = first
@@ -542,7 +542,7 @@ impl RunReport {
         let (unit, per_unit) = time_unit(span_s);
         let x_max = span_s / per_unit * 1.02;
 
-        let series: [(&str, RGBColor, fn(&TimelinePoint) -> Option<u64>); 4] = [
+        let series: [(&str, RGBColor, Reading); 4] = [
             ("tree memory (PSS, else RSS)", RGBColor(31, 119, 180), |p| {
                 p.tree_bytes()
             }),
@@ -576,7 +576,9 @@ impl RunReport {
             .chain(self.attempts.iter().filter_map(|a| a.peaks.memory_bytes()))
             .max()
             .unwrap_or(1 << 20);
-        let y_max = (peak_seen as f64 * 1.25).max(1024.0);
+        // The axis counts in one binary unit, so its ticks fall on round numbers of it.
+        let (y_unit, per_y_unit) = size_unit(peak_seen);
+        let y_max = (peak_seen as f64 * 1.25 / per_y_unit).max(1.0);
 
         {
             let root = SVGBackend::with_string(svg, SIZE).into_drawing_area();
@@ -588,7 +590,7 @@ impl RunReport {
                 .y_label_area_size(80)
                 .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
             let x_fmt = |v: &f64| format!("{v:.1}");
-            let y_fmt = |v: &f64| human_bytes(*v as u64);
+            let y_fmt = |v: &f64| format!("{v} {y_unit}");
             chart
                 .configure_mesh()
                 .x_desc(format!("time since the first attempt started ({unit})"))
@@ -605,7 +607,7 @@ impl RunReport {
                         .timeline
                         .iter()
                         .filter(|p| p.attempt == a.attempt)
-                        .filter_map(|p| value(p).map(|v| (p.t_s / per_unit, v as f64)))
+                        .filter_map(|p| value(p).map(|v| (p.t_s / per_unit, v as f64 / per_y_unit)))
                         .collect();
                     if line.is_empty() {
                         continue;
@@ -628,7 +630,7 @@ impl RunReport {
                 }
             }
             for (label, bytes, colour) in &limits {
-                let y = *bytes as f64;
+                let y = *bytes as f64 / per_y_unit;
                 let colour = *colour;
                 chart
                     .draw_series(LineSeries::new(
@@ -700,6 +702,21 @@ fn time_unit(span_s: f64) -> (&'static str, f64) {
     }
 }
 
+/// How the chart reads one series from a sample.
+type Reading = fn(&TimelinePoint) -> Option<u64>;
+
+/// The unit of the memory axis for a peak: KiB, MiB or GiB, whichever keeps the numbers
+/// between 1 and a few thousand.
+fn size_unit(peak_bytes: u64) -> (&'static str, f64) {
+    if peak_bytes >= 2 << 30 {
+        ("GiB", (1u64 << 30) as f64)
+    } else if peak_bytes >= 2 << 20 {
+        ("MiB", (1u64 << 20) as f64)
+    } else {
+        ("KiB", 1024.0)
+    }
+}
+
 /// Text for HTML element content and attributes.
 fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -721,8 +738,14 @@ fn escape(text: &str) -> String {
 pub fn write_html(dir: &Path) -> Result<PathBuf, String> {
     let report = load(dir).map_err(|e| e.to_string())?;
     let path = dir.join("report.html");
-    std::fs::write(&path, report.html())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    // Created, never replaced: the run directory was checked free of it before the run, so
+    // one there now is someone else's file.
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, report.html().as_bytes()));
+    written.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(path)
 }
 
@@ -742,11 +765,8 @@ mod tests {
     #[test]
     fn changes_list_old_and_new_values_of_moved_knobs_only() {
         use serde_json::json;
-        let table: [(
-            Option<KnobValues>,
-            KnobValues,
-            Vec<(&str, serde_json::Value, serde_json::Value)>,
-        ); 4] = [
+        type Moves = Vec<(&'static str, serde_json::Value, serde_json::Value)>;
+        let table: [(Option<KnobValues>, KnobValues, Moves); 4] = [
             (None, knobs(&[("batch", json!(32))]), vec![]),
             (
                 Some(knobs(&[("batch", json!(32)), ("accum", json!(1))])),
@@ -807,6 +827,19 @@ mod tests {
         ];
         for (span, unit) in table {
             assert_eq!(time_unit(span).0, unit, "{span}");
+        }
+    }
+
+    #[test]
+    fn memory_axis_unit_follows_the_peak() {
+        let table = [
+            (1 << 20, "KiB"),
+            (3 << 20, "MiB"),
+            (1 << 30, "MiB"),
+            (5 << 30, "GiB"),
+        ];
+        for (peak, unit) in table {
+            assert_eq!(size_unit(peak).0, unit, "{peak}");
         }
     }
 
