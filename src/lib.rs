@@ -1244,13 +1244,14 @@ fn close_run(
     );
     // The page for people (`oomguard report`'s --html), after the summary it is drawn from;
     // a page that cannot be written is a warning: the job's exit status stands.
-    match report_cmd::write_html(run_dir.path()) {
+    // It goes into the one closing warning with whatever else could not be saved.
+    match report_cmd::write_html(run_dir.path(), &summary.render()) {
         Ok(page) => report.event(
             "report_written",
             serde_json::json!({ "report": page }),
             &format!("report in {}", page.display()),
         ),
-        Err(why) => report.warn(&format!("no report.html: {why}")),
+        Err(why) => report::unsaved("report.html", &why),
     }
     if let Some(line) = report::unsaved_summary() {
         report.warn(&line);

@@ -151,10 +151,16 @@ pub fn load(dir: &Path) -> Result<RunReport, ReportError> {
             })
         }
     };
-    let summary: SummaryIn = serde_json::from_str(&text).map_err(|e| ReportError::Unreadable {
-        path: summary_path.clone(),
-        reason: e.to_string(),
-    })?;
+    from_summary(dir, &text).map_err(|reason| ReportError::Unreadable {
+        path: summary_path,
+        reason,
+    })
+}
+
+/// A report from summary.json's text (read from `dir` or handed over by the run that holds it)
+/// and `dir`'s samples.csv.
+fn from_summary(dir: &Path, summary_text: &str) -> Result<RunReport, String> {
+    let summary: SummaryIn = serde_json::from_str(summary_text).map_err(|e| e.to_string())?;
     // samples.csv is optional: an attempt that died before its first tick has no rows.
     let samples = match std::fs::read_to_string(dir.join("samples.csv")) {
         Ok(csv) => parse_samples(&csv),
@@ -733,19 +739,25 @@ fn escape(text: &str) -> String {
     out
 }
 
-/// Writes `report.html` of a run directory (what `oomguard run` does when it ends); returns
-/// its path.
-pub fn write_html(dir: &Path) -> Result<PathBuf, String> {
-    let report = load(dir).map_err(|e| e.to_string())?;
+/// Writes `report.html` into a run directory at the end of a run, from the run's own
+/// summary.json text (so a summary.json the disk refused still makes a page); returns its path.
+/// A page cut short (a full disk) is removed.
+pub fn write_html(dir: &Path, summary_json: &[u8]) -> Result<PathBuf, String> {
+    let text = String::from_utf8_lossy(summary_json);
+    let report = from_summary(dir, &text)?;
     let path = dir.join("report.html");
     // Created, never replaced: the run directory was checked free of it before the run, so
     // one there now is someone else's file.
-    let written = std::fs::OpenOptions::new()
+    let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&path)
-        .and_then(|mut file| std::io::Write::write_all(&mut file, report.html().as_bytes()));
-    written.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    if let Err(e) = std::io::Write::write_all(&mut file, report.html().as_bytes()) {
+        drop(file);
+        let _ = std::fs::remove_file(&path);
+        return Err(format!("cannot write {}: {e}", path.display()));
+    }
     Ok(path)
 }
 

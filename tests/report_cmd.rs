@@ -399,3 +399,22 @@ fn report_html_is_self_contained_and_renders_in_headless_chromium() {
         "no table in the DOM"
     );
 }
+
+#[test]
+fn a_report_html_that_cannot_be_written_is_a_warning_not_a_changed_exit_status() {
+    let sb = Sandbox::new();
+    // The job itself puts a report.html into the run directory: oomguard's is not written over
+    // it, and the run still ends with the job's status (3).
+    let page = sb.run_dir().join("report.html");
+    let script = format!("echo mine > '{}'; exit 3", page.display());
+    let out = sb.run(&[], &["sh", "-c", &script]).output().unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&page).unwrap(), "mine\n");
+    let warning = stderr
+        .lines()
+        .find(|l| l.starts_with("oomguard: warning:") && l.contains("report.html"))
+        .unwrap_or_else(|| panic!("no warning names report.html: {stderr}"));
+    assert!(warning.contains("File exists"), "{warning}");
+    assert!(!stderr.contains("report in "), "{stderr}");
+}
