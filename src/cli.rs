@@ -46,6 +46,10 @@ pub enum Command {
     /// Show what this machine allows and what oomguard will use (cgroups, kernel log, PSI,
     /// NVML), with the sampling cost measured on the spot.
     Doctor(DoctorArgs),
+    /// The story of one run from its run directory: each attempt's knobs, cause and evidence,
+    /// memory peaks and duration, and what fit; `--json` for machines, `--html` for a page
+    /// with a chart of memory over time.
+    Report(ReportArgs),
     /// Print a shell completion script: `oomguard completions bash > /etc/bash_completion.d/oomguard`.
     Completions(CompletionsArgs),
     /// Print a man page (roff), generated from these same definitions: `oomguard man | man -l -`.
@@ -349,6 +353,20 @@ pub struct StatusArgs {
     /// $XDG_STATE_HOME/oomguard, i.e. ~/.local/state/oomguard].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The run directory `oomguard run` printed (`run directory ...`), holding summary.json.
+    #[arg(value_name = "RUN_DIR")]
+    pub run_dir: PathBuf,
+    /// Also write a self-contained HTML page (chart and table, no network needed) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Print one JSON document (attempts, knob changes, causes, peaks, durations, timeline)
+    /// instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

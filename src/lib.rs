@@ -62,6 +62,7 @@ pub mod outcome;
 pub mod policy;
 pub mod quiet;
 pub mod report;
+pub mod report_cmd;
 pub mod resume;
 pub mod runas;
 pub mod sampler;
@@ -120,6 +121,9 @@ pub enum Error {
     /// A config file could not be patched for an attempt.
     #[error("{0}")]
     Patch(knobs::patch::PatchError),
+    /// `oomguard report` was given something that is not a readable run directory.
+    #[error(transparent)]
+    Report(#[from] report_cmd::ReportError),
     #[error("{action}: {source}")]
     Internal {
         action: &'static str,
@@ -137,6 +141,7 @@ impl Error {
             Error::RunDir(RunDirError::Write { .. }) => EXIT_INTERNAL,
             Error::RunDir(_) => EXIT_USAGE,
             Error::Internal { .. } => EXIT_INTERNAL,
+            Error::Report(_) => EXIT_USAGE,
         }
     }
 }
@@ -157,12 +162,29 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
         }
         Command::Classify(args) => Ok(classify_files(&args)),
         Command::Status(args) => show_status(&args, report),
+        Command::Report(args) => show_report(&args),
         Command::Doctor(_) => Ok(doctor::run(report)),
         Command::Completions(args) => print_bytes(&install::completions(args.shell)),
         Command::Man(args) => man(&args),
         Command::Guard => Ok(child::guard_main(std::io::stdin().lock())),
         Command::Hook(args) => Ok(hooks::wrapper_main(args.timeout_ms, &args.argv)),
     }
+}
+
+/// `oomguard report RUN_DIR`: the table (or `--json`) on stdout, and `--html FILE` written.
+fn show_report(args: &cli::ReportArgs) -> Result<i32, Error> {
+    let run = report_cmd::load(&args.run_dir)?;
+    if let Some(path) = &args.html {
+        std::fs::write(path, run.html()).map_err(|source| Error::Internal {
+            action: "cannot write the --html file",
+            source,
+        })?;
+    }
+    let mut text = if args.json { run.json() } else { run.text() };
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    print_bytes(text.as_bytes())
 }
 
 /// `oomguard man`: one page printed, or every page written into `--dir`.
@@ -225,6 +247,14 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         &lossy(&settings.command),
         final_sizes(&settings.knobs, &original),
     );
+    summary.limits = Some(report::RunLimits {
+        memory_max_bytes: match settings.cgroup {
+            CgroupPlan::Required(limits) => limits.memory_max_bytes,
+            _ => None,
+        },
+        max_rss_bytes: settings.bounds.max_rss_bytes,
+        max_gpu_bytes: settings.bounds.max_gpu_bytes,
+    });
     let result = run_in(
         &settings,
         &run_dir,
@@ -1258,6 +1288,17 @@ fn close_run(
             run_dir.path().join("summary.json").display()
         ),
     );
+    // The page for people (`oomguard report`'s --html), after the summary it is drawn from;
+    // a page that cannot be written is a warning: the job's exit status stands.
+    // It goes into the one closing warning with whatever else could not be saved.
+    match report_cmd::write_html(run_dir.path(), &summary.render()) {
+        Ok(page) => report.event(
+            "report_written",
+            serde_json::json!({ "report": page }),
+            &format!("report in {}", page.display()),
+        ),
+        Err(why) => report::unsaved("report.html", &why),
+    }
     if let Some(line) = report::unsaved_summary() {
         report.warn(&line);
     }

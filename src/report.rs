@@ -480,6 +480,9 @@ pub struct Summary {
     /// The knob values attempt 1 started from when they came from the job's last success.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub started_from: Option<KnobValues>,
+    /// The memory limits the attempts ran under, for `oomguard report`'s chart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<RunLimits>,
     /// The attempts as summary.json holds them, one JSON object per line, each rendered once
     /// when it is added: saving after attempt N costs no re-encoding of the N-1 before it.
     #[serde(skip)]
@@ -495,6 +498,7 @@ impl Summary {
             final_sizes: sizes,
             job: None,
             started_from: None,
+            limits: None,
             attempts_json: Vec::new(),
         }
     }
@@ -541,8 +545,37 @@ impl Summary {
             out.extend_from_slice(b",\n  \"started_from\": ");
             encode(&mut out, start);
         }
+        if let Some(limits) = &self.limits {
+            out.extend_from_slice(b",\n  \"limits\": ");
+            encode(&mut out, limits);
+        }
         out.extend_from_slice(b"\n}\n");
         out
+    }
+}
+
+/// The memory limits of a run as summary.json records them (`limits`); null where not set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct RunLimits {
+    /// `--memory-max`: the attempt cgroup's hard limit.
+    pub memory_max_bytes: Option<u64>,
+    /// `--max-rss`: the soft bound on the job's memory.
+    pub max_rss_bytes: Option<u64>,
+    /// `--max-gpu`: the soft bound on GPU memory.
+    pub max_gpu_bytes: Option<u64>,
+}
+
+impl RunLimits {
+    /// `--memory-max 512.0 MiB`, one entry per limit set.
+    pub fn describe(&self) -> Vec<String> {
+        [
+            ("--memory-max", self.memory_max_bytes),
+            ("--max-rss", self.max_rss_bytes),
+            ("--max-gpu", self.max_gpu_bytes),
+        ]
+        .into_iter()
+        .filter_map(|(flag, v)| v.map(|v| format!("{flag} {}", human_bytes(v))))
+        .collect()
     }
 }
 
@@ -571,7 +604,7 @@ pub enum RunDirError {
 
 /// Whether `name` is a file oomguard writes in a run directory (and so refuses to find there).
 fn is_run_file(name: &str) -> bool {
-    if matches!(name, "summary.json" | "samples.csv") {
+    if matches!(name, "summary.json" | "samples.csv" | "report.html") {
         return true;
     }
     name.strip_prefix("attempt-")
@@ -1133,6 +1166,7 @@ mod tests {
         let table = [
             ("summary.json", true),
             ("samples.csv", true),
+            ("report.html", true),
             ("attempt-1.log", true),
             ("attempt-204.log", true),
             ("attempt-.log", false),
