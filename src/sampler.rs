@@ -4,10 +4,11 @@
 //!
 //! The tree's memory is the cgroup's counters, else per-process files. Where the attempt has a
 //! cgroup, its own counters say what the job holds (usage, working set, anon, file cache, shmem,
-//! swap: the usage file and one read of `memory.stat`), O(1) and counting shared pages once.
-//! Each of the tree's processes is read from /proc/PID/status (a few µs; it holds VmRSS, VmSwap
-//! and the process's peak VmHWM in one read): the per-process figures with a cgroup, the
-//! summed tree without one.
+//! swap: the usage file and one read of `memory.stat`), O(1) and counting shared pages once;
+//! its processes come from `cgroup.procs` (the caller's job), and each gives its RSS from
+//! /proc/PID/statm (~2 µs) for the per-process figures (the largest process; a process's peak
+//! comes from its `ru_maxrss` when reaped). Without a cgroup each process is read from
+//! /proc/PID/status (~6 µs: VmRSS, VmSwap and the peak VmHWM in one read) and summed.
 //!
 //! PSS (smaps_rollup) is the one read whose cost grows with the job (the kernel walks the page
 //! tables: ~14 ms for 4 GiB), so it is read only where it decides something: without a cgroup's
@@ -24,7 +25,7 @@ use crate::cgroup::{CgroupMem, JobCgroup};
 use crate::gpu::{self, GpuProbe, JobGpu};
 use crate::mem::process::ProcReader;
 use crate::mem::system::{SystemMem, SystemReader};
-use crate::mem::tree_mem::{read_tree_cpu_ticks, read_tree_when, TreeMem};
+use crate::mem::tree_mem::{read_tree_cpu_ticks, read_tree_from, PerProcess, TreeMem};
 use crate::watch::Reading;
 
 /// How often PSS is read for the record when no bound needs it (`--pss-interval`'s default).
@@ -113,7 +114,10 @@ impl Peaks {
             (&mut self.swap_bytes, s.tree.swap_bytes),
             (&mut self.gpu_bytes, s.gpu_bytes()),
             (&mut self.cgroup_bytes, s.cgroup_bytes),
-            (&mut self.process_rss_bytes, s.tree.max_hwm_bytes),
+            (
+                &mut self.process_rss_bytes,
+                s.tree.max_hwm_bytes.max(s.tree.largest_rss_bytes),
+            ),
         ] {
             raise(peak, value);
         }
@@ -230,7 +234,14 @@ impl Sampler {
         let cgroup_mem = cgroup.and_then(JobCgroup::memory);
         let judged_by_cgroup = cgroup_mem.is_some_and(|m| m.working_set_bytes.is_some());
         let mut pss_read = false;
-        let tree = read_tree_when(&self.procs, pids, |cheap| {
+        // With a cgroup counting swap, statm's RSS is all a process adds (its peak comes from
+        // `ru_maxrss` when it is reaped); without one, status gives swap and VmHWM too.
+        let per_process = if cgroup_mem.is_some() {
+            PerProcess::Statm
+        } else {
+            PerProcess::Status
+        };
+        let tree = read_tree_from(&self.procs, pids, per_process, |cheap| {
             pss_read = self.pss.due(now, cheap.rss_bytes, judged_by_cgroup);
             pss_read
         });
@@ -304,6 +315,8 @@ mod tests {
                 "Name:\tpython3\nVmHWM:\t{rss_kb} kB\nVmRSS:\t{rss_kb} kB\nVmSwap:\t0 kB\n"
             );
             std::fs::write(proc_dir.join("status"), status).unwrap();
+            let pages = rss_kb * KIB / procfs::page_size();
+            std::fs::write(proc_dir.join("statm"), format!("9999 {pages} 0 0 0 0 0\n")).unwrap();
             let rollup = format!("0-1 ---p 00000000 00:00 0  [rollup]\nRss: {rss_kb} kB\nPss: {} kB\nSwapPss: 0 kB\n", rss_kb / 2);
             std::fs::write(proc_dir.join("smaps_rollup"), rollup).unwrap();
         }
