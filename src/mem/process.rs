@@ -1,5 +1,6 @@
 //! One process's memory: its resident set, swap and peak RSS every tick (cheap, from
-//! /proc/PID/status), and on demand its proportional set size (costly, from
+//! /proc/PID/status, or its resident set alone from /proc/PID/statm, cheaper still, where the
+//! job's cgroup counts the rest), and on demand its proportional set size (costly, from
 //! /proc/PID/smaps_rollup). A process that vanished reads as `None`, never as an error: the job's
 //! processes come and go between finding them and reading them.
 //!
