@@ -26,6 +26,8 @@ pub struct RunSettings {
     pub grace: Duration,
     /// How often the job's memory is sampled.
     pub interval: Duration,
+    /// `--pss-interval`: how often PSS is read for the record (zero: never).
+    pub pss_interval: Duration,
     pub cgroup: CgroupPlan,
     /// Soft bounds that stop the job gracefully.
     pub bounds: Bounds,

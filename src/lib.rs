@@ -380,7 +380,8 @@ fn run_in(
         if let Some(server) = metrics_server {
             tokio::spawn(server);
         }
-        let sampler = Sampler::new(gpu, settings.interval);
+        let mut sampler = Sampler::new(gpu);
+        sampler.read_pss(settings.pss_interval, settings.bounds.max_rss_bytes);
         let supervisor = Supervisor::new(setup, sampler).map_err(|source| Error::Internal {
             action: "cannot listen for signals",
             source,

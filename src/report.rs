@@ -423,8 +423,25 @@ pub struct SamplesCsv {
 /// The columns of samples.csv, in order. Later versions add columns at the end.
 pub const SAMPLE_COLUMNS: &str = concat!(
     "unix_time,attempt,tree_rss_bytes,tree_pss_bytes,tree_swap_bytes,sys_available_bytes,",
-    "gpu_used_bytes,cgroup_bytes,sys_swap_free_bytes,psi_some_avg10"
+    "gpu_used_bytes,cgroup_bytes,sys_swap_free_bytes,psi_some_avg10,",
+    "cgroup_working_set_bytes,cgroup_anon_bytes,cgroup_file_bytes,cgroup_shmem_bytes,",
+    "cgroup_swap_bytes"
 );
+
+/// The cgroup columns that end a samples.csv row (working set, anon, file, shmem, swap), each
+/// empty where unknown.
+fn cgroup_cells(mem: Option<&crate::cgroup::CgroupMem>) -> String {
+    let cells = [
+        mem.and_then(|m| m.working_set_bytes),
+        mem.and_then(|m| m.anon_bytes),
+        mem.and_then(|m| m.file_bytes),
+        mem.and_then(|m| m.shmem_bytes),
+        mem.and_then(|m| m.swap_bytes),
+    ];
+    cells
+        .map(|v| v.map(|v| v.to_string()).unwrap_or_default())
+        .join(",")
+}
 
 impl SamplesCsv {
     /// Appends one row and flushes it, so the file is current while the job runs.
@@ -432,7 +449,7 @@ impl SamplesCsv {
         let cell = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
         let rss = (s.tree.processes > 0).then_some(s.tree.rss_bytes);
         let row = format!(
-            "{:.3},{},{},{},{},{},{},{},{},{}\n",
+            "{:.3},{},{},{},{},{},{},{},{},{},{}\n",
             s.unix_time_s,
             s.attempt,
             cell(rss),
@@ -446,6 +463,7 @@ impl SamplesCsv {
                 .and_then(|m| m.psi_some_avg10)
                 .map(|p| p.to_string())
                 .unwrap_or_default(),
+            cgroup_cells(s.cgroup.as_ref()),
         );
         let written = self
             .out

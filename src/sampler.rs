@@ -1,31 +1,35 @@
-//! Samples the job's memory once per tick: the whole process tree's RSS, PSS and swap, the
-//! machine's available memory and pressure, the job's cgroup usage, and the job's GPU memory.
-//! Keeps the peaks of an attempt. Each tick costs a few small reads per process of the job's
-//! tree and nothing per process of the machine.
+//! Samples the job's memory once per tick: the tree's memory, the machine's available memory and
+//! pressure, and the job's GPU memory; keeps the peaks of an attempt. A tick costs the same
+//! however much memory the job holds.
 //!
-//! PSS is the costly number (smaps_rollup walks every mapping: ~0.15 ms for a small process,
-//! ~14 ms for a 4 GiB one), so it is read on every tick only while a full PSS pass costs under
-//! 5% of the interval; otherwise every Nth tick, with N chosen from the measured cost (at least
-//! every 60 ticks). It is read at once, whatever the schedule, when the tree's summed RSS moved
-//! by more than 10% since the last read (a fork of DataLoader workers, a sudden allocation).
-//! A PSS is never guessed: ticks that did not read it leave it unknown, in the timeline and for
-//! the soft bounds and the growth trend, which then count only ticks with a real reading.
-//! Deciding what a sample means is `watch`'s job; writing it down is `report`'s.
+//! The tree's memory is the cgroup's counters, else per-process files. Where the attempt has a
+//! cgroup, its own counters say what the job holds (usage, working set, anon, file cache, shmem,
+//! swap: the usage file and one read of `memory.stat`), O(1) and counting shared pages once;
+//! its processes come from `cgroup.procs` (the caller's job), and each gives its RSS from
+//! /proc/PID/statm (~2 µs) for the per-process figures (the largest process; a process's peak
+//! comes from its `ru_maxrss` when reaped). Without a cgroup each process is read from
+//! /proc/PID/status (~6 µs: VmRSS, VmSwap and the peak VmHWM in one read) and summed.
+//!
+//! PSS (smaps_rollup) is the one read whose cost grows with the job (the kernel walks the page
+//! tables: ~14 ms for 4 GiB), so it is read only where it decides something: without a cgroup's
+//! working set, on ticks where the tree's summed RSS reaches `--max-rss` (PSS ≤ RSS, so below the
+//! bound it cannot cross it); and, for the record, at most every `--pss-interval` (the first
+//! read one interval into the attempt). A PSS is never guessed: ticks that did not read it
+//! leave it unknown, in the timeline and for the growth trend, which then count only ticks with
+//! a real reading. Deciding what a sample means is `watch`'s job; writing it down is `report`'s.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::cgroup::JobCgroup;
+use crate::cgroup::{CgroupMem, JobCgroup};
 use crate::gpu::{self, GpuProbe, JobGpu};
 use crate::mem::process::ProcReader;
 use crate::mem::system::{SystemMem, SystemReader};
-use crate::mem::tree_mem::{read_tree_cpu_ticks, read_tree_when, TreeMem};
+use crate::mem::tree_mem::{read_tree_cpu_ticks, read_tree_from, PerProcess, TreeMem};
 use crate::watch::Reading;
 
-/// The share of the interval a PSS pass may take before it is spread over several ticks.
-const PSS_BUDGET: f64 = 0.05;
-/// PSS is read at least this often, however costly.
-const PSS_MAX_EVERY: u32 = 60;
+/// How often PSS is read for the record when no bound needs it (`--pss-interval`'s default).
+pub const DEFAULT_PSS_INTERVAL: Duration = Duration::from_secs(60);
 
 /// One tick's numbers.
 #[derive(Debug, Clone, Default)]
@@ -42,6 +46,9 @@ pub struct Sample {
     pub cgroup_bytes: Option<u64>,
     /// The job cgroup's usage less the inactive file cache the kernel can drop for free.
     pub cgroup_working_set_bytes: Option<u64>,
+    /// All the job cgroup's counters of this tick (`cgroup_bytes` and
+    /// `cgroup_working_set_bytes` repeat two of them).
+    pub cgroup: Option<CgroupMem>,
     /// The tree's CPU time, user plus system, in clock ticks (USER_HZ): read only when asked
     /// for (`--stall-timeout`, see [`Sampler::read_cpu_time`]), `None` otherwise.
     pub cpu_ticks: Option<u64>,
@@ -68,9 +75,14 @@ impl Sample {
         self.gpu.as_ref().and_then(|g| g.job_bytes)
     }
 
+    /// The numbers the soft bounds judge. On a tick that skipped PSS the job's memory is the
+    /// summed RSS, an upper bound of the PSS: PSS is skipped only while RSS is under `--max-rss`
+    /// (see the module docs), so this says "under" truthfully and breaks a streak of crossings.
     pub fn reading(&self) -> Reading {
+        let under_bound =
+            (!self.pss_read && self.tree.processes > 0).then_some(self.tree.rss_bytes);
         Reading {
-            job_bytes: self.job_bytes(),
+            job_bytes: self.job_bytes().or(under_bound),
             gpu_bytes: self.gpu_bytes(),
             available_bytes: self.system.map(|s| s.available_bytes),
             total_bytes: self.system.map(|s| s.total_bytes),
@@ -102,7 +114,10 @@ impl Peaks {
             (&mut self.swap_bytes, s.tree.swap_bytes),
             (&mut self.gpu_bytes, s.gpu_bytes()),
             (&mut self.cgroup_bytes, s.cgroup_bytes),
-            (&mut self.process_rss_bytes, s.tree.max_hwm_bytes),
+            (
+                &mut self.process_rss_bytes,
+                s.tree.max_hwm_bytes.max(s.tree.largest_rss_bytes),
+            ),
         ] {
             raise(peak, value);
         }
@@ -129,48 +144,37 @@ fn raise(peak: &mut Option<u64>, value: Option<u64>) {
     }
 }
 
-/// When to read PSS: every `every` ticks, adapted to its measured cost, and at once when the
-/// tree's RSS moved.
+/// When to read PSS: on ticks where a soft bound needs it, and at most every `every` for the
+/// record.
 #[derive(Debug, Clone)]
-struct PssSchedule {
-    every: u32,
-    countdown: u32,
-    /// The tree's summed RSS at the last read.
-    rss_at_read: Option<u64>,
+struct PssPolicy {
+    /// `--pss-interval`; `None` reads PSS for the record never.
+    every: Option<Duration>,
+    /// `--max-rss`: at or above it, a tree without a cgroup working set reads PSS every tick.
+    bound_bytes: Option<u64>,
+    /// When the next read for the record is due.
+    next_at: Option<Instant>,
 }
 
-/// RSS moving by more than this fraction since the last PSS read forces a new read.
-const PSS_RSS_DRIFT: f64 = 0.10;
-
-impl PssSchedule {
-    fn new() -> Self {
-        PssSchedule {
-            every: 1,
-            countdown: 0,
-            rss_at_read: None,
+impl PssPolicy {
+    fn new(every: Option<Duration>, bound_bytes: Option<u64>, now: Instant) -> Self {
+        PssPolicy {
+            every,
+            bound_bytes,
+            next_at: every.and_then(|e| now.checked_add(e)),
         }
     }
 
-    /// Whether this tick reads PSS, given the tree's summed RSS now.
-    fn due(&mut self, rss_bytes: u64) -> bool {
-        let drifted = self.rss_at_read.is_none_or(|then| {
-            (rss_bytes as f64 - then as f64).abs() > PSS_RSS_DRIFT * then as f64
-        });
-        if drifted || self.countdown == 0 {
-            self.countdown = self.every.saturating_sub(1);
-            self.rss_at_read = Some(rss_bytes);
-            true
-        } else {
-            self.countdown -= 1;
-            false
+    /// Whether this tick reads PSS, given the tree's summed RSS now and whether the bounds
+    /// judge the cgroup's working set (then PSS decides nothing).
+    fn due(&mut self, now: Instant, rss_bytes: u64, judged_by_cgroup: bool) -> bool {
+        let bound = !judged_by_cgroup && self.bound_bytes.is_some_and(|b| rss_bytes >= b);
+        let record = self.next_at.is_some_and(|at| now >= at);
+        if bound || record {
+            // A read for a bound serves the record too.
+            self.next_at = self.every.and_then(|e| now.checked_add(e));
         }
-    }
-
-    /// Spreads the next reads so one costs at most PSS_BUDGET of the interval on average.
-    fn measured(&mut self, cost: Duration, interval: Duration) {
-        let budget = interval.as_secs_f64() * PSS_BUDGET;
-        self.every = ((cost.as_secs_f64() / budget).ceil() as u32).clamp(1, PSS_MAX_EVERY);
-        self.countdown = self.every - 1;
+        bound || record
     }
 }
 
@@ -182,23 +186,31 @@ pub struct Sampler {
     /// Whether the last snapshot failed: a failure is reported when it starts and when it ends,
     /// not on every tick, and the probe is asked again each tick.
     gpu_failing: bool,
-    interval: Duration,
-    pss: PssSchedule,
+    pss: PssPolicy,
     /// Whether samples read the tree's CPU time (one more small read per process).
     read_cpu: bool,
 }
 
 impl Sampler {
-    pub fn new(gpu: Box<dyn GpuProbe>, interval: Duration) -> Sampler {
+    /// A sampler reading PSS every [`DEFAULT_PSS_INTERVAL`] for the record and for no bound
+    /// (see [`Sampler::read_pss`]).
+    pub fn new(gpu: Box<dyn GpuProbe>) -> Sampler {
         Sampler {
             procs: ProcReader::default(),
             system: SystemReader::default(),
             gpu,
             gpu_failing: false,
-            interval,
-            pss: PssSchedule::new(),
+            pss: PssPolicy::new(Some(DEFAULT_PSS_INTERVAL), None, Instant::now()),
             read_cpu: false,
         }
+    }
+
+    /// When to pay for PSS: at most every `every` for the record (zero: never), and on every
+    /// tick where the summed RSS of a tree without a cgroup working set is at or over
+    /// `max_rss_bytes` (`--max-rss`, which then judges the PSS).
+    pub fn read_pss(&mut self, every: Duration, max_rss_bytes: Option<u64>) {
+        let every = Some(every).filter(|e| !e.is_zero());
+        self.pss = PssPolicy::new(every, max_rss_bytes, Instant::now());
     }
 
     /// Whether samples read the tree's CPU time ([`Sample::cpu_ticks`]): only the stall watch
@@ -207,29 +219,32 @@ impl Sampler {
         self.read_cpu = on;
     }
 
-    /// Starts a new attempt: the tree is new, so PSS is read on its first tick.
+    /// Starts a new attempt: the next PSS read for the record is one interval away.
     pub fn reset(&mut self) {
-        self.pss = PssSchedule {
-            every: self.pss.every,
-            ..PssSchedule::new()
-        };
+        self.pss = PssPolicy::new(self.pss.every, self.pss.bound_bytes, Instant::now());
     }
 
-    /// One sample of the processes `pids` (the job's tree) and of `cgroup`.
+    /// One sample of the processes `pids` (the job's tree: with a cgroup, its `cgroup.procs`)
+    /// and of `cgroup`.
     pub fn sample(&mut self, attempt: u32, pids: &[u32], cgroup: Option<&JobCgroup>) -> Sample {
         let unix_time_s = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        let started = Instant::now();
+        let now = Instant::now();
+        let cgroup_mem = cgroup.and_then(JobCgroup::memory);
+        let judged_by_cgroup = cgroup_mem.is_some_and(|m| m.working_set_bytes.is_some());
         let mut pss_read = false;
-        let tree = read_tree_when(&self.procs, pids, |cheap| {
-            pss_read = self.pss.due(cheap.rss_bytes);
+        // With a cgroup counting swap, statm's RSS is all a process adds (its peak comes from
+        // `ru_maxrss` when it is reaped); without one, status gives swap and VmHWM too.
+        let per_process = if cgroup_mem.is_some() {
+            PerProcess::Statm
+        } else {
+            PerProcess::Status
+        };
+        let tree = read_tree_from(&self.procs, pids, per_process, |cheap| {
+            pss_read = self.pss.due(now, cheap.rss_bytes, judged_by_cgroup);
             pss_read
         });
-        if pss_read {
-            // The cheap part is a few µs per process: the elapsed time is the PSS pass.
-            self.pss.measured(started.elapsed(), self.interval);
-        }
         // The PID set is built only when there is a snapshot to attribute.
         let gpu = self
             .gpu_snapshot()
@@ -241,8 +256,9 @@ impl Sampler {
             pss_read,
             system: self.system.read(),
             gpu,
-            cgroup_bytes: cgroup.and_then(JobCgroup::usage_bytes),
-            cgroup_working_set_bytes: cgroup.and_then(JobCgroup::working_set_bytes),
+            cgroup_bytes: cgroup_mem.map(|m| m.usage_bytes),
+            cgroup_working_set_bytes: cgroup_mem.and_then(|m| m.working_set_bytes),
+            cgroup: cgroup_mem,
             cpu_ticks: self
                 .read_cpu
                 .then(|| read_tree_cpu_ticks(&self.procs, pids))
@@ -283,37 +299,116 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cgroup::Version;
+    use crate::gpu::FakeProbe;
+
+    const KIB: u64 = 1024;
+
+    /// A fake /proc with processes 10, 11, 12 of `rss_kb` each (status and smaps_rollup), and
+    /// a fake v1 cgroup charged 3000 kB, 100 kB of it inactive file cache.
+    fn fake_machine(rss_kb: u64) -> (tempfile::TempDir, Sampler, JobCgroup) {
+        let dir = tempfile::tempdir().unwrap();
+        for pid in [10, 11, 12] {
+            let proc_dir = dir.path().join("proc").join(pid.to_string());
+            std::fs::create_dir_all(&proc_dir).unwrap();
+            let status = format!(
+                "Name:\tpython3\nVmHWM:\t{rss_kb} kB\nVmRSS:\t{rss_kb} kB\nVmSwap:\t0 kB\n"
+            );
+            std::fs::write(proc_dir.join("status"), status).unwrap();
+            let pages = rss_kb * KIB / procfs::page_size();
+            std::fs::write(proc_dir.join("statm"), format!("9999 {pages} 0 0 0 0 0\n")).unwrap();
+            let rollup = format!("0-1 ---p 00000000 00:00 0  [rollup]\nRss: {rss_kb} kB\nPss: {} kB\nSwapPss: 0 kB\n", rss_kb / 2);
+            std::fs::write(proc_dir.join("smaps_rollup"), rollup).unwrap();
+        }
+        let cg = dir.path().join("cgroup");
+        std::fs::create_dir_all(&cg).unwrap();
+        std::fs::write(
+            cg.join("memory.usage_in_bytes"),
+            format!("{}\n", 3000 * KIB),
+        )
+        .unwrap();
+        let stat = format!(
+            "total_cache {}\ntotal_rss {}\ntotal_shmem 0\ntotal_inactive_file {}\ntotal_swap 0\n",
+            200 * KIB,
+            2800 * KIB,
+            100 * KIB
+        );
+        std::fs::write(cg.join("memory.stat"), stat).unwrap();
+        let mut sampler = Sampler::new(Box::new(FakeProbe::new(dir.path().join("no-gpu"))));
+        sampler.procs = ProcReader::new(dir.path().join("proc"));
+        sampler.system = SystemReader::new(dir.path().join("proc"));
+        (dir, sampler, JobCgroup::fake(cg, Version::V1))
+    }
 
     #[test]
-    fn pss_is_spread_over_ticks_by_its_cost() {
-        let interval = Duration::from_secs(1);
-        // (cost of one PSS pass, expected spacing): 5% of 1 s is 50 ms.
-        let table = [(1, 1), (50, 1), (51, 2), (140, 3), (10_000, PSS_MAX_EVERY)];
-        for (cost_ms, every) in table {
-            let mut s = PssSchedule::new();
-            assert!(s.due(1000), "the first tick reads");
-            s.measured(Duration::from_millis(cost_ms), interval);
-            assert_eq!(s.every, every, "{cost_ms} ms");
-            let pattern: Vec<bool> = (0..every * 2).map(|_| s.due(1000)).collect();
+    fn with_a_cgroup_a_tick_reads_no_pss_even_over_the_bound() {
+        let (_dir, mut sampler, cgroup) = fake_machine(1000);
+        // --max-rss far below the tree's 3000 kB: the bound judges the working set, not PSS.
+        sampler.read_pss(DEFAULT_PSS_INTERVAL, Some(100 * KIB));
+        for _ in 0..5 {
+            let s = sampler.sample(1, &[10, 11, 12], Some(&cgroup));
+            assert!(!s.pss_read);
+            assert_eq!(s.tree.pss_bytes, None);
+            assert_eq!(s.tree.rss_bytes, 3000 * KIB, "per-process files still read");
+            assert_eq!(s.job_bytes(), Some(2900 * KIB), "the cgroup's working set");
+            let mem = s.cgroup.unwrap();
             assert_eq!(
-                pattern.iter().filter(|d| **d).count(),
-                2,
-                "{cost_ms} ms: {pattern:?}"
+                (mem.anon_bytes, mem.file_bytes),
+                (Some(2800 * KIB), Some(200 * KIB))
             );
-            assert!(pattern[every as usize - 1], "{pattern:?}");
+        }
+        assert_eq!(sampler.procs.pss_reads(), 0);
+    }
+
+    #[test]
+    fn without_a_cgroup_pss_is_read_only_at_or_over_the_bound() {
+        // (each process's RSS in kB, --max-rss in kB, smaps_rollup reads in 4 ticks)
+        let table = [
+            (1000, None, 0),
+            (1000, Some(3001), 0),
+            (1000, Some(3000), 4 * 3),
+            (1000, Some(10), 4 * 3),
+        ];
+        for (rss_kb, bound_kb, reads) in table {
+            let (_dir, mut sampler, _) = fake_machine(rss_kb);
+            sampler.read_pss(DEFAULT_PSS_INTERVAL, bound_kb.map(|b: u64| b * KIB));
+            for _ in 0..4 {
+                let s = sampler.sample(1, &[10, 11, 12], None);
+                assert_eq!(s.pss_read, reads > 0, "{bound_kb:?}");
+                let want = if reads > 0 { Some(1500 * KIB) } else { None };
+                assert_eq!(s.tree.pss_bytes, want);
+                assert_eq!(s.job_bytes(), want, "never a guess");
+                // Under the bound the bounds see the RSS, which is under it too.
+                assert_eq!(s.reading().job_bytes, Some(want.unwrap_or(3000 * KIB)));
+            }
+            assert_eq!(sampler.procs.pss_reads(), reads, "{bound_kb:?}");
         }
     }
 
     #[test]
-    fn a_moving_rss_is_read_at_once() {
-        let mut s = PssSchedule::new();
-        assert!(s.due(1000));
-        s.measured(Duration::from_secs(10), Duration::from_secs(1));
-        assert!(!s.due(1050), "5% drift waits for the schedule");
-        assert!(!s.due(950));
-        assert!(s.due(5000), "a fork of workers is read at once");
-        assert!(!s.due(5100));
-        assert!(s.due(4000), "so is a big release");
+    fn pss_for_the_record_is_read_at_most_every_interval() {
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let mut p = PssPolicy::new(Some(Duration::from_secs(60)), None, start);
+        let ticks: Vec<bool> = [0, 1, 59, 60, 61, 119, 120, 200]
+            .map(|t| p.due(at(t), 1000, false))
+            .to_vec();
+        assert_eq!(ticks, [false, false, false, true, false, false, true, true]);
+        // 0 (None) never reads for the record; a bound read resets the record's clock.
+        let mut never = PssPolicy::new(None, Some(500), start);
+        assert!(!never.due(at(1000), 100, false));
+        assert!(never.due(at(1001), 600, false));
+        assert!(
+            !never.due(at(1001), 600, true),
+            "a cgroup working set decides"
+        );
+        let mut both = PssPolicy::new(Some(Duration::from_secs(60)), Some(500), start);
+        assert!(both.due(at(50), 600, false));
+        assert!(
+            !both.due(at(60), 100, false),
+            "the bound's read at 50 s served the record"
+        );
+        assert!(both.due(at(110), 100, false));
     }
 
     #[test]

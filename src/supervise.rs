@@ -807,7 +807,11 @@ impl Supervisor {
         if !tick && !ended {
             return Look::Going;
         }
-        let alive = self.job_processes();
+        let alive = match (&job.cgroup, ended) {
+            // The kernel's list of the job's processes: one read, not a walk of /proc.
+            (Some(cgroup), false) => cgroup.tree_pids(),
+            _ => self.job_processes(),
+        };
         state.known.extend(alive.iter().copied());
         if !ended {
             self.sample(&alive, job, state, observer);

@@ -30,7 +30,9 @@ fn samples(sb: &Sandbox) -> Vec<Vec<Option<f64>>> {
         lines.next(),
         Some(concat!(
             "unix_time,attempt,tree_rss_bytes,tree_pss_bytes,tree_swap_bytes,sys_available_bytes,",
-            "gpu_used_bytes,cgroup_bytes,sys_swap_free_bytes,psi_some_avg10"
+            "gpu_used_bytes,cgroup_bytes,sys_swap_free_bytes,psi_some_avg10,",
+            "cgroup_working_set_bytes,cgroup_anon_bytes,cgroup_file_bytes,cgroup_shmem_bytes,",
+            "cgroup_swap_bytes"
         ))
     );
     lines
@@ -39,7 +41,7 @@ fn samples(sb: &Sandbox) -> Vec<Vec<Option<f64>>> {
                 .split(',')
                 .map(|c| (!c.is_empty()).then(|| c.parse().unwrap()))
                 .collect();
-            assert_eq!(cells.len(), 10, "{l}");
+            assert_eq!(cells.len(), 15, "{l}");
             cells
         })
         .collect()
@@ -222,7 +224,8 @@ fn samples_csv_and_peaks_agree_and_a_forked_tree_is_counted_once() {
     let sb = Sandbox::new();
     let out = sb
         .run(
-            &["--interval", "50ms"],
+            // PSS, which this test is about, is read for the record only every --pss-interval.
+            &["--interval", "50ms", "--pss-interval", "50ms"],
             &[
                 "python3",
                 &fixture("grow.py"),
@@ -280,6 +283,10 @@ fn steady_growth_is_warned_about_once() {
                 "--max-rss",
                 "10G",
                 "--no-cgroup",
+                // Without a cgroup the trend follows PSS, read every --pss-interval under the
+                // bound.
+                "--pss-interval",
+                "50ms",
             ],
             &[
                 "python3",

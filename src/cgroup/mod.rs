@@ -36,8 +36,8 @@ use std::time::Duration;
 use nix::unistd::{access, AccessFlags};
 
 pub use parse::{
-    lists_controller, parse_limit, parse_memory_stat_field, parse_pids, parse_proc_cgroup,
-    parse_u64, ProcCgroup,
+    lists_controller, parse_limit, parse_memory_stat_field, parse_memory_stat_fields, parse_pids,
+    parse_proc_cgroup, parse_u64, ProcCgroup,
 };
 pub use stale::{attempt_name, parse_attempt_name};
 pub use teardown::kill_and_remove;
@@ -76,6 +76,37 @@ pub(crate) struct Files {
     pub parse_oom_kills: fn(&str) -> Option<u64>,
     /// The `memory.stat` key of the inactive file cache of the cgroup and those below it.
     pub inactive_file: &'static str,
+    /// The `memory.stat` keys of anonymous memory, page cache and shmem (tmpfs, shared
+    /// anonymous mappings) of the cgroup and those below it.
+    pub anon: &'static str,
+    pub file: &'static str,
+    pub shmem: &'static str,
+    /// Swap in use: a `memory.stat` key (v1 `total_swap`, present only with swap accounting)
+    /// or a file of its own (v2 `memory.swap.current`).
+    pub swap: SwapCounter,
+}
+
+/// Where a version keeps the cgroup's swap usage.
+#[derive(Debug)]
+pub(crate) enum SwapCounter {
+    StatKey(&'static str),
+    File(&'static str),
+}
+
+/// The job cgroup's memory at one tick, from the kernel's own counters: O(1) to read however
+/// big the job is, and shared pages are counted once (they are charged to one cgroup). Each
+/// field is `None` where this kernel does not show it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CgroupMem {
+    /// Memory charged now, page cache included (what the hard limit applies to).
+    pub usage_bytes: u64,
+    /// Usage less the inactive file cache (see [`JobCgroup::working_set_bytes`]).
+    pub working_set_bytes: Option<u64>,
+    pub anon_bytes: Option<u64>,
+    /// Page cache charged to the job (files it read or wrote).
+    pub file_bytes: Option<u64>,
+    pub shmem_bytes: Option<u64>,
+    pub swap_bytes: Option<u64>,
 }
 
 /// Where an attempt cgroup's code picks `v1` or `v2`: its readers, limits and preparation go
@@ -388,6 +419,64 @@ impl JobCgroup {
         let usage = self.usage_bytes()?;
         let stat = fs::read_to_string(self.dir.join("memory.stat")).ok()?;
         Some(usage.saturating_sub(parse_memory_stat_field(&stat, key)?))
+    }
+
+    /// Every counter of [`CgroupMem`] in one go: the usage file, `memory.stat` read once for
+    /// all its fields, and on v2 `memory.swap.current`. `None` when the usage is unreadable
+    /// (the cgroup is gone).
+    pub fn memory(&self) -> Option<CgroupMem> {
+        let files = self.version.files();
+        let usage_bytes = self.read_u64(files.usage)?;
+        let stat = fs::read_to_string(self.dir.join("memory.stat")).unwrap_or_default();
+        let swap_key = match files.swap {
+            SwapCounter::StatKey(key) => key,
+            SwapCounter::File(_) => "",
+        };
+        let [inactive_file, anon, file, shmem, stat_swap] = parse_memory_stat_fields(
+            &stat,
+            [
+                files.inactive_file,
+                files.anon,
+                files.file,
+                files.shmem,
+                swap_key,
+            ],
+        );
+        let swap_bytes = match files.swap {
+            SwapCounter::StatKey(_) => stat_swap,
+            SwapCounter::File(name) => self.read_u64(name),
+        };
+        Some(CgroupMem {
+            usage_bytes,
+            working_set_bytes: inactive_file.map(|inactive| usage_bytes.saturating_sub(inactive)),
+            anon_bytes: anon,
+            file_bytes: file,
+            shmem_bytes: shmem,
+            swap_bytes,
+        })
+    }
+
+    /// The processes in this cgroup and in the cgroups the job made below it: the job's
+    /// tree, from the kernel's own list (one small read, not a walk of /proc). Empty when
+    /// unreadable.
+    pub fn tree_pids(&self) -> Vec<u32> {
+        let mut pids = self.pids();
+        // Nested cgroups are rare (a job that runs systemd-run or its own container); looking
+        // for them costs one readdir of the cgroup's ~30 control files.
+        for child in teardown::child_cgroups(&self.dir) {
+            pids.extend(teardown::pids_below(&child));
+        }
+        pids
+    }
+
+    /// A handle on an existing cgroup directory that is never removed (tests of readers).
+    #[cfg(test)]
+    pub(crate) fn fake(dir: PathBuf, version: Version) -> JobCgroup {
+        JobCgroup {
+            dir,
+            version,
+            removed: true,
+        }
     }
 
     /// The most memory ever charged (v2 `memory.peak`, kernel >= 5.19, `None` where absent;

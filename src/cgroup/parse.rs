@@ -110,6 +110,29 @@ pub fn parse_memory_stat_field(text: &str, key: &str) -> Option<u64> {
     keyed_value(text, key)
 }
 
+/// The values of several `memory.stat` `keys` from one pass over the text (the sampler reads
+/// the file once a tick and wants five of its ~40 lines); `None` for a key not present. An
+/// empty key matches nothing.
+pub fn parse_memory_stat_fields<const N: usize>(text: &str, keys: [&str; N]) -> [Option<u64>; N] {
+    let mut out = [None; N];
+    let mut left = keys.iter().filter(|k| !k.is_empty()).count();
+    for line in text.lines() {
+        if left == 0 {
+            break;
+        }
+        let Some((key, value)) = line.split_once(' ') else {
+            continue;
+        };
+        if let Some(i) = keys.iter().position(|k| *k == key) {
+            if out[i].is_none() {
+                out[i] = value.trim().parse().ok();
+                left -= 1;
+            }
+        }
+    }
+    out
+}
+
 /// Parses `cgroup.procs`: one PID per line, e.g. `"4242\n4243\n"`. PID 0 is never valid there.
 pub fn parse_pids(text: &str) -> Vec<u32> {
     text.lines()
@@ -222,6 +245,25 @@ mod tests {
         for (text, key, want) in table {
             assert_eq!(parse_memory_stat_field(text, key), want, "{key}");
         }
+    }
+
+    #[test]
+    fn parses_many_memory_stat_fields_in_one_pass() {
+        let v1 = parse_memory_stat_fields(
+            V1_MEMORY_STAT,
+            [
+                "total_inactive_file",
+                "total_cache",
+                "inactive_file",
+                "absent",
+                "",
+            ],
+        );
+        assert_eq!(v1, [Some(81920), Some(708608), Some(16384), None, None]);
+        let v2 = parse_memory_stat_fields(V2_MEMORY_STAT, ["anon", "file", "shmem", ""]);
+        assert_eq!(v2, [Some(1466368), Some(643072), Some(0), None]);
+        assert_eq!(parse_memory_stat_fields("", ["anon"]), [None]);
+        assert_eq!(parse_memory_stat_fields("anon x\n", ["anon"]), [None]);
     }
 
     #[test]

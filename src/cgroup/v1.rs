@@ -12,7 +12,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::parse::{keyed_value, parse_limit};
-use super::{write_limit, CgroupError, Files, Limits};
+use super::{write_limit, CgroupError, Files, Limits, SwapCounter};
 
 /// What a v1 attempt cgroup is read through. `total_inactive_file`, unlike `inactive_file`,
 /// counts the cgroups below too.
@@ -23,6 +23,10 @@ pub(super) const FILES: Files = Files {
     oom_kills: "memory.oom_control",
     parse_oom_kills: parse_oom_control_oom_kill,
     inactive_file: "total_inactive_file",
+    anon: "total_rss",
+    file: "total_cache",
+    shmem: "total_shmem",
+    swap: SwapCounter::StatKey("total_swap"),
 };
 
 /// cgroup v1 shows "no limit" as the largest page-aligned `i64`: 9223372036854771712 with 4 KiB
@@ -133,6 +137,17 @@ mod tests {
         assert_eq!(job.usage_bytes(), Some(MIB));
         // total_inactive_file (16 KiB + a child's 64 KiB), not this cgroup's own inactive_file.
         assert_eq!(job.working_set_bytes(), Some(MIB - 81920));
+        assert_eq!(
+            job.memory(),
+            Some(crate::cgroup::CgroupMem {
+                usage_bytes: MIB,
+                working_set_bytes: Some(MIB - 81920),
+                anon_bytes: Some(1638400),
+                file_bytes: Some(708608),
+                shmem_bytes: None, // this kernel's stat has no total_shmem
+                swap_bytes: None,  // nor total_swap: swap accounting off
+            })
+        );
         assert_eq!(job.peak_bytes(), Some(3 * MIB));
         assert_eq!(job.oom_kills(), Some(2));
         assert_eq!(job.limit_bytes(), Some(64 * MIB));

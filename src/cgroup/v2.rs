@@ -17,7 +17,9 @@ use nix::errno::Errno;
 
 use super::parse::{keyed_value, lists_controller};
 use super::teardown::read_pids;
-use super::{io_error, write_file, write_limit, CgroupError, Files, Limits, Unavailable};
+use super::{
+    io_error, write_file, write_limit, CgroupError, Files, Limits, SwapCounter, Unavailable,
+};
 
 /// What a v2 attempt cgroup is read through (`memory.stat` is always hierarchical on v2).
 pub(super) const FILES: Files = Files {
@@ -27,6 +29,10 @@ pub(super) const FILES: Files = Files {
     oom_kills: "memory.events",
     parse_oom_kills: parse_memory_events_oom_kill,
     inactive_file: "inactive_file",
+    anon: "anon",
+    file: "file",
+    shmem: "shmem",
+    swap: SwapCounter::File("memory.swap.current"),
 };
 
 /// The leaf that oomguard moves itself into on cgroup v2 when its own cgroup holds processes
@@ -207,6 +213,18 @@ mod tests {
         assert_eq!(job.usage_bytes(), Some(MIB));
         // 1 MiB charged, 16 KiB of it inactive file cache.
         assert_eq!(job.working_set_bytes(), Some(MIB - 16384));
+        put(&job.dir().join("memory.swap.current"), "4096\n");
+        assert_eq!(
+            job.memory(),
+            Some(crate::cgroup::CgroupMem {
+                usage_bytes: MIB,
+                working_set_bytes: Some(MIB - 16384),
+                anon_bytes: Some(1466368),
+                file_bytes: Some(643072),
+                shmem_bytes: Some(0),
+                swap_bytes: Some(4096),
+            })
+        );
         assert_eq!(job.peak_bytes(), Some(2 * MIB));
         assert_eq!(job.oom_kills(), Some(3));
         assert_eq!(job.limit_bytes(), Some(64 * MIB));
@@ -253,6 +271,9 @@ mod tests {
             .unwrap();
         assert_eq!(job.peak_bytes(), None);
         assert_eq!(job.working_set_bytes(), None, "no memory.stat in this fake");
+        let mem = job.memory().expect("memory.current reads");
+        assert_eq!((mem.usage_bytes, mem.working_set_bytes), (0, None));
+        assert_eq!((mem.anon_bytes, mem.swap_bytes), (None, None));
         assert_eq!(job.oom_kills(), Some(0));
         assert_eq!(job.limit_bytes(), Some(32 * MIB));
         // No cgroup.kill: falls back to signalling PIDs (these cannot exist: ESRCH).

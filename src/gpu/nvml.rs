@@ -1,8 +1,9 @@
 //! The real probe: NVIDIA's management library (NVML) through `nvml-wrapper`. The library,
 //! `libnvidia-ml.so.1`, ships with the driver and is opened with `dlopen` (via `libloading`)
 //! when [`NvmlProbe::init`] runs, never linked: the oomguard binary starts on machines without
-//! the driver, and only this probe notices the absence. Each snapshot asks the driver afresh for
-//! every device's memory and the processes with a compute or graphics context on it.
+//! the driver, and only this probe notices the absence. The devices (their handles, names and
+//! total memory) are looked up once at start; each snapshot then asks the driver only for what
+//! moves: every device's used memory and the processes with a compute or graphics context on it.
 //!
 //! It does not choose between probes ([`super::open`] does) nor attribute processes to the job
 //! ([`super::attribute`](fn@super::attribute) does).
@@ -24,10 +25,32 @@ pub const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
 /// Attempts at listing a device's processes when more start between NVML's count and its list.
 const LIST_ATTEMPTS: usize = 3;
 
-/// Samples GPU memory through NVML. Holds the initialised library (`nvmlShutdown` runs on drop).
+/// Samples GPU memory through NVML. Holds the initialised library (`nvmlShutdown` runs on drop)
+/// and the device handles looked up at start.
 pub struct NvmlProbe {
-    nvml: Nvml,
+    /// The library, leaked from a `Box` so the handles in `devices` can borrow it for the
+    /// probe's life; `Drop` drops the handles, then frees it (which shuts NVML down).
+    nvml: &'static Nvml,
+    devices: Vec<OpenDevice>,
     description: String,
+}
+
+/// A device as looked up once at start: its handle, index and name.
+struct OpenDevice {
+    index: u32,
+    name: String,
+    device: Device<'static>,
+}
+
+impl Drop for NvmlProbe {
+    fn drop(&mut self) {
+        // The handles borrow the library: gone before it is.
+        self.devices.clear();
+        let nvml: *const Nvml = self.nvml;
+        // SAFETY: `nvml` came from `Box::leak` in `from_result` and nothing borrows it any more
+        // (the devices are dropped above; `self.nvml` is not used after this).
+        drop(unsafe { Box::from_raw(nvml.cast_mut()) });
+    }
 }
 
 impl std::fmt::Debug for NvmlProbe {
@@ -55,7 +78,16 @@ impl NvmlProbe {
         let nvml = nvml.map_err(|e| off_reason(&e, library))?;
         let description = describe(&nvml)
             .map_err(|e| format!("GPU monitoring off: NVML cannot list the GPUs: {e}"))?;
-        Ok(NvmlProbe { nvml, description })
+        let nvml: &'static Nvml = Box::leak(Box::new(nvml));
+        let mut probe = NvmlProbe {
+            nvml,
+            devices: Vec::new(),
+            description,
+        };
+        // On error `probe` drops here, which frees the library again.
+        probe.devices = open_devices(nvml)
+            .map_err(|e| format!("GPU monitoring off: NVML cannot open the GPUs: {e}"))?;
+        Ok(probe)
     }
 }
 
@@ -81,6 +113,28 @@ fn off_reason(e: &NvmlError, library: &str) -> String {
     };
     // Library errors can carry the loader's multi-line text; the note is one line.
     format!("GPU monitoring off: {}", why.replace('\n', " "))
+}
+
+/// Every device's handle and name, looked up once: they do not change while the driver is loaded.
+fn open_devices(nvml: &'static Nvml) -> Result<Vec<OpenDevice>, GpuError> {
+    let count = nvml
+        .device_count()
+        .map_err(nvml_error("counting GPUs".to_string()))?;
+    (0..count)
+        .map(|index| {
+            let device = nvml
+                .device_by_index(index)
+                .map_err(nvml_error(format!("opening GPU {index}")))?;
+            let name = device
+                .name()
+                .map_err(nvml_error(format!("reading the name of GPU {index}")))?;
+            Ok(OpenDevice {
+                index,
+                name,
+                device,
+            })
+        })
+        .collect()
 }
 
 /// `NVML 12.535.104.05, 2 devices: NVIDIA H100 80GB HBM3 ×2`.
@@ -119,31 +173,21 @@ impl GpuProbe for NvmlProbe {
     }
 
     fn snapshot(&mut self) -> Result<GpuSnapshot, GpuError> {
-        let count = self
-            .nvml
-            .device_count()
-            .map_err(nvml_error("counting GPUs".to_string()))?;
         let mut snap = GpuSnapshot::default();
-        for index in 0..count {
-            let device = self
-                .nvml
-                .device_by_index(index)
-                .map_err(nvml_error(format!("opening GPU {index}")))?;
+        for open in &self.devices {
+            let (index, device) = (open.index, &open.device);
             let memory = device
                 .memory_info()
                 .map_err(nvml_error(format!("reading memory of GPU {index}")))?;
-            let name = device
-                .name()
-                .map_err(nvml_error(format!("reading the name of GPU {index}")))?;
             snap.devices.push(GpuDevice {
                 index,
-                name,
+                name: open.name.clone(),
                 used_bytes: memory.used,
                 total_bytes: memory.total,
             });
-            let compute = list(&device, index, "compute", Device::running_compute_processes)?;
+            let compute = list(device, index, "compute", Device::running_compute_processes)?;
             let graphics = list(
-                &device,
+                device,
                 index,
                 "graphics",
                 Device::running_graphics_processes,
@@ -310,6 +354,20 @@ mod tests {
                 );
                 let snap = probe.snapshot().unwrap();
                 assert!(snap.devices.iter().all(|d| d.total_bytes > 0));
+                // The handles looked up at start serve every later snapshot.
+                let again = probe.snapshot().unwrap();
+                let names = |s: &GpuSnapshot| -> Vec<(u32, String)> {
+                    s.devices
+                        .iter()
+                        .map(|d| (d.index, d.name.clone()))
+                        .collect()
+                };
+                assert_eq!(names(&snap), names(&again));
+                assert_eq!(snap.devices.len(), probe.devices.len());
+                // Dropping the probe shuts NVML down; a new one starts afresh.
+                drop(probe);
+                let mut probe = NvmlProbe::init().unwrap();
+                assert_eq!(names(&probe.snapshot().unwrap()), names(&snap));
             }
             Err(reason) => {
                 assert!(reason.starts_with("GPU monitoring off: "), "{reason}");

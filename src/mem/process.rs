@@ -1,5 +1,6 @@
 //! One process's memory: its resident set, swap and peak RSS every tick (cheap, from
-//! /proc/PID/status), and on demand its proportional set size (costly, from
+//! /proc/PID/status, or its resident set alone from /proc/PID/statm, cheaper still, where the
+//! job's cgroup counts the rest), and on demand its proportional set size (costly, from
 //! /proc/PID/smaps_rollup). A process that vanished reads as `None`, never as an error: the job's
 //! processes come and go between finding them and reading them.
 //!
@@ -30,6 +31,8 @@
 //! for 4 GiB), so parsing is noise there and procfs's tested `MemoryMaps` parser is used.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use procfs::process::MemoryMaps;
 use procfs::FromRead;
@@ -71,6 +74,9 @@ pub struct PssMem {
 pub struct ProcReader {
     proc_root: PathBuf,
     page_size_bytes: u64,
+    /// smaps_rollup reads tried, shared by clones: the costly read is counted so that tests
+    /// (and `doctor`) can see how often it happens.
+    pss_reads: Arc<AtomicU64>,
 }
 
 impl Default for ProcReader {
@@ -88,6 +94,7 @@ impl ProcReader {
         Self {
             proc_root: proc_root.into(),
             page_size_bytes: procfs::page_size(),
+            pss_reads: Arc::default(),
         }
     }
 
@@ -116,6 +123,12 @@ impl ProcReader {
         parse_statm_resident_pages(&text)?.checked_mul(self.page_size_bytes)
     }
 
+    /// How many smaps_rollup reads [`ProcReader::read_pss`] tried so far, over this reader
+    /// and its clones.
+    pub fn pss_reads(&self) -> u64 {
+        self.pss_reads.load(Ordering::Relaxed)
+    }
+
     /// Cheap (one small read, like status): the CPU time the process has used, user plus
     /// system, in clock ticks (USER_HZ, 100 a second on Linux), from /proc/PID/stat. `None` if
     /// the process vanished. What `--stall-timeout` watches: a tree whose total stands still
@@ -129,6 +142,7 @@ impl ProcReader {
     /// from /proc/PID/smaps_rollup (kernel >= 4.14). `None` if the process vanished or the file
     /// is unreadable (older kernel, another user's process).
     pub fn read_pss(&self, pid: u32) -> Option<PssMem> {
+        self.pss_reads.fetch_add(1, Ordering::Relaxed);
         let text = read_proc_file(&self.file(pid, "smaps_rollup"), 2048).ok()?;
         parse_smaps_rollup(&text)
     }

@@ -1,6 +1,8 @@
 //! The job's process tree: every descendant of a root PID, found afresh on each call by walking
 //! `/proc/PID/task/TID/children` (see proc(5)). It costs one small read per process in the tree,
-//! not per process on the machine, so a busy shared server does not slow it down.
+//! not per process on the machine, so a busy shared server does not slow it down. Where the
+//! attempt has a cgroup, its `cgroup.procs` lists the job instead (one read) and this walk is
+//! left for the end of an attempt and for signalling.
 //!
 //! It does not decide what to do with the PIDs (signal, sample, attribute): callers do.
 

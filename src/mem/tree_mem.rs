@@ -7,7 +7,7 @@
 //! Finding the PIDs is `tree`'s job, reading one process is `process`'s; how often to pay for
 //! PSS is the sampler's choice.
 
-use super::process::ProcReader;
+use super::process::{ProcMem, ProcReader};
 
 /// A process tree's memory at one tick.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -22,8 +22,10 @@ pub struct TreeMem {
     /// Summed swap: SwapPss (shared swap counted once) for processes whose PSS was read, VmSwap
     /// for the others; `None` when no process reported swap.
     pub swap_bytes: Option<u64>,
-    /// The highest peak RSS (VmHWM) of any single process.
+    /// The highest peak RSS (VmHWM) of any single process; `None` where only statm was read.
     pub max_hwm_bytes: Option<u64>,
+    /// The largest resident set of any single process now.
+    pub largest_rss_bytes: Option<u64>,
 }
 
 /// Sums over `pids` (processes that vanished mid-read are skipped). PSS (and swap from SwapPss
@@ -41,15 +43,44 @@ pub fn read_tree_when(
     pids: &[u32],
     with_pss: impl FnOnce(&TreeMem) -> bool,
 ) -> TreeMem {
+    read_tree_from(reader, pids, PerProcess::Status, with_pss)
+}
+
+/// Which file each process's cheap numbers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PerProcess {
+    /// /proc/PID/status: RSS, swap and the process's peak (VmHWM).
+    Status,
+    /// /proc/PID/statm: RSS alone, for half the cost (the kernel formats ~55 status lines,
+    /// summing per-CPU counters on the way). Enough where a cgroup counts the swap, and the
+    /// reaped processes' `ru_maxrss` gives their peaks.
+    Statm,
+}
+
+/// Like [`read_tree_when`], reading each process's cheap numbers from `per_process`.
+pub fn read_tree_from(
+    reader: &ProcReader,
+    pids: &[u32],
+    per_process: PerProcess,
+    with_pss: impl FnOnce(&TreeMem) -> bool,
+) -> TreeMem {
     let mut out = TreeMem::default();
     let mut read: Vec<(u32, Option<u64>)> = Vec::with_capacity(pids.len());
     for &pid in pids {
-        let Some(mem) = reader.read(pid) else {
+        let mem = match per_process {
+            PerProcess::Status => reader.read(pid),
+            PerProcess::Statm => reader.read_rss_bytes(pid).map(|rss_bytes| ProcMem {
+                rss_bytes,
+                ..ProcMem::default()
+            }),
+        };
+        let Some(mem) = mem else {
             continue;
         };
         out.processes += 1;
         out.rss_bytes = out.rss_bytes.saturating_add(mem.rss_bytes);
         out.max_hwm_bytes = out.max_hwm_bytes.max(mem.hwm_bytes);
+        out.largest_rss_bytes = out.largest_rss_bytes.max(Some(mem.rss_bytes));
         read.push((pid, mem.swap_bytes));
     }
     let pss_too = with_pss(&out);
@@ -122,6 +153,7 @@ mod tests {
                 pss_bytes: None,
                 swap_bytes: Some(24 * 1024),
                 max_hwm_bytes: Some(1200 * 1024),
+                largest_rss_bytes: Some(1000 * 1024),
             }
         );
         let full = read_tree(&reader, &pids, true);
@@ -134,6 +166,25 @@ mod tests {
             }
         );
         assert_eq!(read_tree(&reader, &[], true), TreeMem::default());
+        // statm: the RSS alone (these fixtures have none: vanished, as far as statm goes).
+        for pid in [10, 11, 12] {
+            std::fs::write(
+                dir.path().join(format!("{pid}/statm")),
+                "765 250 380 5 0 123 0\n",
+            )
+            .unwrap();
+        }
+        let statm = read_tree_from(&reader, &pids, PerProcess::Statm, |_| false);
+        let rss = 250 * procfs::page_size();
+        assert_eq!(
+            statm,
+            TreeMem {
+                processes: 3,
+                rss_bytes: 3 * rss,
+                largest_rss_bytes: Some(rss),
+                ..TreeMem::default()
+            }
+        );
     }
 
     #[test]
