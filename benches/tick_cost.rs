@@ -164,7 +164,7 @@ fn main() {
         let with_pss = micros_per_call(min_iters, min_time, || {
             black_box(read_tree(&reader, black_box(&pids), true));
         });
-        let mut sampler = Sampler::new(Box::new(NoGpu), Duration::from_secs(1));
+        let mut sampler = Sampler::new(Box::new(NoGpu));
         let tick_nocg = micros_per_call(min_iters, min_time, || {
             black_box(sampler.sample(1, black_box(&pids), None));
         });
@@ -179,13 +179,12 @@ fn main() {
             Some(cg) => {
                 assert_eq!(cg.pids().len(), count, "the whole tree is in the cgroup");
                 let counters = micros_per_call(min_iters, min_time, || {
-                    black_box(cg.usage_bytes());
-                    black_box(cg.working_set_bytes());
+                    black_box(cg.memory());
                 });
                 let procs = micros_per_call(min_iters, min_time, || {
-                    black_box(cg.pids());
+                    black_box(cg.tree_pids());
                 });
-                let mut sampler = Sampler::new(Box::new(NoGpu), Duration::from_secs(1));
+                let mut sampler = Sampler::new(Box::new(NoGpu));
                 let tick_cg = micros_per_call(min_iters, min_time, || {
                     black_box(sampler.sample(1, black_box(&pids), Some(cg)));
                 });
