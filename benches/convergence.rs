@@ -12,7 +12,12 @@
 //!
 //! Run: `cargo bench --bench convergence`. Prints, per strategy and per kind of evidence,
 //! the mean failed attempts before success and the final batch as a fraction of the largest
-//! batch that fits and divides the effective batch.
+//! batch that fits and divides the effective batch. Then the oracle-free bound on bare bounds
+//! (cgroup kills, layered GPU deaths): every fixed sequence of fractions of the batch that
+//! died (or of the cap the fixed part gives) from a grid, scored on the same jobs, with the
+//! Pareto front of failures against batch kept; and the second run of each job, started by
+//! the real `jobs::start_from` from what worked in the first. Under `cargo test` (no
+//! `--bench`) the bound searches a 4-value grid as a smoke check.
 
 use std::time::Duration;
 
@@ -226,10 +231,22 @@ fn plateau_visible(job: &Job, rng: &mut Lcg) -> bool {
 fn converge(
     job: &Job,
     strategy: Strategy,
-    mut ramp: Option<&mut Lcg>,
+    ramp: Option<&mut Lcg>,
     rng: &mut Lcg,
 ) -> (u32, Option<u64>) {
-    let rules = vec![
+    let original = vec![Value::Int(job.start), Value::Int(1)];
+    let (failures, last) = converge_from(job, strategy, ramp, rng, original);
+    (failures, last.map(|values| batch_of(&values)))
+}
+
+/// The batch in a job's knob values (batch, accumulation).
+fn batch_of(values: &[Value]) -> u64 {
+    values[0].as_int().expect("the batch is an integer")
+}
+
+/// The two knobs every simulated job has: the batch, halved by default, and its partner.
+fn rules() -> Vec<Rule> {
+    vec![
         Rule {
             name: "batch".into(),
             moves: Moves::Step {
@@ -245,7 +262,19 @@ fn converge(
             on: policy::default_causes(),
             partner: None,
         },
-    ];
+    ]
+}
+
+/// [`converge`] with the first attempt at `first` (the command itself stays `job.start` with
+/// accumulation 1): failed attempts, and the knob values that succeeded.
+fn converge_from(
+    job: &Job,
+    strategy: Strategy,
+    mut ramp: Option<&mut Lcg>,
+    rng: &mut Lcg,
+    first: Vec<Value>,
+) -> (u32, Option<Vec<Value>>) {
+    let rules = rules();
     let original = vec![Value::Int(job.start), Value::Int(1)];
     let limits = Limits {
         max_attempts: 30,
@@ -261,13 +290,13 @@ fn converge(
         allocator_hint: false,
     };
     let mut history = Vec::new();
-    let mut values = original.clone();
+    let mut values = first;
     let mut failures = 0;
     loop {
-        let batch = values[0].as_int().expect("the batch is an integer");
+        let batch = batch_of(&values);
         let per_sample = job.per_sample_bytes * (1.0 + job.noise * (2.0 * rng.unit() - 1.0));
         if job.fixed_bytes + per_sample * batch as f64 <= job.limit_bytes {
-            return (failures, Some(batch));
+            return (failures, Some(values));
         }
         failures += 1;
         let cause = match job.death {
@@ -302,7 +331,365 @@ fn best(job: &Job) -> u64 {
     }
 }
 
+/// What a bare-bound policy scales: the batch that died, or the cap on the next batch that
+/// the fixed part gives (`batch × (budget − fixed) / (limit − fixed)`, budget = limit less the
+/// 10% margin; with no plateau seen, fixed counts as 0 and the cap is 90% of the batch).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Base {
+    Batch,
+    Cap,
+}
+
+/// An oracle-free policy for bare bounds: after the k-th failure the next batch is
+/// `fractions[k] × base` (the last fraction repeated), snapped to a divisor of the effective
+/// batch by `fit`'s rule. It sees nothing but "batch b died at the limit" and, for
+/// [`Base::Cap`], the fixed part the samples showed.
+#[derive(Debug, Clone)]
+struct Policy {
+    base: Base,
+    fractions: Vec<f64>,
+}
+
+impl Policy {
+    fn describe(&self) -> String {
+        let base = match self.base {
+            Base::Batch => "batch",
+            Base::Cap => "cap",
+        };
+        let steps: Vec<String> = self.fractions.iter().map(|f| format!("{f:.2}")).collect();
+        format!(
+            "{} × {base}, then ×{} …",
+            steps.join(", "),
+            steps.last().expect("not empty")
+        )
+    }
+}
+
+/// What one job shows every policy alike (common random numbers): each attempt's per-sample
+/// memory, and the fixed part each failed attempt's samples show.
+struct Draws {
+    per_sample_bytes: Vec<f64>,
+    fixed_bytes: Vec<Option<f64>>,
+}
+
+/// The attempts a job may make: `--max-attempts` as [`converge`] runs it.
+const MAX_ATTEMPTS: usize = 30;
+
+fn draws(job: &Job, rng: &mut Lcg, sampling: &mut Lcg) -> Draws {
+    Draws {
+        per_sample_bytes: (0..MAX_ATTEMPTS)
+            .map(|_| job.per_sample_bytes * (1.0 + job.noise * (2.0 * rng.unit() - 1.0)))
+            .collect(),
+        // The samples climb to the limit (a kill); the plateau they show is what matters.
+        fixed_bytes: (0..MAX_ATTEMPTS)
+            .map(|_| {
+                sampled_fixed(job, job.limit_bytes, job.limit_bytes, sampling).map(|f| f as f64)
+            })
+            .collect(),
+    }
+}
+
+/// `fit`'s divisor rule (`fit::prefer_divisor`, private there): the largest divisor of
+/// `effective` within [`fit::DIVISOR_SLACK`] below `candidate`, else `candidate`.
+fn prefer_divisor(candidate: u64, effective: u64) -> u64 {
+    let lowest = ((candidate as f64 * (1.0 - fit::DIVISOR_SLACK)).ceil() as u64).max(1);
+    (lowest..=candidate)
+        .rev()
+        .find(|d| effective % d == 0)
+        .unwrap_or(candidate)
+}
+
+/// Runs `job` under `policy`: failed attempts, and the final batch (`None`: gave up).
+fn run_policy(job: &Job, draws: &Draws, policy: &Policy) -> (u32, Option<u64>) {
+    let budget = job.limit_bytes * 0.9;
+    let mut batch = job.start;
+    for attempt in 0..MAX_ATTEMPTS {
+        if job.fixed_bytes + draws.per_sample_bytes[attempt] * batch as f64 <= job.limit_bytes {
+            return (attempt as u32, Some(batch));
+        }
+        let base = match policy.base {
+            Base::Batch => batch as f64,
+            Base::Cap => {
+                let fixed = draws.fixed_bytes[attempt].unwrap_or(0.0).min(budget);
+                batch as f64 * (budget - fixed) / (job.limit_bytes - fixed)
+            }
+        };
+        let f = policy.fractions[attempt.min(policy.fractions.len() - 1)];
+        let candidate = ((f * base).floor() as u64).clamp(1, batch.saturating_sub(1).max(1));
+        batch = prefer_divisor(candidate, job.start);
+    }
+    (MAX_ATTEMPTS as u32, None)
+}
+
+/// Every sequence of `len` fractions from `grid`, on both bases.
+fn policies(grid: &[f64], len: usize) -> Vec<Policy> {
+    let mut sequences: Vec<Vec<f64>> = vec![Vec::new()];
+    for _ in 0..len {
+        sequences = sequences
+            .iter()
+            .flat_map(|s| {
+                grid.iter().map(move |&f| {
+                    let mut next = s.clone();
+                    next.push(f);
+                    next
+                })
+            })
+            .collect();
+    }
+    [Base::Batch, Base::Cap]
+        .iter()
+        .flat_map(|&base| {
+            sequences.iter().map(move |fractions| Policy {
+                base,
+                fractions: fractions.clone(),
+            })
+        })
+        .collect()
+}
+
+/// One policy's score on a set of jobs: mean failed attempts, mean final / largest feasible
+/// (a job given up counts 0%), and how many gave up.
+#[derive(Debug, Clone, Copy)]
+struct Score {
+    failures: f64,
+    share: f64,
+    gave_up: usize,
+}
+
+fn score(jobs: &[(&Job, Draws)], policy: &Policy) -> Score {
+    let (mut failures, mut share, mut gave_up) = (0u32, 0.0, 0);
+    for (job, draws) in jobs {
+        let (f, fin) = run_policy(job, draws, policy);
+        failures += f;
+        match fin {
+            Some(b) => share += b as f64 / best(job) as f64,
+            None => gave_up += 1,
+        }
+    }
+    let n = jobs.len() as f64;
+    Score {
+        failures: failures as f64 / n,
+        share: share / n,
+        gave_up,
+    }
+}
+
+/// The policies no other beats on both counts (fewer failures and a larger share), fewest
+/// failures first.
+fn pareto(scored: &[(usize, Score)]) -> Vec<(usize, Score)> {
+    let mut sorted = scored.to_vec();
+    sorted.sort_by(|a, b| {
+        a.1.failures
+            .total_cmp(&b.1.failures)
+            .then(b.1.share.total_cmp(&a.1.share))
+    });
+    let mut front: Vec<(usize, Score)> = Vec::new();
+    for entry in sorted {
+        if front.last().is_none_or(|last| entry.1.share > last.1.share) {
+            front.push(entry);
+        }
+    }
+    front
+}
+
+/// A named set of jobs.
+type Class = (&'static str, fn(&Job) -> bool);
+
+/// The oracle-free bound on bare bounds: every fixed sequence of fractions, on the cgroup-kill
+/// and layered jobs, against `fit` on the same jobs.
+fn bare_bound(jobs: &[Job], full: bool) {
+    let grid: Vec<f64> = if full {
+        (2..=19).map(|k| k as f64 * 0.05).collect()
+    } else {
+        vec![0.3, 0.5, 0.7, 0.9]
+    };
+    let len = if full { 4 } else { 2 };
+    let family = policies(&grid, len);
+    println!();
+    println!(
+        "Oracle-free bound on bare bounds: {} policies (every sequence of {len} fractions from \
+         {}, the last repeated, of the batch or of the cap); a job given up counts 0%",
+        family.len(),
+        if full {
+            "0.10..0.95 step 0.05".to_string()
+        } else {
+            format!("{grid:?} (smoke: run with --bench for the full grid)")
+        },
+    );
+    let classes: [Class; 3] = [
+        ("cgroup kill", |j| j.death == Death::CgroupKill),
+        ("gpu message, layered", |j| j.death == Death::GpuLayered),
+        ("bare bounds (both)", |j| j.death != Death::GpuWhole),
+    ];
+    println!(
+        "| jobs | policy | mean failed attempts | final / largest feasible (mean) | gave up |"
+    );
+    println!("|---|---|---:|---:|---:|");
+    let mut fronts = Vec::new();
+    for (name, wanted) in classes {
+        let (mut rng, mut sampling) = (Lcg(44), Lcg(45));
+        let chosen: Vec<(&Job, Draws)> = jobs
+            .iter()
+            .filter(|j| wanted(j))
+            .map(|j| (j, draws(j, &mut rng, &mut sampling)))
+            .collect();
+        let scored: Vec<(usize, Score)> = family
+            .iter()
+            .enumerate()
+            .map(|(k, p)| (k, score(&chosen, p)))
+            .collect();
+        // `fit` on the same jobs, for comparison (its own noise draws, as in the table above).
+        let (mut fit_rng, mut fit_sampling) = (Lcg(42), Lcg(43));
+        let (mut fit_failed, mut fit_share) = (0u32, 0.0);
+        for (job, _) in &chosen {
+            let (f, fin) = converge(job, Strategy::Fit, Some(&mut fit_sampling), &mut fit_rng);
+            fit_failed += f;
+            fit_share += fin.map_or(0.0, |b| b as f64 / best(job) as f64);
+        }
+        let n = chosen.len() as f64;
+        println!(
+            "| {name} | fit | {:.2} | {:.0}% | |",
+            fit_failed as f64 / n,
+            100.0 * fit_share / n
+        );
+        for threshold in [0.85, 0.9, 0.95] {
+            let best_at = scored
+                .iter()
+                .filter(|(_, s)| s.share >= threshold)
+                .min_by(|a, b| a.1.failures.total_cmp(&b.1.failures));
+            match best_at {
+                Some((k, s)) => println!(
+                    "| {name} | fewest failures at ≥ {:.0}%: {} | {:.2} | {:.1}% | {} |",
+                    100.0 * threshold,
+                    family[*k].describe(),
+                    s.failures,
+                    100.0 * s.share,
+                    s.gave_up
+                ),
+                None => println!(
+                    "| {name} | none reaches ≥ {:.0}% | | | |",
+                    100.0 * threshold
+                ),
+            }
+        }
+        fronts.push((name, pareto(&scored)));
+    }
+    for (name, front) in fronts {
+        println!();
+        println!(
+            "Pareto front, {name} ({} policies; shown from 50%, one per 0.1 failed attempts):",
+            front.len()
+        );
+        println!("| mean failed attempts | final / largest feasible (mean) | policy |");
+        println!("|---:|---:|---|");
+        let mut shown: Option<f64> = None;
+        for (k, s) in front.iter().filter(|(_, s)| s.share >= 0.5) {
+            if shown.is_some_and(|f| s.failures < f + 0.1) {
+                continue;
+            }
+            shown = Some(s.failures);
+            println!(
+                "| {:.2} | {:.1}% | {} |",
+                s.failures,
+                100.0 * s.share,
+                family[*k].describe()
+            );
+        }
+    }
+}
+
+/// The second run of each job: the first run under `fit`, its last working knobs remembered
+/// as the job's file keeps them, the second run started from them by the real
+/// `jobs::start_from` (the code path `oomguard run` takes), then run under `fit`.
+fn second_run(jobs: &[Job]) {
+    use oomguard::jobs::{start_from, LastSuccess};
+    use oomguard::knobs::{Knob, KnobSet, Place};
+    use oomguard::report::KnobValues;
+    println!();
+    println!("Second run of the same job (the start from the job's memory, `jobs::start_from`):");
+    println!("| jobs | run | mean failed attempts | final / largest feasible (mean) | gave up |");
+    println!("|---|---|---:|---:|---:|");
+    let kinds: [Class; 4] = [
+        ("all", |_| true),
+        ("gpu message, one allocation", |j| {
+            j.death == Death::GpuWhole
+        }),
+        ("gpu message, layered", |j| j.death == Death::GpuLayered),
+        ("cgroup kill", |j| j.death == Death::CgroupKill),
+    ];
+    for (name, wanted) in kinds {
+        let (mut rng, mut sampling) = (Lcg(42), Lcg(43));
+        let mut sums = [(0u32, 0.0, 0usize); 2];
+        let chosen: Vec<&Job> = jobs.iter().filter(|j| wanted(j)).collect();
+        for job in &chosen {
+            let original = vec![Value::Int(job.start), Value::Int(1)];
+            let (f1, last) = converge_from(
+                job,
+                Strategy::Fit,
+                Some(&mut sampling),
+                &mut rng,
+                original.clone(),
+            );
+            let knobs = KnobSet {
+                knobs: rules()
+                    .into_iter()
+                    .zip(&original)
+                    .map(|(rule, value)| Knob {
+                        name: rule.name.clone(),
+                        place: Place::Env(rule.name.to_uppercase()),
+                        original: value.clone(),
+                        rule,
+                    })
+                    .collect(),
+                files: Vec::new(),
+                automatic: false,
+                notes: Vec::new(),
+                kept_by_job: false,
+            };
+            let first = last.as_ref().and_then(|worked| {
+                let remembered = LastSuccess {
+                    at: "2026-11-26T00:00:00Z".into(),
+                    run: "/runs/1".into(),
+                    knobs: KnobValues(
+                        knobs
+                            .knobs
+                            .iter()
+                            .zip(worked)
+                            .map(|(k, v)| (k.name.clone(), v.to_json()))
+                            .collect(),
+                    ),
+                };
+                start_from(&remembered, &knobs).map(|start| start.values)
+            });
+            let (f2, again) = converge_from(
+                job,
+                Strategy::Fit,
+                Some(&mut sampling),
+                &mut rng,
+                first.unwrap_or(original),
+            );
+            for (sum, (f, fin)) in sums.iter_mut().zip([(f1, last), (f2, again)]) {
+                sum.0 += f;
+                match fin {
+                    Some(values) => sum.1 += batch_of(&values) as f64 / best(job) as f64,
+                    None => sum.2 += 1,
+                }
+            }
+        }
+        let n = chosen.len();
+        for (run, (failed, share, gave_up)) in ["first", "second"].iter().zip(sums) {
+            println!(
+                "| {name} | {run} | {:.2} | {:.0}% | {gave_up} |",
+                failed as f64 / n as f64,
+                100.0 * share / (n - gave_up) as f64
+            );
+        }
+    }
+}
+
 fn main() {
+    // Under `cargo test` (no `--bench`) the bound searches a small grid: a smoke check.
+    let full = std::env::args().any(|a| a == "--bench");
     let jobs = family();
     let strategies = [
         ("halve", Strategy::Halve, false),
@@ -370,4 +757,6 @@ fn main() {
             );
         }
     }
+    bare_bound(&jobs, full);
+    second_run(&jobs);
 }
