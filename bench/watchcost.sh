@@ -5,6 +5,7 @@
 #
 #   bench/watchcost.sh [SECONDS]          # default 30 s per case
 #   CASES="8192:1s:cg 8192:1s:nocg" bench/watchcost.sh
+#   OOMGUARD_BIN=/path/to/oomguard bench/watchcost.sh   # measure that build, do not build
 #
 # A case is TREE_MIB:INTERVAL:cg|nocg (cg: --memory-max 12G, a cgroup; nocg: --no-cgroup). The
 # default runs 100 MiB and 8 GiB trees at 1s and 100ms, with and without a cgroup (8 cases;
@@ -14,8 +15,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 window_s=${1:-30}
 cases=${CASES:-"100:1s:cg 8192:1s:cg 100:100ms:cg 8192:100ms:cg 100:1s:nocg 8192:1s:nocg 100:100ms:nocg 8192:100ms:nocg"}
-cargo build --release --quiet
-bin=$PWD/target/release/oomguard
+# OOMGUARD_BIN measures a given binary (another build, for a before/after in one run).
+if [ -n "${OOMGUARD_BIN:-}" ]; then
+    bin=$OOMGUARD_BIN
+else
+    cargo build --release --quiet
+    bin=$PWD/target/release/oomguard
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 hz=$(getconf CLK_TCK)

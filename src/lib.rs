@@ -254,6 +254,7 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         },
         max_rss_bytes: settings.bounds.max_rss_bytes,
         max_gpu_bytes: settings.bounds.max_gpu_bytes,
+        gpu_total_bytes: None,
     });
     let result = run_in(
         &settings,
@@ -363,6 +364,7 @@ fn run_in(
         notify: notify::Notifier::from_env(),
         metrics,
         ramp: AttemptRamp::default(),
+        gpu_capacity_bytes: None,
     };
     let metrics_server = observer.metrics.as_mut().and_then(|m| m.server());
     // From here on the job's output and our own lines go through the writer threads, so a slow
@@ -398,6 +400,9 @@ fn run_in(
         .await
     });
     observer.notify.stopping();
+    if let Some(limits) = summary.limits.as_mut() {
+        limits.gpu_total_bytes = observer.gpu_capacity_bytes;
+    }
     // Like `tee`, oomguard ends only once every byte of the job's output is written out; a stop
     // signal (Ctrl-C at a terminal paused with Ctrl-S) or Ctrl-Z acts on that wait as on `tee`'s.
     signals::default_stops();
@@ -467,6 +472,8 @@ struct RunObserver {
     metrics: Option<metrics::Exporter>,
     /// The attempt's memory ramp (the fixed part before the first step), for the fit.
     ramp: AttemptRamp,
+    /// The largest capacity of the GPUs the job was seen on, for the report's limit line.
+    gpu_capacity_bytes: Option<u64>,
 }
 
 /// An attempt's GPU and host memory series, each followed by a [`fit::Ramp`] (a few numbers,
@@ -506,6 +513,8 @@ impl Observer for RunObserver {
             metrics.sample(sample);
         }
         self.ramp.feed(sample);
+        let capacity = sample.gpu.as_ref().and_then(|g| g.job_devices_total_bytes);
+        self.gpu_capacity_bytes = self.gpu_capacity_bytes.max(capacity);
     }
 
     fn started(&mut self) {

@@ -581,6 +581,9 @@ pub struct RunLimits {
     pub max_rss_bytes: Option<u64>,
     /// `--max-gpu`: the soft bound on GPU memory.
     pub max_gpu_bytes: Option<u64>,
+    /// The capacity of the GPUs the job used, as NVML reported it: the hard limit of a
+    /// device out-of-memory error.
+    pub gpu_total_bytes: Option<u64>,
 }
 
 impl RunLimits {
@@ -590,6 +593,7 @@ impl RunLimits {
             ("--memory-max", self.memory_max_bytes),
             ("--max-rss", self.max_rss_bytes),
             ("--max-gpu", self.max_gpu_bytes),
+            ("GPU capacity", self.gpu_total_bytes),
         ]
         .into_iter()
         .filter_map(|(flag, v)| v.map(|v| format!("{flag} {}", human_bytes(v))))

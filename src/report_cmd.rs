@@ -558,20 +558,21 @@ impl RunReport {
             }),
             ("GPU", RGBColor(148, 103, 189), |p| p.gpu_bytes),
         ];
+        let red = RGBColor(214, 39, 40);
         let limits: Vec<(String, u64, RGBColor)> = [
-            ("--memory-max", self.limits.memory_max_bytes),
-            ("--max-rss", self.limits.max_rss_bytes),
-            ("--max-gpu", self.limits.max_gpu_bytes),
+            ("--memory-max", self.limits.memory_max_bytes, red),
+            ("--max-rss", self.limits.max_rss_bytes, red),
+            ("--max-gpu", self.limits.max_gpu_bytes, red),
+            // The card itself, in the GPU line's colour: what a device OOM ran into.
+            (
+                "GPU capacity",
+                self.limits.gpu_total_bytes,
+                RGBColor(148, 103, 189),
+            ),
         ]
         .into_iter()
-        .filter_map(|(flag, v)| {
-            v.map(|v| {
-                (
-                    format!("limit {flag} {}", human_bytes(v)),
-                    v,
-                    RGBColor(214, 39, 40),
-                )
-            })
+        .filter_map(|(flag, v, colour)| {
+            v.map(|v| (format!("limit {flag} {}", human_bytes(v)), v, colour))
         })
         .collect();
         let peak_seen = self

@@ -30,10 +30,13 @@ mod v2;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nix::unistd::{access, AccessFlags};
+
+use crate::mem::KeptFiles;
 
 pub use parse::{
     lists_controller, parse_limit, parse_memory_stat_field, parse_memory_stat_fields, parse_pids,
@@ -328,11 +331,7 @@ impl Parent {
         let dir = self.dir.join(name);
         fs::create_dir(&dir).map_err(io_error("create cgroup", &dir))?;
         // From here on, an early return drops `job`, which removes the directory again.
-        let job = JobCgroup {
-            dir,
-            version: self.version,
-            removed: false,
-        };
+        let job = JobCgroup::at(dir, self.version, false);
         #[cfg(test)]
         testkit::fake_kernel_files(&job.dir);
         job.version.set_limits(&job.dir, limits)?;
@@ -370,9 +369,36 @@ pub struct JobCgroup {
     dir: PathBuf,
     version: Version,
     removed: bool,
+    /// The files read every tick (usage, memory.stat, cgroup.procs, the directory itself),
+    /// opened on first use and read with `pread` from then on: no path walk down the cgroup
+    /// tree, open and close per file per tick. Closed before the cgroup is removed.
+    open: KeptFiles<&'static str>,
 }
 
 impl JobCgroup {
+    fn at(dir: PathBuf, version: Version, removed: bool) -> JobCgroup {
+        JobCgroup {
+            dir,
+            version,
+            removed,
+            open: KeptFiles::new(8),
+        }
+    }
+
+    /// `name`, a file of the cgroup, read whole through its kept-open handle.
+    fn read_kept(&self, name: &'static str) -> Option<String> {
+        self.open.read(name, || self.dir.join(name), 4096).ok()
+    }
+
+    /// Whether cgroups were made below this one: a cgroup directory's link count is 2 plus
+    /// its subdirectories (kernfs keeps it so), one `fstat` of the kept-open directory
+    /// instead of listing its ~30 control files every tick.
+    fn has_children(&self) -> bool {
+        self.open
+            .with("", || self.dir.clone(), |dir| dir.metadata())
+            .map_or(true, |meta| meta.nlink() > 2)
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -417,7 +443,7 @@ impl JobCgroup {
     pub fn working_set_bytes(&self) -> Option<u64> {
         let key = self.version.files().inactive_file;
         let usage = self.usage_bytes()?;
-        let stat = fs::read_to_string(self.dir.join("memory.stat")).ok()?;
+        let stat = self.read_kept("memory.stat")?;
         Some(usage.saturating_sub(parse_memory_stat_field(&stat, key)?))
     }
 
@@ -427,7 +453,7 @@ impl JobCgroup {
     pub fn memory(&self) -> Option<CgroupMem> {
         let files = self.version.files();
         let usage_bytes = self.read_u64(files.usage)?;
-        let stat = fs::read_to_string(self.dir.join("memory.stat")).unwrap_or_default();
+        let stat = self.read_kept("memory.stat").unwrap_or_default();
         let swap_key = match files.swap {
             SwapCounter::StatKey(key) => key,
             SwapCounter::File(_) => "",
@@ -460,11 +486,22 @@ impl JobCgroup {
     /// tree, from the kernel's own list (one small read, not a walk of /proc). Empty when
     /// unreadable.
     pub fn tree_pids(&self) -> Vec<u32> {
-        let mut pids = self.pids();
-        // Nested cgroups are rare (a job that runs systemd-run or its own container); looking
-        // for them costs one readdir of the cgroup's ~30 control files.
-        for child in teardown::child_cgroups(&self.dir) {
-            pids.extend(teardown::pids_below(&child));
+        // v1's cgroup.procs keeps the list it built for an open file and hands it out again
+        // for a second of idleness (CGROUP_PIDLIST_DESTROY_DELAY): a kept-open handle would
+        // miss a forked DataLoader worker. v2 lists the tasks afresh on every read.
+        let mut pids = match self.version {
+            Version::V1 => self.pids(),
+            Version::V2 => self
+                .read_kept("cgroup.procs")
+                .map(|text| parse_pids(&text))
+                .unwrap_or_default(),
+        };
+        // Nested cgroups are rare (a job that runs systemd-run or its own container): they
+        // are listed only where the directory's link count says there are some.
+        if self.has_children() {
+            for child in teardown::child_cgroups(&self.dir) {
+                pids.extend(teardown::pids_below(&child));
+            }
         }
         pids
     }
@@ -472,11 +509,7 @@ impl JobCgroup {
     /// A handle on an existing cgroup directory that is never removed (tests of readers).
     #[cfg(test)]
     pub(crate) fn fake(dir: PathBuf, version: Version) -> JobCgroup {
-        JobCgroup {
-            dir,
-            version,
-            removed: true,
-        }
+        JobCgroup::at(dir, version, true)
     }
 
     /// The most memory ever charged (v2 `memory.peak`, kernel >= 5.19, `None` where absent;
@@ -525,11 +558,12 @@ impl JobCgroup {
     }
 
     fn remove_now(&self) -> Result<(), CgroupError> {
+        self.open.retain(|_| false);
         kill_and_remove(&self.dir, REMOVE_WAIT)
     }
 
-    fn read_u64(&self, file: &str) -> Option<u64> {
-        parse_u64(&fs::read_to_string(self.dir.join(file)).ok()?)
+    fn read_u64(&self, file: &'static str) -> Option<u64> {
+        parse_u64(&self.read_kept(file)?)
     }
 }
 
@@ -555,19 +589,18 @@ mod tests {
     #[test]
     fn working_set_never_goes_below_zero() {
         let (_tmp, ours, _) = fake_v2();
-        let job = JobCgroup {
-            dir: ours.clone(),
-            version: Version::V2,
-            removed: true, // not ours to remove
-        };
-        // Counters are read at different instants: inactive_file can exceed a later usage.
+        let job = JobCgroup::at(ours.clone(), Version::V2, true); // not ours to remove
+                                                                  // Counters are read at different instants: inactive_file can exceed a later usage.
         put(&ours.join("memory.current"), "8192\n");
         put(&ours.join("memory.stat"), "inactive_file 16384\n");
         assert_eq!(job.working_set_bytes(), Some(0));
         put(&ours.join("memory.stat"), "active_file 16384\n");
         assert_eq!(job.working_set_bytes(), None);
+        // A cgroup that is gone: the kernel fails reads of its kept-open files (ENODEV); a
+        // fixture's unlinked file would still read, so a fresh handle opens nothing.
         fs::remove_file(ours.join("memory.current")).unwrap();
         put(&ours.join("memory.stat"), "inactive_file 0\n");
+        let job = JobCgroup::at(ours.clone(), Version::V2, true);
         assert_eq!(job.working_set_bytes(), None);
     }
 
@@ -664,11 +697,7 @@ mod tests {
         job.remove().unwrap();
         assert!(!dir.exists());
         // Idempotent in effect: a JobCgroup whose directory is gone removes cleanly.
-        let gone = JobCgroup {
-            dir: dir.clone(),
-            version: parent.version,
-            removed: false,
-        };
+        let gone = JobCgroup::at(dir.clone(), parent.version, false);
         gone.remove().unwrap();
     }
 

@@ -13,7 +13,7 @@
 
 use std::path::PathBuf;
 
-use super::{parse_kib_as_bytes, read_proc_file};
+use super::{parse_kib_as_bytes, KeptFiles};
 
 /// The machine's memory at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -34,6 +34,8 @@ pub struct SystemMem {
 #[derive(Debug, Clone)]
 pub struct SystemReader {
     proc_root: PathBuf,
+    /// meminfo and pressure/memory, read every tick, kept open.
+    kept: std::sync::Arc<KeptFiles<&'static str>>,
 }
 
 impl Default for SystemReader {
@@ -46,13 +48,17 @@ impl SystemReader {
     pub fn new(proc_root: impl Into<PathBuf>) -> Self {
         Self {
             proc_root: proc_root.into(),
+            kept: std::sync::Arc::new(KeptFiles::new(2)),
         }
     }
 
     /// Memory now; `None` if /proc/meminfo is unreadable or lacks a needed field. The PSI
     /// fields are `None` where PSI is missing (kernel < 4.20, `psi=0`, CONFIG_PSI off).
     pub fn read(&self) -> Option<SystemMem> {
-        let text = read_proc_file(&self.proc_root.join("meminfo"), 4096).ok()?;
+        let text = self
+            .kept
+            .read("meminfo", || self.proc_root.join("meminfo"), 4096)
+            .ok()?;
         let mut mem = parse_meminfo(&text)?;
         if let Some((some, full)) = self.read_pressure() {
             mem.psi_some_avg10 = Some(some);
@@ -67,8 +73,8 @@ impl SystemReader {
     }
 
     fn read_pressure(&self) -> Option<(f64, Option<f64>)> {
-        let path = self.proc_root.join("pressure").join("memory");
-        parse_pressure(&read_proc_file(&path, 256).ok()?)
+        let path = || self.proc_root.join("pressure").join("memory");
+        parse_pressure(&self.kept.read("pressure", path, 256).ok()?)
     }
 }
 

@@ -95,6 +95,7 @@ pub fn read_tree_from(
             out.swap_bytes = Some(out.swap_bytes.unwrap_or(0).saturating_add(swap));
         }
     }
+    reader.keep_only(pids);
     out
 }
 
