@@ -9,7 +9,7 @@ mod util;
 use std::path::PathBuf;
 
 use serde_json::Value;
-use util::{causes, fixture, stderr_of, Sandbox};
+use util::{causes, fixture, own_v1_memory_cgroup, stderr_of, Sandbox};
 
 /// The allocator variables, cleared from each test's job unless the test sets one.
 const ALLOC_VARS: [&str; 3] = [
@@ -220,18 +220,6 @@ fn no_fragmentation_hint_when_the_user_set_the_variable_or_turned_it_off() {
         assert!(seen.iter().all(|s| s["alloc_conf"] == want), "{seen:?}");
         assert!(sb.summary()["attempts"][1].get("hint").is_none());
     }
-}
-
-/// Our own memory cgroup directory (v1) where this machine has one we can write.
-fn own_v1_memory_cgroup() -> Option<PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let rel = own
-        .lines()
-        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))?;
-    let dir = std::path::Path::new("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
-    nix::unistd::access(&dir, nix::unistd::AccessFlags::W_OK)
-        .ok()
-        .map(|()| dir)
 }
 
 /// A real kernel OOM kill in a 100 MiB cgroup: the fit reads the cgroup limit and the peak. A

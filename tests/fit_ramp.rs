@@ -6,21 +6,7 @@
 
 mod util;
 
-use std::path::PathBuf;
-
-use util::{causes, fixture, stderr_of, Sandbox};
-
-/// Our own memory cgroup directory (v1) where this machine has one we can write.
-fn own_v1_memory_cgroup() -> Option<PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let rel = own
-        .lines()
-        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))?;
-    let dir = std::path::Path::new("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
-    nix::unistd::access(&dir, nix::unistd::AccessFlags::W_OK)
-        .ok()
-        .map(|()| dir)
-}
+use util::{causes, fixture, own_v1_memory_cgroup, stderr_of, Sandbox};
 
 /// 500 MiB limit; the job holds about 430 MiB (420 MiB and the interpreter) for 1.5 s
 /// (15 ticks at `--interval 100ms`), then needs 5 MiB a sample: at 32 it is killed. Halving

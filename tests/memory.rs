@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::Value;
-use util::{causes, fixture, stderr_of, Sandbox};
+use util::{causes, fixture, own_v1_memory_cgroup, stderr_of, Sandbox};
 
 const MIB: u64 = 1 << 20;
 
@@ -53,18 +53,6 @@ fn column_max(rows: &[Vec<Option<f64>>], attempt: u64, col: usize) -> Option<u64
         .filter_map(|r| r[col])
         .map(|v| v as u64)
         .max()
-}
-
-/// Our own memory cgroup directory (v1) where this machine has one we can write.
-fn own_v1_memory_cgroup() -> Option<std::path::PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let rel = own
-        .lines()
-        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))?;
-    let dir = Path::new("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
-    nix::unistd::access(&dir, nix::unistd::AccessFlags::W_OK)
-        .ok()
-        .map(|()| dir)
 }
 
 #[test]

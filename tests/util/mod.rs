@@ -227,6 +227,19 @@ pub fn release_fifo(hold: &Path) {
         .expect("the job reads the FIFO");
 }
 
+/// Our own memory cgroup directory (v1) where this machine has one we can write: the tests
+/// that cause real kernel OOM kills need it (root on a v1 host, as in CI).
+pub fn own_v1_memory_cgroup() -> Option<PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = own
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p.to_string()))?;
+    let dir = Path::new("/sys/fs/cgroup/memory").join(rel.trim_start_matches('/'));
+    nix::unistd::access(&dir, nix::unistd::AccessFlags::W_OK)
+        .ok()
+        .map(|()| dir)
+}
+
 /// Whether the tests run as root (cgroups, tmpfs mounts, other users).
 pub fn is_root() -> bool {
     nix::unistd::Uid::effective().is_root()
