@@ -78,12 +78,17 @@ measure() {
             printf "%.4f %.4f %.1f %.1f\n", ticks, exact, exact / 100 * 60000, hwm / 1024 }'
 }
 
-wait_ready() { # FILE: waits for tree.py's `ready PID` line, prints PID
+wait_ready() { # FILE [PID]: waits for tree.py's `ready PID` line, prints PID; gives up at
+    # once when PID (the process that runs the tree) has already exited
     local i
     for ((i = 0; i < 1200; i++)); do
         if grep -q '^ready ' "$1" 2>/dev/null; then
             awk '/^ready / {print $2; exit}' "$1"
             return
+        fi
+        if [[ -n ${2:-} ]] && ! kill -0 "$2" 2>/dev/null; then
+            log "the watcher exited before the tree got ready (not root? --memory-max needs a memory cgroup)"
+            exit 1
         fi
         sleep 0.1
     done
@@ -111,7 +116,7 @@ for bytes in "$SMALL_BYTES" "$BIG_BYTES"; do
                 --interval "$interval" "${cg_args[@]}" -- python3 "$root/bench/tree.py" "$PROCS" "$bytes" >"$out" &
             og=$!
             children+=("$og")
-            tree=$(wait_ready "$out")
+            tree=$(wait_ready "$out" "$og")
             sleep 1 # past the first ticks, which read more (binary pages, first PSS)
             log "measuring $key for ${WINDOW_S}s"
             read -r pt pe mpm mib < <(measure "$og")

@@ -23,7 +23,9 @@ else
     bin=$PWD/target/release/oomguard
 fi
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+pid=
+# Stops the case being measured (and its tree, which holds up to 8 GiB) however the script ends.
+trap 'if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; fi; rm -rf "$work"' EXIT
 hz=$(getconf CLK_TCK)
 
 # 16 processes (a parent and 15 forked workers), each writing TREE_MIB/16 of its own memory,
@@ -73,6 +75,7 @@ for case in $cases; do
     hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$pid/status")
     kill -TERM "$pid"
     wait "$pid" || true
+    pid=
     ticks=$(awk -v s0="$s0" -v s1="$s1" -v iv="$interval" 'BEGIN {
         n = iv + 0; if (iv ~ /ms$/) n /= 1000; print (s1 - s0) / n }')
     awk -v t=$((t1 - t0)) -v ns=$((n1 - n0)) -v hz="$hz" -v s0="$s0" -v s1="$s1" -v mib="$mib" \

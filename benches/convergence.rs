@@ -161,9 +161,17 @@ fn sampled_fixed(job: &Job, died_at_bytes: f64, need_bytes: f64, rng: &mut Lcg) 
         ramp.feed(t, (bytes * jitter) as u64);
         t += INTERVAL_S;
     }
-    // As the supervisor does: the known peak is at least the death's bound.
-    ramp.fixed_bytes(Some(need_bytes as u64))
-        .filter(|&f| (f as f64) < need_bytes)
+    // As the supervisor does (`fit::attach_fixed`): the known peak is at least the need.
+    let mut probe = fit::Evidence {
+        memory: fit::Memory::Host,
+        failed: true,
+        bytes: need_bytes as u64,
+        limit: None,
+        fragmented: None,
+        fixed_bytes: None,
+    };
+    fit::attach_fixed(&mut probe, &ramp, None);
+    probe.fixed_bytes
 }
 
 /// The evidence one failed attempt at `batch` leaves; with `ramp`, the fixed part its samples

@@ -166,7 +166,7 @@ fn main() {
         });
         let mut sampler = Sampler::new(Box::new(NoGpu));
         let tick_nocg = micros_per_call(min_iters, min_time, || {
-            black_box(sampler.sample(1, black_box(&pids), None));
+            black_box(sampler.sample(1, &tree.walk(), None));
         });
         let per_process = walk + cheap;
         let size = if bytes == 0 {
@@ -186,7 +186,7 @@ fn main() {
                 });
                 let mut sampler = Sampler::new(Box::new(NoGpu));
                 let tick_cg = micros_per_call(min_iters, min_time, || {
-                    black_box(sampler.sample(1, black_box(&pids), Some(cg)));
+                    black_box(sampler.sample(1, &cg.tree_pids(), Some(cg)));
                 });
                 println!(
                     "  {count:>5} {size:>9} | {walk:>8.1} {cheap:>9.1} {with_pss:>9.1} | \
@@ -217,7 +217,7 @@ fn main() {
         "  walk = children files from the root; statm+st = statm and status of each process; \
          +PSS = the same plus smaps_rollup;\n  cg count = usage + memory.stat (read and parsed); \
          cg procs = cgroup.procs; cg/per-pr = (cg count + cg procs) / (walk + statm+st);\n  \
-         tick = one Sampler::sample (PSS on its own schedule, system memory, no GPU), \
-         without and with the cgroup"
+         tick = a whole tick as the supervisor runs it: the PIDs found (tree walk, or \
+         cgroup.procs), then one Sampler::sample (system memory, no GPU)"
     );
 }

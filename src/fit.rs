@@ -58,26 +58,11 @@ pub struct Observed<'a> {
     pub max_gpu_bytes: Option<u64>,
     /// The soft bound that stopped the attempt: its flag, the value seen, the bound.
     pub memory_stop: Option<(&'a str, u64, u64)>,
-    /// The fixed part the attempt's samples showed ([`Ramp::fixed_bytes`]): GPU and host.
-    pub fixed_gpu_bytes: Option<u64>,
-    pub fixed_host_bytes: Option<u64>,
 }
 
 /// What the attempt's numbers say, or `None` when they say nothing about its memory need (a
 /// kill with no cgroup, a failure that was not about memory, a message without sizes).
 pub fn observe(o: &Observed) -> Option<Evidence> {
-    let mut evidence = observe_bound(o)?;
-    evidence.fixed_bytes = match evidence.memory {
-        Memory::Gpu => o.fixed_gpu_bytes,
-        Memory::Host => o.fixed_host_bytes,
-    }
-    // A plateau at or above what the attempt needed is not a part of it.
-    .filter(|&fixed| fixed < evidence.bytes);
-    Some(evidence)
-}
-
-/// [`observe`] without the fixed part.
-fn observe_bound(o: &Observed) -> Option<Evidence> {
     let failure = |memory, bytes, limit| {
         Some(Evidence {
             memory,
@@ -139,6 +124,17 @@ fn observe_bound(o: &Observed) -> Option<Evidence> {
         }
         _ => None,
     }
+}
+
+/// Gives `evidence` the fixed part that `series` (the attempt's samples of the same memory, in
+/// the units of the limit that applied) showed before its first step. `peak_bytes` is the
+/// attempt's known peak of that memory, if any; the evidence's own bytes count as one too. A
+/// plateau at or above what the attempt needed is no part of it.
+pub fn attach_fixed(evidence: &mut Evidence, series: &Ramp, peak_bytes: Option<u64>) {
+    let peak_bytes = peak_bytes.max(Some(evidence.bytes));
+    evidence.fixed_bytes = series
+        .fixed_bytes(peak_bytes)
+        .filter(|&fixed| fixed < evidence.bytes);
 }
 
 /// One attempt on the line: its batch and bytes.
@@ -831,21 +827,28 @@ mod tests {
     }
 
     #[test]
-    fn observe_attaches_the_fixed_part_of_its_memory() {
-        let kill = Observed {
+    fn attach_fixed_takes_a_plateau_below_the_need_only() {
+        let kill = observe(&Observed {
             cause: Some(Cause::OomKilled),
             peak_cgroup_bytes: Some(95 * MIB),
             cgroup_limit_bytes: Some(96 * MIB),
-            fixed_gpu_bytes: Some(10 * MIB),
-            fixed_host_bytes: Some(40 * MIB),
             ..Observed::default()
+        })
+        .unwrap();
+        let ramp = |level: u64| {
+            let mut ramp = Ramp::default();
+            for (t, bytes) in [(0.0, MIB), (1.0, level), (2.0, level), (3.0, level)] {
+                ramp.feed(t, bytes);
+            }
+            ramp.feed(4.0, 96 * MIB);
+            ramp
         };
-        assert_eq!(observe(&kill).unwrap().fixed_bytes, Some(40 * MIB));
-        // A plateau above the need is not part of it.
-        let e = observe(&Observed {
-            fixed_host_bytes: Some(200 * MIB),
-            ..kill
-        });
-        assert_eq!(e.unwrap().fixed_bytes, None);
+        let mut e = kill.clone();
+        attach_fixed(&mut e, &ramp(40 * MIB), Some(96 * MIB));
+        assert_eq!(e.fixed_bytes, Some(40 * MIB));
+        // A plateau at the limit is the death, not a fixed part.
+        let mut e = kill;
+        attach_fixed(&mut e, &ramp(96 * MIB), Some(96 * MIB));
+        assert_eq!(e.fixed_bytes, None);
     }
 }

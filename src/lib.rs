@@ -472,16 +472,19 @@ struct RunObserver {
     metrics: Option<metrics::Exporter>,
     /// The attempt's memory ramp (the fixed part before the first step), for the fit.
     ramp: AttemptRamp,
-    /// The largest capacity of the GPUs the job was seen on, for the report's limit line.
+    /// The largest capacity of one GPU the job was seen on, for the report's limit line.
     gpu_capacity_bytes: Option<u64>,
 }
 
 /// An attempt's GPU and host memory series, each followed by a [`fit::Ramp`] (a few numbers,
-/// not the timeline). The host series is what the cgroup limit applies to where there is one.
+/// not the timeline). Host memory is followed twice, in the units of each limit that can stop
+/// it: the cgroup's usage (what `--memory-max` applies to) and the number the soft bounds
+/// judge (the working set, else PSS, else RSS on ticks that skip PSS).
 #[derive(Debug, Clone, Default)]
 struct AttemptRamp {
     gpu: fit::Ramp,
-    host: fit::Ramp,
+    cgroup: fit::Ramp,
+    judged: fit::Ramp,
 }
 
 impl AttemptRamp {
@@ -493,8 +496,11 @@ impl AttemptRamp {
         if let Some(gpu) = sample.gpu_bytes() {
             self.gpu.feed(sample.unix_time_s, gpu);
         }
-        if let Some(host) = sample.cgroup_bytes.or_else(|| sample.job_bytes()) {
-            self.host.feed(sample.unix_time_s, host);
+        if let Some(usage) = sample.cgroup_bytes {
+            self.cgroup.feed(sample.unix_time_s, usage);
+        }
+        if let Some(judged) = sample.reading().job_bytes {
+            self.judged.feed(sample.unix_time_s, judged);
         }
     }
 }
@@ -513,7 +519,10 @@ impl Observer for RunObserver {
             metrics.sample(sample);
         }
         self.ramp.feed(sample);
-        let capacity = sample.gpu.as_ref().and_then(|g| g.job_devices_total_bytes);
+        let capacity = sample
+            .gpu
+            .as_ref()
+            .and_then(|g| g.job_device_capacity_bytes);
         self.gpu_capacity_bytes = self.gpu_capacity_bytes.max(capacity);
     }
 
@@ -631,14 +640,15 @@ impl Ladder {
         let Some(Some(evidence)) = self.evidence.last_mut() else {
             return;
         };
-        let (series, peak_bytes) = match evidence.memory {
-            fit::Memory::Gpu => (&ramp.gpu, end.peaks.gpu_bytes),
-            fit::Memory::Host => (&ramp.host, end.peaks.cgroup_bytes),
+        let (series, peak_bytes) = match (evidence.memory, evidence.limit) {
+            (fit::Memory::Gpu, _) => (&ramp.gpu, end.peaks.gpu_bytes),
+            (fit::Memory::Host, Some((_, "cgroup limit"))) => {
+                (&ramp.cgroup, end.peaks.cgroup_bytes)
+            }
+            // A soft bound (`--max-rss`): its own units; the evidence holds the value it saw.
+            (fit::Memory::Host, _) => (&ramp.judged, None),
         };
-        let peak_bytes = peak_bytes.max(Some(evidence.bytes));
-        evidence.fixed_bytes = series
-            .fixed_bytes(peak_bytes)
-            .filter(|&fixed| fixed < evidence.bytes);
+        fit::attach_fixed(evidence, series, peak_bytes);
     }
 
     /// The policy's decision after the last attempt.
@@ -1069,7 +1079,6 @@ fn observed<'a>(settings: &RunSettings, cause: Cause, end: &'a AttemptEnd) -> fi
             .memory_stop
             .as_ref()
             .map(|c| (c.bound, c.value_bytes, c.limit_bytes)),
-        ..fit::Observed::default()
     }
 }
 

@@ -581,8 +581,8 @@ pub struct RunLimits {
     pub max_rss_bytes: Option<u64>,
     /// `--max-gpu`: the soft bound on GPU memory.
     pub max_gpu_bytes: Option<u64>,
-    /// The capacity of the GPUs the job used, as NVML reported it: the hard limit of a
-    /// device out-of-memory error.
+    /// The largest capacity of one GPU the job used, as NVML reported it: the room a device
+    /// out-of-memory error runs into.
     pub gpu_total_bytes: Option<u64>,
 }
 

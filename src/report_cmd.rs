@@ -604,7 +604,9 @@ impl RunReport {
                 .y_desc("memory")
                 .x_label_formatter(&x_fmt)
                 .y_label_formatter(&y_fmt)
-                .light_line_style(RGBColor(235, 235, 235))
+                .light_line_style(RGBColor(238, 238, 238))
+                // One faint line between labelled ones: ten made the grid louder than the data.
+                .max_light_lines(1)
                 .draw()?;
 
             for (name, colour, value) in series {
@@ -619,6 +621,9 @@ impl RunReport {
                     if line.is_empty() {
                         continue;
                     }
+                    // A day at 1s is 86,400 samples an attempt: keep what a pixel column shows.
+                    let line = thin(line, x_max / CHART_COLUMNS);
+                    let dots = line.len() <= MAX_DOTS;
                     // One segment per attempt: no line across a death and relaunch.
                     let drawn =
                         chart.draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))?;
@@ -628,12 +633,14 @@ impl RunReport {
                         });
                         labelled = true;
                     }
-                    chart.draw_series(PointSeries::of_element(
-                        line,
-                        2,
-                        colour.filled(),
-                        &|c, s, st| Circle::new(c, s, st),
-                    ))?;
+                    if dots {
+                        chart.draw_series(PointSeries::of_element(
+                            line,
+                            2,
+                            colour.filled(),
+                            &|c, s, st| Circle::new(c, s, st),
+                        ))?;
+                    }
                 }
             }
             for (label, bytes, colour) in &limits {
@@ -762,9 +769,67 @@ pub fn write_html(dir: &Path, summary_json: &[u8]) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// How many columns of the chart's width the timeline is thinned to.
+const CHART_COLUMNS: f64 = 1000.0;
+
+/// A dot for each sample only while they are few enough to tell apart.
+const MAX_DOTS: usize = 300;
+
+/// `line` (in time order) with, for each column `column_width` wide, only its lowest and
+/// highest points, in their order: the drawn shape is the same at the chart's resolution,
+/// peaks included, while the page stays small however long the run.
+fn thin(line: Vec<(f64, f64)>, column_width: f64) -> Vec<(f64, f64)> {
+    if column_width <= 0.0 || line.len() <= 2 * CHART_COLUMNS as usize {
+        return line;
+    }
+    let column = |p: &(f64, f64)| (p.0 / column_width).floor();
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < line.len() {
+        let key = column(&line[start]);
+        let (mut low, mut high, mut end) = (start, start, start);
+        while end < line.len() && column(&line[end]) == key {
+            if line[end].1 < line[low].1 {
+                low = end;
+            }
+            if line[end].1 > line[high].1 {
+                high = end;
+            }
+            end += 1;
+        }
+        out.push(line[low.min(high)]);
+        if low != high {
+            out.push(line[low.max(high)]);
+        }
+        start = end;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_timeline_is_thinned_to_the_columns_keeping_peaks() {
+        // Two days at 1s, flat at 1.0 with one spike to 9.0 and one dip to 0.0.
+        let mut line: Vec<(f64, f64)> = (0..172_800).map(|t| (t as f64, 1.0)).collect();
+        line[100_000].1 = 9.0;
+        line[50_000].1 = 0.0;
+        let thinned = thin(line.clone(), 172_800.0 / CHART_COLUMNS);
+        assert!(
+            thinned.len() <= 2 * CHART_COLUMNS as usize + 2,
+            "{}",
+            thinned.len()
+        );
+        assert!(thinned.contains(&(100_000.0, 9.0)) && thinned.contains(&(50_000.0, 0.0)));
+        assert!(
+            thinned.windows(2).all(|w| w[0].0 < w[1].0),
+            "time order kept"
+        );
+        // A short one is left as it is.
+        assert_eq!(thin(line[..500].to_vec(), 1.0), line[..500].to_vec());
+    }
 
     fn knobs(pairs: &[(&str, serde_json::Value)]) -> KnobValues {
         KnobValues(

@@ -235,16 +235,23 @@ impl Sampler {
         let judged_by_cgroup = cgroup_mem.is_some_and(|m| m.working_set_bytes.is_some());
         let mut pss_read = false;
         // With a cgroup counting swap, statm's RSS is all a process adds (its peak comes from
-        // `ru_maxrss` when it is reaped); without one, status gives swap and VmHWM too.
-        let per_process = if cgroup_mem.is_some() {
+        // `ru_maxrss` when it is reaped); without one (or one that does not count swap: v1
+        // without swap accounting), status gives swap and VmHWM too.
+        let cgroup_swap_bytes = cgroup_mem.and_then(|m| m.swap_bytes);
+        let per_process = if cgroup_swap_bytes.is_some() {
             PerProcess::Statm
         } else {
             PerProcess::Status
         };
-        let tree = read_tree_from(&self.procs, pids, per_process, |cheap| {
+        let mut tree = read_tree_from(&self.procs, pids, per_process, |cheap| {
             pss_read = self.pss.due(now, cheap.rss_bytes, judged_by_cgroup);
             pss_read
         });
+        // The cgroup holds exactly the tree: its swap is the tree's (for the peaks, the
+        // timeline and the metrics) where no process's own figure was read.
+        if tree.swap_bytes.is_none() && tree.processes > 0 {
+            tree.swap_bytes = cgroup_swap_bytes;
+        }
         // The PID set is built only when there is a snapshot to attribute.
         let gpu = self
             .gpu_snapshot()
@@ -350,6 +357,9 @@ mod tests {
             assert!(!s.pss_read);
             assert_eq!(s.tree.pss_bytes, None);
             assert_eq!(s.tree.rss_bytes, 3000 * KIB, "per-process files still read");
+            // statm, not status (which alone gives VmHWM); the swap is the cgroup's.
+            assert_eq!(s.tree.max_hwm_bytes, None);
+            assert_eq!(s.tree.swap_bytes, Some(0));
             assert_eq!(s.job_bytes(), Some(2900 * KIB), "the cgroup's working set");
             let mem = s.cgroup.unwrap();
             assert_eq!(

@@ -381,7 +381,7 @@ impl JobCgroup {
             dir,
             version,
             removed,
-            open: KeptFiles::new(8),
+            open: KeptFiles::new(8).missing_stays(),
         }
     }
 
@@ -527,7 +527,7 @@ impl JobCgroup {
 
     /// The hard limit in force; `None` for no limit (or unreadable).
     pub fn limit_bytes(&self) -> Option<u64> {
-        parse_limit(&fs::read_to_string(self.dir.join(self.version.files().limit)).ok()?)
+        parse_limit(&self.read_kept(self.version.files().limit)?)
     }
 
     /// The processes in this cgroup (`cgroup.procs`; not those of cgroups the job made below
@@ -602,6 +602,28 @@ mod tests {
         put(&ours.join("memory.stat"), "inactive_file 0\n");
         let job = JobCgroup::at(ours.clone(), Version::V2, true);
         assert_eq!(job.working_set_bytes(), None);
+    }
+
+    #[test]
+    fn tree_pids_include_cgroups_the_job_made_below_its_own() {
+        for version in [Version::V1, Version::V2] {
+            let (_tmp, ours, _) = fake_v2();
+            put(&ours.join("cgroup.procs"), "10\n11\n");
+            let job = JobCgroup::at(ours.clone(), version, true);
+            assert_eq!(job.tree_pids(), vec![10, 11], "{version:?}");
+            // The job runs systemd-run or a container: a cgroup below, and one below that.
+            let nested = ours.join("inner.scope/deeper");
+            fs::create_dir_all(&nested).unwrap();
+            put(&ours.join("inner.scope/cgroup.procs"), "12\n");
+            put(&nested.join("cgroup.procs"), "13\n");
+            let mut pids = job.tree_pids();
+            pids.sort_unstable();
+            assert_eq!(pids, vec![10, 11, 12, 13], "{version:?}");
+            // v2 reads its kept-open cgroup.procs afresh; v1 opens it afresh.
+            put(&ours.join("cgroup.procs"), "10\n14\n");
+            fs::remove_dir_all(ours.join("inner.scope")).unwrap();
+            assert_eq!(job.tree_pids(), vec![10, 14], "{version:?}");
+        }
     }
 
     #[test]

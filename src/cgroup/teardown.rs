@@ -121,7 +121,7 @@ pub fn kill_and_remove(dir: &Path, timeout: Duration) -> Result<(), CgroupError>
 }
 
 pub(super) fn read_pids(dir: &Path) -> Vec<u32> {
-    fs::read_to_string(dir.join("cgroup.procs"))
+    crate::mem::read_proc_file(&dir.join("cgroup.procs"), 4096)
         .map(|text| parse_pids(&text))
         .unwrap_or_default()
 }

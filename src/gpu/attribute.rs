@@ -20,9 +20,10 @@ pub struct JobGpu {
     /// machine.
     pub devices_used_bytes: u64,
     pub devices_total_bytes: u64,
-    /// The capacity of the devices the job's processes are listed on (the card's room that
-    /// applied to the job); `None` where no job PID is listed.
-    pub job_devices_total_bytes: Option<u64>,
+    /// The largest capacity among the devices the job's processes are listed on: the room a
+    /// device out-of-memory error runs into (one card's, however many the job uses); `None`
+    /// where no job PID is listed.
+    pub job_device_capacity_bytes: Option<u64>,
     /// The job's PIDs that NVML lists, sorted, each once.
     pub job_pids_listed: Vec<u32>,
     /// The job's memory per device index, sorted by device, for the devices where a job PID is
@@ -74,7 +75,7 @@ pub fn attribute(snapshot: &GpuSnapshot, job_pids: &HashSet<u32>) -> JobGpu {
             job_bytes: None,
             devices_used_bytes,
             devices_total_bytes,
-            job_devices_total_bytes: None,
+            job_device_capacity_bytes: None,
             job_pids_listed: Vec::new(),
             job_bytes_by_device: Vec::new(),
             unattributed: others.into_iter().cloned().collect(),
@@ -94,17 +95,18 @@ pub fn attribute(snapshot: &GpuSnapshot, job_pids: &HashSet<u32>) -> JobGpu {
         .values()
         .try_fold(0u64, |sum, bytes| bytes.map(|b| sum.saturating_add(b)));
 
-    let job_devices_total_bytes = snapshot
+    let job_device_capacity_bytes = snapshot
         .devices
         .iter()
         .filter(|d| by_device.contains_key(&d.index))
-        .fold(0u64, |sum, d| sum.saturating_add(d.total_bytes));
+        .map(|d| d.total_bytes)
+        .max();
 
     JobGpu {
         job_bytes,
         devices_used_bytes,
         devices_total_bytes,
-        job_devices_total_bytes: Some(job_devices_total_bytes),
+        job_device_capacity_bytes,
         job_pids_listed,
         job_bytes_by_device: by_device.into_iter().collect(),
         unattributed: Vec::new(),
@@ -166,7 +168,7 @@ mod tests {
                     job_bytes: Some(21 * GIB),
                     devices_used_bytes: 30 * GIB,
                     devices_total_bytes: 80 * GIB,
-                    job_devices_total_bytes: Some(80 * GIB),
+                    job_device_capacity_bytes: Some(80 * GIB),
                     job_pids_listed: vec![100, 101],
                     job_bytes_by_device: vec![(0, Some(21 * GIB))],
                     unattributed: vec![],
@@ -200,7 +202,7 @@ mod tests {
                     job_bytes: None,
                     devices_used_bytes: 80 * GIB,
                     devices_total_bytes: 160 * GIB,
-                    job_devices_total_bytes: None,
+                    job_device_capacity_bytes: None,
                     job_pids_listed: vec![],
                     job_bytes_by_device: vec![],
                     unattributed: vec![
@@ -235,7 +237,7 @@ mod tests {
                     job_bytes: None,
                     devices_used_bytes: 30 * GIB,
                     devices_total_bytes: 80 * GIB,
-                    job_devices_total_bytes: Some(80 * GIB),
+                    job_device_capacity_bytes: Some(80 * GIB),
                     job_pids_listed: vec![100],
                     job_bytes_by_device: vec![(0, None)],
                     unattributed: vec![],
@@ -252,7 +254,7 @@ mod tests {
                     job_bytes: Some(3 * GIB),
                     devices_used_bytes: 30 * GIB,
                     devices_total_bytes: 80 * GIB,
-                    job_devices_total_bytes: Some(80 * GIB),
+                    job_device_capacity_bytes: Some(80 * GIB),
                     job_pids_listed: vec![100],
                     job_bytes_by_device: vec![(0, Some(3 * GIB))],
                     unattributed: vec![],
@@ -274,7 +276,7 @@ mod tests {
                     job_bytes: Some(52 * GIB),
                     devices_used_bytes: 80 * GIB,
                     devices_total_bytes: 160 * GIB,
-                    job_devices_total_bytes: Some(160 * GIB),
+                    job_device_capacity_bytes: Some(80 * GIB),
                     job_pids_listed: vec![100, 101],
                     job_bytes_by_device: vec![(0, Some(12 * GIB)), (1, Some(40 * GIB))],
                     unattributed: vec![],
@@ -291,7 +293,7 @@ mod tests {
                     job_bytes: None,
                     devices_used_bytes: 80 * GIB,
                     devices_total_bytes: 160 * GIB,
-                    job_devices_total_bytes: Some(160 * GIB),
+                    job_device_capacity_bytes: Some(80 * GIB),
                     job_pids_listed: vec![100],
                     job_bytes_by_device: vec![(0, Some(10 * GIB)), (1, None)],
                     unattributed: vec![],

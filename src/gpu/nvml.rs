@@ -28,9 +28,10 @@ const LIST_ATTEMPTS: usize = 3;
 /// Samples GPU memory through NVML. Holds the initialised library (`nvmlShutdown` runs on drop)
 /// and the device handles looked up at start.
 pub struct NvmlProbe {
-    /// The library, leaked from a `Box` so the handles in `devices` can borrow it for the
-    /// probe's life; `Drop` drops the handles, then frees it (which shuts NVML down).
-    nvml: &'static Nvml,
+    /// The library, owned through the raw pointer of its `Box` so the handles in `devices`
+    /// can borrow it for the probe's life; `Drop` drops the handles, then frees it through
+    /// this same pointer (which shuts NVML down).
+    nvml: std::ptr::NonNull<Nvml>,
     devices: Vec<OpenDevice>,
     description: String,
 }
@@ -46,12 +47,15 @@ impl Drop for NvmlProbe {
     fn drop(&mut self) {
         // The handles borrow the library: gone before it is.
         self.devices.clear();
-        let nvml: *const Nvml = self.nvml;
-        // SAFETY: `nvml` came from `Box::leak` in `from_result` and nothing borrows it any more
-        // (the devices are dropped above; `self.nvml` is not used after this).
-        drop(unsafe { Box::from_raw(nvml.cast_mut()) });
+        // SAFETY: `self.nvml` came from `Box::into_raw` in `from_result`, is freed only here,
+        // and nothing borrows it any more (the devices are dropped above; the references
+        // handed out by `lib` do not outlive `&self`).
+        drop(unsafe { Box::from_raw(self.nvml.as_ptr()) });
     }
 }
+
+// SAFETY: the probe owns the library (like a `Box<Nvml>`), and `Nvml` is `Send`.
+unsafe impl Send for NvmlProbe {}
 
 impl std::fmt::Debug for NvmlProbe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -78,14 +82,18 @@ impl NvmlProbe {
         let nvml = nvml.map_err(|e| off_reason(&e, library))?;
         let description = describe(&nvml)
             .map_err(|e| format!("GPU monitoring off: NVML cannot list the GPUs: {e}"))?;
-        let nvml: &'static Nvml = Box::leak(Box::new(nvml));
+        let nvml = std::ptr::NonNull::new(Box::into_raw(Box::new(nvml)))
+            .expect("Box::into_raw never gives null");
         let mut probe = NvmlProbe {
             nvml,
             devices: Vec::new(),
             description,
         };
+        // SAFETY: the library lives until `Drop` frees it, after the devices (the only
+        // holders of this `'static` borrow) are gone.
+        let library: &'static Nvml = unsafe { nvml.as_ref() };
         // On error `probe` drops here, which frees the library again.
-        probe.devices = open_devices(nvml)
+        probe.devices = open_devices(library)
             .map_err(|e| format!("GPU monitoring off: NVML cannot open the GPUs: {e}"))?;
         Ok(probe)
     }

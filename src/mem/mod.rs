@@ -40,7 +40,11 @@ pub(crate) fn read_whole_at(file: &std::fs::File, capacity: usize) -> io::Result
         }
     }
     buf.truncate(len);
-    String::from_utf8(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    // The kernel writes a process's name as raw bytes, cut at 15 (`Name:` of status, the
+    // `(comm)` of stat), which can split a UTF-8 character: the parsers read only ASCII keys
+    // and numbers, so such a process is read, not taken for gone.
+    Ok(String::from_utf8(buf)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
 /// Files read over and over (every tick), kept open and read from their start with
@@ -52,6 +56,8 @@ pub(crate) fn read_whole_at(file: &std::fs::File, capacity: usize) -> io::Result
 pub(crate) struct KeptFiles<K> {
     files: std::sync::Mutex<std::collections::HashMap<K, std::fs::File>>,
     max: usize,
+    /// Keys whose file did not exist, not looked for again (see [`KeptFiles::missing_stays`]).
+    missing: Option<std::sync::Mutex<std::collections::HashSet<K>>>,
 }
 
 impl<K: std::hash::Hash + Eq + Copy> KeptFiles<K> {
@@ -59,7 +65,16 @@ impl<K: std::hash::Hash + Eq + Copy> KeptFiles<K> {
         KeptFiles {
             files: std::sync::Mutex::default(),
             max,
+            missing: None,
         }
+    }
+
+    /// For files that cannot appear later (a cgroup's control files, /proc/pressure): one that
+    /// is not there is not looked for again each tick. Not for per-process files: a PID that
+    /// is gone may come back as a new process.
+    pub(crate) fn missing_stays(mut self) -> Self {
+        self.missing = Some(std::sync::Mutex::default());
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<K, std::fs::File>> {
@@ -82,7 +97,20 @@ impl<K: std::hash::Hash + Eq + Copy> KeptFiles<K> {
                 }
             }
         }
-        let file = std::fs::File::open(path())?;
+        let known_missing = |key: &K| {
+            self.missing
+                .as_ref()
+                .map(|set| set.lock().unwrap_or_else(|e| e.into_inner()))
+                .is_some_and(|set| set.contains(key))
+        };
+        if known_missing(&key) {
+            return Err(io::ErrorKind::NotFound.into());
+        }
+        let file = std::fs::File::open(path()).inspect_err(|e| {
+            if let (Some(set), io::ErrorKind::NotFound) = (&self.missing, e.kind()) {
+                set.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
+            }
+        })?;
         let value = use_file(&file)?;
         if files.len() < self.max {
             files.insert(key, file);
@@ -157,7 +185,15 @@ mod tests {
         std::fs::write(&path, "22222222\n").unwrap();
         assert_eq!(read(&kept, 0), "22222222\n", "a buffer too small grows");
         // Beyond `max`, files are read path by path and not kept.
-        assert_eq!(read(&kept, 1), "22222222\n");
+        let other = dir.path().join("other");
+        std::fs::write(&other, "3\n").unwrap();
+        assert_eq!(kept.read(1, || other.clone(), 4).unwrap(), "3\n");
+        std::fs::remove_file(&other).unwrap();
+        assert!(
+            kept.read(1, || other.clone(), 4).is_err(),
+            "key 1 was not kept"
+        );
+        assert_eq!(read(&kept, 0), "22222222\n", "key 0 still is");
         // A failing use drops the handle and opens the path again.
         let calls = std::cell::Cell::new(0);
         let value = kept

@@ -156,7 +156,7 @@ impl ProcReader {
     /// the process vanished. What `--stall-timeout` watches: a tree whose total stands still
     /// used no CPU.
     pub fn read_cpu_ticks(&self, pid: u32) -> Option<u64> {
-        let text = read_proc_file(&self.file(pid, "stat"), 512).ok()?;
+        let text = self.read_kept(pid, "stat", 512).ok()?;
         parse_stat_cpu_ticks(&text)
     }
 
@@ -564,6 +564,29 @@ Locked:                0 kB
         // Reaped: the kept handle's read fails (ESRCH), it is dropped, and the path is gone.
         assert_eq!(reader.read_rss_bytes(pid), None);
         assert_eq!(reader.read(pid), None);
-        reader.keep_only(&[]);
+    }
+
+    #[test]
+    fn a_name_cut_inside_a_utf8_character_still_reads() {
+        let dir = fixture(91, STATUS_6_18, "100 10 0 0 0 0 0\n", None);
+        // The kernel cuts names at 15 bytes: `trainer_é` can end in half a character.
+        let status = STATUS_6_18.replacen("Name:\tcat", "Name:\ttrainer_\u{e9}", 1);
+        let mut bytes = status.into_bytes();
+        let cut = bytes.iter().position(|&b| b == 0xa9).unwrap();
+        bytes.remove(cut);
+        std::fs::write(dir.path().join("91/status"), bytes).unwrap();
+        let reader = ProcReader::new(dir.path());
+        assert!(reader.read(91).is_some_and(|m| m.rss_bytes > 0));
+    }
+
+    #[test]
+    fn handles_of_processes_out_of_the_tree_are_closed() {
+        let dir = fixture(77, STATUS_6_18, "100 10 0 0 0 0 0\n", None);
+        let reader = ProcReader::new(dir.path());
+        assert_eq!(reader.read_rss_bytes(77), Some(10 * reader.page_size_bytes));
+        // The process left the tree and its files went: a kept handle would still read them.
+        reader.keep_only(&[78]);
+        std::fs::remove_dir_all(dir.path().join("77")).unwrap();
+        assert_eq!(reader.read_rss_bytes(77), None);
     }
 }
