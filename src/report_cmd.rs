@@ -158,15 +158,38 @@ pub fn load(dir: &Path) -> Result<RunReport, ReportError> {
 }
 
 /// A report from summary.json's text (read from `dir` or handed over by the run that holds it)
-/// and `dir`'s samples.csv.
+/// and `dir`'s samples.csv, every row of it.
 fn from_summary(dir: &Path, summary_text: &str) -> Result<RunReport, String> {
     let summary: SummaryIn = serde_json::from_str(summary_text).map_err(|e| e.to_string())?;
-    // samples.csv is optional: an attempt that died before its first tick has no rows.
-    let samples = match std::fs::read_to_string(dir.join("samples.csv")) {
-        Ok(csv) => parse_samples(&csv),
-        Err(_) => Vec::new(),
-    };
+    let mut samples = Vec::new();
+    read_samples(dir, |row| samples.push(row));
     Ok(build(dir, summary, &samples))
+}
+
+/// [`from_summary`] for the page a run writes at its end: of a long run's samples it keeps
+/// only what the chart can show ([`ChartRows`]), so the memory this takes at the end of a
+/// week at `--interval 1s` (600,000 rows) stays that of a few thousand rows.
+fn for_chart(dir: &Path, summary_text: &str) -> Result<RunReport, String> {
+    let summary: SummaryIn = serde_json::from_str(summary_text).map_err(|e| e.to_string())?;
+    let first = summary.attempts.first().and_then(|a| unix_s(&a.started_at));
+    let last = summary
+        .attempts
+        .last()
+        .and_then(|a| Some(unix_s(&a.started_at)? + a.duration_s.max(0.0)));
+    let (Some(first), Some(last)) = (first, last) else {
+        return from_summary(dir, summary_text);
+    };
+    let mut rows = ChartRows::new(first, (last + 1.0 - first) / CHART_COLUMNS);
+    read_samples(dir, |row| rows.push(row));
+    Ok(build(dir, summary, &rows.finish()))
+}
+
+/// Streams `dir`'s samples.csv into `row`, line by line. It is optional: an attempt that died
+/// before its first tick has no rows.
+fn read_samples(dir: &Path, row: impl FnMut(Row)) {
+    if let Ok(file) = std::fs::File::open(dir.join("samples.csv")) {
+        parse_samples(std::io::BufReader::new(file), row);
+    }
 }
 
 /// A samples.csv row: unix time and the columns the chart uses.
@@ -178,15 +201,15 @@ struct Row {
 
 /// Parses samples.csv by its header's column names (later versions add columns at the end);
 /// rows that do not parse are skipped (a row cut short by a crash).
-fn parse_samples(csv: &str) -> Vec<Row> {
-    let mut lines = csv.lines();
-    let Some(header) = lines.next() else {
-        return Vec::new();
-    };
-    let names: Vec<&str> = header.split(',').collect();
+fn parse_samples(mut csv: impl std::io::BufRead, mut row: impl FnMut(Row)) {
+    let mut header = String::new();
+    if csv.read_line(&mut header).unwrap_or(0) == 0 {
+        return;
+    }
+    let names: Vec<&str> = header.trim_end().split(',').collect();
     let col = |name: &str| names.iter().position(|n| *n == name);
     let (Some(time), Some(attempt)) = (col("unix_time"), col("attempt")) else {
-        return Vec::new();
+        return;
     };
     let [rss, pss, swap, gpu, cgroup] = [
         "tree_rss_bytes",
@@ -196,10 +219,11 @@ fn parse_samples(csv: &str) -> Vec<Row> {
         "cgroup_bytes",
     ]
     .map(col);
-    lines
-        .filter_map(|line| {
-            let cells: Vec<&str> = line.split(',').collect();
-            let num = |i: Option<usize>| i.and_then(|i| cells.get(i)?.parse::<u64>().ok());
+    let mut line = String::new();
+    while csv.read_line(&mut line).unwrap_or(0) > 0 {
+        let cells: Vec<&str> = line.trim_end().split(',').collect();
+        let num = |i: Option<usize>| i.and_then(|i| cells.get(i)?.parse::<u64>().ok());
+        let parsed = (|| {
             Some(Row {
                 unix_time_s: cells.get(time)?.parse().ok()?,
                 point: TimelinePoint {
@@ -212,8 +236,75 @@ fn parse_samples(csv: &str) -> Vec<Row> {
                     cgroup_bytes: num(cgroup),
                 },
             })
-        })
-        .collect()
+        })();
+        if let Some(parsed) = parsed {
+            row(parsed);
+        }
+        line.clear();
+    }
+}
+
+/// The rows a chart `CHART_COLUMNS` wide can show: of each attempt's rows in each column of
+/// time, the first and those holding each series' highest value (so every peak is drawn), in
+/// time order. A column's rows are held only until the next column starts.
+struct ChartRows {
+    origin_s: f64,
+    column_s: f64,
+    column: Option<(u32, i64)>,
+    pending: Vec<Row>,
+    kept: Vec<Row>,
+}
+
+impl ChartRows {
+    fn new(origin_s: f64, column_s: f64) -> ChartRows {
+        ChartRows {
+            origin_s,
+            column_s: column_s.max(f64::MIN_POSITIVE),
+            column: None,
+            pending: Vec::new(),
+            kept: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, row: Row) {
+        let column = (
+            row.point.attempt,
+            ((row.unix_time_s - self.origin_s) / self.column_s).floor() as i64,
+        );
+        if self.column != Some(column) {
+            self.flush();
+            self.column = Some(column);
+        }
+        self.pending.push(row);
+    }
+
+    fn flush(&mut self) {
+        let series: [fn(&TimelinePoint) -> Option<u64>; 4] = [
+            TimelinePoint::tree_bytes,
+            |p| p.swap_bytes,
+            |p| p.gpu_bytes,
+            |p| p.cgroup_bytes,
+        ];
+        let mut chosen: Vec<usize> = series
+            .iter()
+            .filter_map(|value| {
+                (0..self.pending.len()).max_by_key(|&i| value(&self.pending[i].point))
+            })
+            .collect();
+        if !self.pending.is_empty() {
+            chosen.push(0);
+        }
+        chosen.sort_unstable();
+        chosen.dedup();
+        self.kept
+            .extend(chosen.into_iter().map(|i| self.pending[i]));
+        self.pending.clear();
+    }
+
+    fn finish(mut self) -> Vec<Row> {
+        self.flush();
+        self.kept
+    }
 }
 
 fn knob_list(values: &KnobValues) -> Vec<KnobValue> {
@@ -752,7 +843,7 @@ fn escape(text: &str) -> String {
 /// A page cut short (a full disk) is removed.
 pub fn write_html(dir: &Path, summary_json: &[u8]) -> Result<PathBuf, String> {
     let text = String::from_utf8_lossy(summary_json);
-    let report = from_summary(dir, &text)?;
+    let report = for_chart(dir, &text)?;
     let path = dir.join("report.html");
     // Created, never replaced: the run directory was checked free of it before the run, so
     // one there now is someone else's file.
@@ -885,7 +976,8 @@ mod tests {
                    100.5,1,2048,1024,,9,,4096,x\n\
                    garbage\n\
                    101.5,2,,,,9,77,,\n";
-        let rows = parse_samples(csv);
+        let mut rows = Vec::new();
+        parse_samples(csv.as_bytes(), |row| rows.push(row));
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].unix_time_s, 100.5);
         assert_eq!(rows[0].point.tree_bytes(), Some(1024));
@@ -893,6 +985,43 @@ mod tests {
         assert_eq!(rows[1].point.attempt, 2);
         assert_eq!(rows[1].point.gpu_bytes, Some(77));
         assert_eq!(rows[1].point.tree_bytes(), None);
+    }
+
+    #[test]
+    fn chart_rows_keep_each_columns_first_row_and_peaks() {
+        let row = |t: f64, attempt: u32, rss: u64, gpu: Option<u64>| Row {
+            unix_time_s: t,
+            point: TimelinePoint {
+                t_s: 0.0,
+                attempt,
+                rss_bytes: Some(rss),
+                pss_bytes: None,
+                swap_bytes: None,
+                gpu_bytes: gpu,
+                cgroup_bytes: None,
+            },
+        };
+        // Two days at 1s in 1,000 columns of 172.8 s; a host spike and a GPU spike.
+        let mut rows = ChartRows::new(0.0, 172.8);
+        for t in 0..172_800u32 {
+            let rss = if t == 100_000 { 9_000 } else { 1_000 };
+            let gpu = (t == 50_001).then_some(5_000).or(Some(10));
+            rows.push(row(f64::from(t), 1, rss, gpu));
+        }
+        // An attempt boundary inside a column starts a column of its own.
+        rows.push(row(172_800.5, 2, 7, None));
+        let kept = rows.finish();
+        assert!(kept.len() <= 3 * 1_001 + 1, "{}", kept.len());
+        assert!(kept.iter().any(|r| r.point.rss_bytes == Some(9_000)));
+        assert!(kept.iter().any(|r| r.point.gpu_bytes == Some(5_000)));
+        assert!(kept.windows(2).all(|w| w[0].unix_time_s < w[1].unix_time_s));
+        assert_eq!(kept.last().map(|r| r.point.attempt), Some(2));
+        // A short run keeps every row.
+        let mut rows = ChartRows::new(0.0, 0.01);
+        for t in 0..50u32 {
+            rows.push(row(f64::from(t) * 0.1, 1, 5, None));
+        }
+        assert_eq!(rows.finish().len(), 50);
     }
 
     #[test]
