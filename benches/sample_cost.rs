@@ -6,11 +6,14 @@
 //! `cargo bench --bench sample_cost` runs it in full. Without `--bench` (as `cargo test
 //! --all-targets` runs it) it does a quick run: 1 process, 10 iterations.
 
+mod common;
+use common::micros_per_call;
+
 use std::hint::black_box;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use oomguard::mem::process::ProcReader;
 use oomguard::mem::system::SystemReader;
@@ -68,19 +71,6 @@ impl Drop for Holders {
             let _ = child.wait();
         }
     }
-}
-
-/// Microseconds per call of `f`: at least `min_iters` calls and, in a full run, at least
-/// `min_time` of them.
-fn micros_per_call(min_iters: u32, min_time: Duration, mut f: impl FnMut()) -> f64 {
-    f(); // warm up: page cache of the binary, dentries of /proc/PID
-    let start = Instant::now();
-    let mut iters = 0u32;
-    while iters < min_iters || start.elapsed() < min_time {
-        f();
-        iters += 1;
-    }
-    start.elapsed().as_secs_f64() * 1e6 / f64::from(iters)
 }
 
 /// A named single read to time.

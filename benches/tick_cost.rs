@@ -12,12 +12,15 @@
 //! `cargo bench --bench tick_cost` runs it in full. Without `--bench` (as `cargo test
 //! --all-targets` runs it) it does a quick pass on trees of 1 and 2 small processes.
 
+mod common;
+use common::micros_per_call;
+
 use std::hint::black_box;
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use oomguard::cgroup::{JobCgroup, Limits, Parent};
 use oomguard::gpu::{GpuError, GpuProbe, GpuSnapshot};
@@ -89,18 +92,6 @@ impl Drop for Tree {
         );
         let _ = self.child.wait();
     }
-}
-
-/// Microseconds per call of `f`: at least `min_iters` calls and at least `min_time` of them.
-fn micros_per_call(min_iters: u32, min_time: Duration, mut f: impl FnMut()) -> f64 {
-    f(); // warm up: dentries of /proc/PID, page cache of the files
-    let start = Instant::now();
-    let mut iters = 0u32;
-    while iters < min_iters || start.elapsed() < min_time {
-        f();
-        iters += 1;
-    }
-    start.elapsed().as_secs_f64() * 1e6 / f64::from(iters)
 }
 
 /// A memory cgroup below our own for the trees, or why there is none.
