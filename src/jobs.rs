@@ -15,7 +15,7 @@
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -24,6 +24,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use crate::classify::Cause;
+use crate::fsutil::{file_safe, write_then_rename, Fnv64};
 use crate::knobs::{argv, KnobSet, Place, Value};
 use crate::policy::{self, Moves, Outcome};
 use crate::report::{self, AttemptRecord, KnobValues, PeakRecord, Reporter};
@@ -139,7 +140,7 @@ pub fn command_shape(command: &[OsString], knobs: &KnobSet) -> Vec<OsString> {
 /// hash of the command's shape and the working directory. The hash is FNV-1a, written out
 /// here because it must not change between builds (std's hasher may).
 pub fn derive_name(shape: &[OsString], cwd: &Path) -> String {
-    let mut hash = Fnv::new();
+    let mut hash = Fnv64::new();
     hash.write(b"oomguard-job-1\0");
     hash.write_len_prefixed(cwd.as_os_str().as_bytes());
     for token in shape {
@@ -173,44 +174,12 @@ fn stem(shape: &[OsString]) -> String {
             .unwrap_or_default()
     });
     let raw = script.or(module).or(program).unwrap_or_default();
-    let clean: String = raw
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(40)
-        .collect();
+    let clean = file_safe(&raw, &['.', '_', '-']);
     let clean = clean.trim_start_matches('.');
     if clean.is_empty() {
         "job".to_string()
     } else {
         clean.to_string()
-    }
-}
-
-/// 64-bit FNV-1a.
-struct Fnv(u64);
-
-impl Fnv {
-    fn new() -> Fnv {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-
-    /// Length first, so `["ab", "c"]` and `["a", "bc"]` differ.
-    fn write_len_prefixed(&mut self, bytes: &[u8]) {
-        self.write(&(bytes.len() as u64).to_le_bytes());
-        self.write(bytes);
     }
 }
 
@@ -642,16 +611,8 @@ impl JobStore {
             .create_new(true)
             .mode(0o600)
             .open(&tmp)
-            .and_then(|mut file| {
-                file.write_all(&text)?;
-                if durable {
-                    file.sync_all()?;
-                }
-                Ok(())
-            })
-            .and_then(|()| fs::rename(&tmp, &path));
+            .and_then(|file| write_then_rename(file, &tmp, &path, &text, durable));
         if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
             return Err(fail("write job memory", e));
         }
         if !durable {

@@ -47,6 +47,7 @@ pub mod config;
 pub mod doctor;
 pub mod dry_run;
 pub mod fit;
+pub mod fsutil;
 pub mod gpu;
 pub mod hooks;
 pub mod install;

@@ -7,7 +7,6 @@
 //! and deciding stay where they are (`sampler`, `classify`, `policy`); the encoding is the
 //! `prometheus` crate's.
 
-use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -369,15 +368,8 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     temp_name.push(name);
     temp_name.push(format!(".{}.tmp", std::process::id()));
     let temp = path.with_file_name(temp_name);
-    let result = (|| {
-        let mut file = std::fs::File::create(&temp)?;
-        file.write_all(bytes)?;
-        std::fs::rename(&temp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result
+    let file = std::fs::File::create(&temp)?;
+    crate::fsutil::write_then_rename(file, &temp, path, bytes, false)
 }
 
 /// The longest a client may take to send its request: a stuck client costs one task, briefly.

@@ -779,15 +779,8 @@ impl RunDir {
     pub fn save(&self, summary: &Summary, durable: bool) -> Result<(), RunDirError> {
         let path = self.path.join("summary.json");
         let write = || -> io::Result<()> {
-            let (tmp, mut file) = self.create_temp()?;
-            let written = file
-                .write_all(&summary.render())
-                .and_then(|()| if durable { file.sync_all() } else { Ok(()) })
-                .and_then(|()| std::fs::rename(&tmp, &path));
-            if written.is_err() {
-                let _ = std::fs::remove_file(&tmp);
-            }
-            written
+            let (tmp, file) = self.create_temp()?;
+            crate::fsutil::write_then_rename(file, &tmp, &path, &summary.render(), durable)
         };
         if !self.summary_claimed.get() {
             // The first save claims the name with O_EXCL: two runs given the same directory at

@@ -211,32 +211,19 @@ fn copy_key(pid: u32, absolute: &Path) -> String {
     )
 }
 
-/// FNV-1a, 64 bits, over the path's bytes: stable across versions and machines (std's hasher is
-/// not promised to be).
+/// FNV-1a, 64 bits, over the path's bytes: stable across versions and machines, so every
+/// oomguard finds the same entry for one file.
 fn fnv1a(path: &Path) -> u64 {
-    path.as_os_str()
-        .as_bytes()
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
-            (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        })
+    crate::fsutil::Fnv64::of(path.as_os_str().as_bytes())
 }
 
 /// The file name with anything but letters, digits, `-` and `_` as `_`, at most 40 characters.
 fn readable(path: &Path) -> String {
-    path.file_name()
+    let name = path
+        .file_name()
         .map(|n| n.to_string_lossy())
-        .unwrap_or_default()
-        .chars()
-        .take(40)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+        .unwrap_or_default();
+    crate::fsutil::file_safe(&name, &['-', '_'])
 }
 
 /// What the lock file of a held entry says about its owner.
