@@ -59,7 +59,8 @@ fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     let rounds = if full { 50 } else { 3 };
     let base = tempfile::tempdir().expect("temp dir");
-    let run_dir = RunDir::create(Some(&base.path().join("run")), "python3").expect("run dir");
+    let run_dir =
+        RunDir::create(Some(&base.path().join("run")), "python3", false).expect("run dir");
     let old_path = base.path().join("old-summary.json");
     let mut summary = Summary::new(
         &["python3".into(), "train.py".into()],

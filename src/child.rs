@@ -114,11 +114,33 @@ pub struct RunAs {
 /// Between fork and exec: drops root for `who`, groups first (setgroups, setgid) and uid last,
 /// since after setuid no other change is allowed. Async-signal-safe: three system calls on
 /// data prepared before the fork, no allocation.
-fn become_user(who: &RunAs) -> io::Result<()> {
+pub(crate) fn become_user(who: &RunAs) -> io::Result<()> {
     nix::unistd::setgroups(&who.groups)?;
     nix::unistd::setgid(who.gid)?;
     nix::unistd::setuid(who.uid)?;
     Ok(())
+}
+
+/// Between fork and exec: every descriptor above stderr is marked close-on-exec, so what runs
+/// next (a hook) inherits nothing of oomguard's but stdin, stdout and stderr, whichever way a
+/// descriptor was opened. `close_range(2)` (Linux 5.11) with `CLOSE_RANGE_CLOEXEC`; on an older
+/// kernel the descriptors oomguard opens are close-on-exec already (Rust's default).
+pub(crate) fn close_other_fds() -> io::Result<()> {
+    const CLOSE_RANGE_CLOEXEC: nix::libc::c_uint = 1 << 2;
+    // SAFETY: a system call on integers only.
+    let rc = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_close_range,
+            3 as nix::libc::c_uint,
+            nix::libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    match rc {
+        0 => Ok(()),
+        _ if io::Error::last_os_error().raw_os_error() == Some(nix::libc::ENOSYS) => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
 }
 
 /// A started job: its PID (also its process group id) and its output.

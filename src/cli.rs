@@ -236,10 +236,19 @@ pub struct RunArgs {
     /// (read again by `validate` where the args were parsed another way).
     #[arg(skip)]
     pub job_file: Option<jobfile::JobFile>,
+    /// The clap ids of the options whose value came from the job file's `[run]` (not the command
+    /// line): a path among them was chosen by whoever could write the file.
+    #[arg(skip)]
+    pub from_job_file: Vec<String>,
 }
 
 #[derive(Debug, Args)]
-pub struct DoctorArgs {}
+pub struct DoctorArgs {
+    /// A job file: say whom its hooks and file edits would run as (as root: its `user`), and
+    /// whether it would be refused.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
 
 /// The clap definition of `oomguard run` alone: what a job file's `[run]` keys are checked
 /// against.
@@ -297,11 +306,15 @@ pub fn parse_from(args: Vec<OsString>) -> Result<Cli, ParseError> {
     let Some(("run", run_matches)) = matches.subcommand() else {
         unreachable!("config was read from the run subcommand's matches");
     };
-    let from_file: Vec<OsString> = file
+    let file_options: Vec<&jobfile::RunOption> = file
         .job
         .run
         .iter()
         .filter(|option| run_matches.value_source(&option.id) != Some(ValueSource::CommandLine))
+        .collect();
+    let from_job_file: Vec<String> = file_options.iter().map(|o| o.id.clone()).collect();
+    let from_file: Vec<OsString> = file_options
+        .iter()
         .flat_map(|option| option.tokens.iter().map(OsString::from))
         .collect();
     let matches = if from_file.is_empty() {
@@ -332,6 +345,7 @@ pub fn parse_from(args: Vec<OsString>) -> Result<Cli, ParseError> {
             }
         }
         run.job_file = Some(file);
+        run.from_job_file = from_job_file;
     }
     Ok(cli)
 }
@@ -590,6 +604,18 @@ impl RunArgs {
             }
             _ => crate::runas::JobContext::default(),
         };
+        // From here on every file of the job's (knob files first) is touched as its user.
+        crate::principal::act_for(job_context.run_as.as_ref());
+        // A path the job file chose is the file's writers' to use: as the user where the user
+        // could have written it, as root where only root could; one from the command line is
+        // the invoker's.
+        let users_path = |id: &str| {
+            job_context.writers == crate::runas::Writers::User
+                && self.from_job_file.iter().any(|from| from == id)
+        };
+        let run_dir_is_users = users_path("run_dir");
+        let state_dir_is_users = users_path("state_dir");
+        let textfile_is_users = users_path("metrics_textfile");
         let cwd = job_context
             .workdir
             .clone()
@@ -608,7 +634,7 @@ impl RunArgs {
             },
             self.config.as_deref().zip(job_file.as_ref()),
         )?;
-        let job = crate::jobs::JobSettings::new(
+        let mut job = crate::jobs::JobSettings::new(
             self.name,
             self.state_dir,
             self.fresh,
@@ -617,6 +643,7 @@ impl RunArgs {
             &cwd,
         )
         .map_err(UsageError::Job)?;
+        job.state_dir_is_users = state_dir_is_users;
         let resume = match (self.resume_arg.as_deref(), self.checkpoint.as_deref()) {
             (Some(flag), Some(pattern)) => Some(crate::resume::Resume::new(
                 &self.command,
@@ -645,6 +672,7 @@ impl RunArgs {
         let metrics = crate::metrics::MetricsPlan::new(
             self.metrics_addr.as_deref(),
             self.metrics_textfile.as_deref(),
+            textfile_is_users,
         )
         .map_err(UsageError::Metrics)?;
         let cgroup = if self.no_cgroup {
@@ -680,6 +708,7 @@ impl RunArgs {
             command: self.command,
             knobs,
             run_dir: self.run_dir,
+            run_dir_is_users,
             dry_run,
             limits: crate::policy::Limits {
                 max_attempts: self.max_attempts,

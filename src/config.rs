@@ -55,6 +55,9 @@ pub struct RunSettings {
     pub quiet: crate::quiet::Timeouts,
     /// From the job file: where the job runs, its `[env]`, and whom it runs as.
     pub job_context: crate::runas::JobContext,
+    /// Whether `run_dir` was chosen by a job file its user could write: its files are then made
+    /// as that user ([`crate::principal`]).
+    pub run_dir_is_users: bool,
     /// `--metrics-addr` / `--metrics-textfile`.
     pub metrics: crate::metrics::MetricsPlan,
 }

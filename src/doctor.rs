@@ -25,8 +25,15 @@ pub struct Check {
 }
 
 /// Runs every check and prints them; always exits 0 (a missing feature is information).
-pub fn run(report: Reporter) -> i32 {
-    let checks = checks();
+/// With `config`, also whom that job file's hooks and file edits would run as.
+pub fn run(report: Reporter, config: Option<&Path>) -> i32 {
+    let mut checks = checks();
+    if let Some(path) = config {
+        checks.push(Check {
+            what: "job file",
+            finding: acting_finding(path),
+        });
+    }
     let width = checks.iter().map(|c| c.what.len()).max().unwrap_or(0);
     for c in &checks {
         let mut lines = c.finding.lines();
@@ -167,4 +174,36 @@ fn sampling_cost(gpu: &mut dyn gpu::GpuProbe) -> String {
 
 fn micros(d: Duration) -> String {
     format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+/// Whom a job file's hooks and file edits run as, or why it would be refused (see
+/// [`crate::principal`] and README's "Security model").
+pub fn acting_finding(path: &Path) -> String {
+    let file = match crate::jobfile::load(path) {
+        Ok(file) => file,
+        Err(e) => return format!("refused: {e}"),
+    };
+    let context = match crate::runas::JobContext::prepare(path, &file.job) {
+        Ok(context) => context,
+        Err(e) => return format!("refused: {e}"),
+    };
+    let me = nix::unistd::User::from_uid(nix::unistd::Uid::effective())
+        .ok()
+        .flatten()
+        .map_or_else(|| nix::unistd::Uid::effective().to_string(), |u| u.name);
+    let Some(who) = &context.run_as else {
+        return format!("the job, its hooks and every file edit run as {me} (oomguard's own user)");
+    };
+    let paths = match context.writers {
+        crate::runas::Writers::User => format!(
+            "{} can write the job file, so its run_dir, state_dir and metrics_textfile are used as {}",
+            who.name, who.name
+        ),
+        crate::runas::Writers::Root => format!(
+            "only root can write the job file, so its run_dir, state_dir and metrics_textfile are used as {me}"
+        ),
+    };
+    format!(
+        "the job, its hooks, knob files, __pycache__ and checkpoints run as {} (uid {}, gid {})\n{paths}",
+        who.name, who.uid, who.gid
+    )
 }

@@ -15,7 +15,7 @@
 //! would be mistaken for one of the job's processes.
 
 use std::ffi::OsString;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -182,7 +182,16 @@ impl Pending {
     /// writes the result on a pipe. The pipe, not waitpid, carries the result because
     /// oomguard reaps any child that ends while it waits between attempts; and nothing of a
     /// hook is left to be reaped by an attempt, where a killed process counts as the job's.
-    pub fn start(&mut self, hooks: &Hooks, occasion: &Occasion, report: &Reporter) {
+    ///
+    /// `open_log` opens the hooks' log (`<run dir>/hooks.log`, see
+    /// [`crate::report::RunDir::open_append`]); it is called only when a hook is to run.
+    pub fn start(
+        &mut self,
+        hooks: &Hooks,
+        occasion: &Occasion,
+        report: &Reporter,
+        open_log: impl FnOnce() -> std::io::Result<File>,
+    ) {
         let list = match occasion.event {
             Event::Relaunch => &hooks.on_relaunch,
             Event::Exit => &hooks.on_exit,
@@ -191,10 +200,13 @@ impl Pending {
             return;
         }
         let env = occasion.env();
-        let log_path = occasion.run_dir.join(LOG_NAME);
+        let log = open_log()
+            .map_err(|e| tracing::info!("hooks write to /dev/null: {e}"))
+            .ok();
         let flag = occasion.event.flag();
         for hook in list {
-            match spawn_wrapped(hook, &env, &log_path, hooks.timeout) {
+            let log = log.as_ref().and_then(|log| log.try_clone().ok());
+            match spawn_wrapped(hook, &env, log, hooks.timeout) {
                 Ok((wrapper, lines)) => self.started.push(Started {
                     flag,
                     text: hook.text.clone(),
@@ -291,10 +303,15 @@ const WRAPPER_SLACK: Duration = Duration::from_secs(5);
 
 /// Starts `oomguard __hook TIMEOUT_MS -- ARGV...` with the hook's environment, its output
 /// going to the log; a thread forwards the wrapper's lines.
+///
+/// A root oomguard acting for a job's `user` ([`crate::principal`]) starts the wrapper, and so
+/// the hook, as that user: its groups, gid and uid set between fork and exec as for the job,
+/// and its HOME, USER and LOGNAME. Whoever runs a hook never gets a descriptor of oomguard's
+/// beyond its stdin, stdout and stderr.
 fn spawn_wrapped(
     hook: &Hook,
     env: &[(String, OsString)],
-    log_path: &Path,
+    log: Option<File>,
     timeout: Duration,
 ) -> std::io::Result<(Child, mpsc::Receiver<String>)> {
     let exe = std::env::current_exe()?;
@@ -311,10 +328,27 @@ fn spawn_wrapped(
         .stdout(Stdio::piped())
         // Its own group: Ctrl-C at the terminal is oomguard's to handle.
         .process_group(0);
-    match log_file(log_path) {
+    match log {
         Some(log) => cmd.stderr(log),
         None => cmd.stderr(Stdio::null()),
     };
+    let who = crate::principal::acting_for().cloned();
+    if let Some(who) = &who {
+        cmd.env("HOME", &who.home)
+            .env("USER", &who.name)
+            .env("LOGNAME", &who.name);
+    }
+    // SAFETY: between fork and exec only system calls are made (no allocation: `who` was
+    // cloned before the fork).
+    unsafe {
+        cmd.pre_exec(move || {
+            crate::child::close_other_fds()?;
+            if let Some(who) = &who {
+                crate::child::become_user(who)?;
+            }
+            Ok(())
+        });
+    }
     let mut wrapper = cmd.spawn()?;
     let stdout = wrapper.stdout.take().expect("stdout was piped");
     let (tx, rx) = mpsc::channel();
@@ -423,16 +457,6 @@ fn reap_any() {
             break;
         }
     }
-}
-
-/// The hooks' log, opened for appending.
-fn log_file(path: &Path) -> Option<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| tracing::info!("hooks write to /dev/null: {}: {e}", path.display()))
-        .ok()
 }
 
 #[cfg(test)]

@@ -18,7 +18,6 @@
 //! database or the workdir on disk is checked by whoever uses the specs (`knobs::resolve`,
 //! `runas`). An unknown top-level key is an error naming it.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use toml_edit::{Document, Item, Table, TableLike, Value as TomlValue};
@@ -57,6 +56,8 @@ pub struct JobPart {
     pub has_command: bool,
     /// The `[run]` options, and the top-level `name` as `--name`, in file order.
     pub run: Vec<RunOption>,
+    /// How the file was reached when it was read ([`load`]); `None` when parsed from text.
+    pub opened: Option<crate::pathwalk::Opened>,
 }
 
 /// A value with the 1-based line it was written on.
@@ -213,13 +214,23 @@ const KEY_SYNONYMS: [(&str, &str); 14] = [
 ];
 
 /// Reads and validates the `--config` file at `path`; a read error is one line with the path
-/// and the OS's reason.
+/// and the OS's reason. The file is opened once ([`crate::pathwalk`]): the bytes parsed are
+/// those of the file whose path is later checked for who could have written it.
 pub fn load(path: &Path) -> Result<JobFile, JobFileError> {
-    let text = fs::read_to_string(path).map_err(|source| JobFileError::Read {
+    let read_error = |source| JobFileError::Read {
         path: path.to_path_buf(),
         source,
+    };
+    let (bytes, opened) = crate::pathwalk::read(path).map_err(read_error)?;
+    let text = String::from_utf8(bytes).map_err(|_| {
+        read_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "it is not UTF-8 text",
+        ))
     })?;
-    parse(&path.display().to_string(), &text)
+    let mut file = parse(&path.display().to_string(), &text)?;
+    file.job.opened = Some(opened);
+    Ok(file)
 }
 
 /// Parses and validates a `--config` file's `text`; `file_label` names it in messages.
@@ -1295,6 +1306,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     fn knob(name: &str, place: PlaceSpec, moves: Moves) -> KnobSpec {
         KnobSpec {

@@ -49,6 +49,10 @@ pub struct JobSettings {
     /// The base of job memory (`--state-dir`, else `$XDG_STATE_HOME/oomguard`); files go in
     /// its `jobs/`. `None` without any (no HOME): the job is not remembered.
     pub state_dir: Option<PathBuf>,
+    /// Whether `state_dir` was chosen by a job file its user could write: then a root
+    /// oomguard acting for that user keeps the job memory as the user ([`crate::principal`]).
+    /// Set by the caller; the default place, and one root chose, are oomguard's own.
+    pub state_dir_is_users: bool,
     /// `--fresh`: the first attempt takes the command's values.
     pub fresh: bool,
     /// The command with the knob values blanked (as the name is derived from it), for people
@@ -87,6 +91,7 @@ impl JobSettings {
         Ok(JobSettings {
             name,
             state_dir,
+            state_dir_is_users: false,
             fresh,
             command: shape
                 .iter()
@@ -441,6 +446,8 @@ impl StoreError {
 pub struct JobStore {
     dir: PathBuf,
     name: String,
+    /// Whether its files are the job's user's to touch ([`JobSettings::state_dir_is_users`]).
+    as_user: bool,
 }
 
 impl JobStore {
@@ -449,7 +456,23 @@ impl JobStore {
         JobStore {
             dir: state_dir.join("jobs"),
             name: name.to_string(),
+            as_user: false,
         }
+    }
+
+    /// The same store, its files touched as the job's user when `yes`.
+    pub fn as_user(mut self, yes: bool) -> JobStore {
+        self.as_user = yes && crate::principal::acting_for().is_some();
+        self
+    }
+
+    /// Runs `work` on the store's files as whoever owns them (see [`JobStore::as_user`]).
+    fn as_owner<T>(&self, work: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+        crate::principal::as_user_if_or(self.as_user, work, |source| StoreError {
+            action: "act as the job's user for",
+            path: self.dir.clone(),
+            source,
+        })
     }
 
     /// `<state dir>/jobs/NAME.json`.
@@ -464,6 +487,10 @@ impl JobStore {
     /// The job's memory (empty for a job never seen). Creates nothing unless the file must be
     /// moved aside, which it does under the lock.
     pub fn load(&self) -> Result<(JobMemory, Option<MovedAside>), StoreError> {
+        self.as_owner(|| self.load_here())
+    }
+
+    fn load_here(&self) -> Result<(JobMemory, Option<MovedAside>), StoreError> {
         match self.read()? {
             None => Ok((JobMemory::default(), None)),
             Some(Ok(memory)) => Ok((memory, None)),
@@ -490,6 +517,14 @@ impl JobStore {
     /// waiting, running) were the tail of the time from a death to the next attempt (149 ms
     /// on a busy disk). A success and the run's end are synced before going on.
     pub fn update_with(
+        &self,
+        durable: bool,
+        change: impl FnOnce(&mut JobMemory),
+    ) -> Result<Option<MovedAside>, StoreError> {
+        self.as_owner(|| self.update_here(durable, change))
+    }
+
+    fn update_here(
         &self,
         durable: bool,
         change: impl FnOnce(&mut JobMemory),
@@ -606,28 +641,38 @@ impl JobStore {
         // Under the lock no other oomguard writes this name; one left by a crashed process
         // with our PID is stale.
         let _ = fs::remove_file(&tmp);
+        let mut kept = None;
         let written = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
             .open(&tmp)
-            .and_then(|file| write_then_rename(file, &tmp, &path, &text, durable));
+            .and_then(|file| {
+                kept = file.try_clone().ok();
+                write_then_rename(file, &tmp, &path, &text, durable)
+            });
         if let Err(e) = written {
             return Err(fail("write job memory", e));
         }
+        // The directory, opened now (as whoever owns the store) and never through a link.
+        let dir = OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
+            .open(&self.dir);
         if !durable {
             // Synced off the path from a death to the next exec: on a file system that does
             // not flush a file renamed over another (XFS), a crash before this sync could
-            // leave the whole file empty, not just without its last update.
-            let dir = self.dir.clone();
+            // leave the whole file empty, not just without its last update. The descriptors
+            // written through are synced, never a path opened again later (by then it could
+            // name anything).
             std::thread::spawn(move || {
-                let _ = File::open(&path).and_then(|file| file.sync_all());
-                let _ = File::open(&dir).and_then(|dir| dir.sync_all());
+                let _ = kept.map(|file| file.sync_all());
+                let _ = dir.map(|dir| dir.sync_all());
             });
             return Ok(());
         }
-        File::open(&self.dir)
-            .and_then(|dir| dir.sync_all())
+        dir.and_then(|dir| dir.sync_all())
             .map_err(|e| fail("sync the directory of", e))
     }
 }
@@ -819,7 +864,7 @@ impl JobRun {
             ));
             return run;
         };
-        let store = JobStore::new(state_dir, &settings.name);
+        let store = JobStore::new(state_dir, &settings.name).as_user(settings.state_dir_is_users);
         match store.load() {
             Ok((memory, moved)) => {
                 if let Some(moved) = moved {

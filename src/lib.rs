@@ -60,7 +60,9 @@ pub mod metrics;
 pub mod notify;
 pub mod oom_numbers;
 pub mod outcome;
+pub mod pathwalk;
 pub mod policy;
+pub mod principal;
 pub mod quiet;
 pub mod report;
 pub mod report_cmd;
@@ -164,7 +166,7 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
         Command::Classify(args) => Ok(classify_files(&args)),
         Command::Status(args) => show_status(&args, report),
         Command::Report(args) => show_report(&args),
-        Command::Doctor(_) => Ok(doctor::run(report)),
+        Command::Doctor(args) => Ok(doctor::run(report, args.config.as_deref())),
         Command::Completions(args) => print_bytes(&install::completions(args.shell)),
         Command::Man(args) => man(&args),
         Command::Guard => Ok(child::guard_main(std::io::stdin().lock())),
@@ -231,6 +233,7 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
     let run_dir = RunDir::create(
         settings.run_dir.as_deref(),
         &settings.command[0].to_string_lossy(),
+        settings.run_dir_is_users,
     )
     .map_err(Error::RunDir)?;
     let mut files = match settings
@@ -744,7 +747,7 @@ async fn attempt_loop(
                 let told = Told {
                     attempt,
                     cause: verdict.cause,
-                    run_dir: run_dir.path(),
+                    run_dir,
                     report: &report,
                 };
                 tell_relaunch(settings, job, &mut hooks, observer, &told, &next);
@@ -815,7 +818,7 @@ async fn before_attempt(
 struct Told<'a> {
     attempt: u32,
     cause: Cause,
-    run_dir: &'a Path,
+    run_dir: &'a RunDir,
     report: &'a Reporter,
 }
 
@@ -833,7 +836,7 @@ fn tell_relaunch(
     job.waiting(
         told.attempt + 1,
         next_knobs.clone(),
-        told.run_dir,
+        told.run_dir.path(),
         told.report,
     );
     let occasion = hooks::Occasion {
@@ -842,9 +845,11 @@ fn tell_relaunch(
         attempt: told.attempt,
         cause: Some(told.cause),
         knobs: &next_knobs,
-        run_dir: told.run_dir,
+        run_dir: told.run_dir.path(),
     };
-    hooks.start(&settings.hooks, &occasion, told.report);
+    hooks.start(&settings.hooks, &occasion, told.report, || {
+        told.run_dir.open_append(hooks::LOG_NAME)
+    });
     observer.notify.waiting(next.delay, told.attempt + 1);
     if let Some(metrics) = &observer.metrics {
         metrics.relaunch(told.cause.as_str());
@@ -872,7 +877,9 @@ async fn exit_hooks(
         knobs: &last_knobs,
         run_dir: run_dir.path(),
     };
-    hooks.start(&settings.hooks, &occasion, report);
+    hooks.start(&settings.hooks, &occasion, report, || {
+        run_dir.open_append(hooks::LOG_NAME)
+    });
     let _ = wait_hooks(supervisor, hooks, report, run_dir.path()).await;
 }
 
@@ -1311,7 +1318,11 @@ fn close_run(
     // The page for people (`oomguard report`'s --html), after the summary it is drawn from;
     // a page that cannot be written is a warning: the job's exit status stands.
     // It goes into the one closing warning with whatever else could not be saved.
-    match report_cmd::write_html(run_dir.path(), &summary.render()) {
+    let page = principal::as_user_if(run_dir.is_users(), || {
+        Ok(report_cmd::write_html(run_dir.path(), &summary.render()))
+    })
+    .unwrap_or_else(|e| Err(e.to_string()));
+    match page {
         Ok(page) => report.event(
             "report_written",
             serde_json::json!({ "report": page }),

@@ -21,15 +21,28 @@ use crate::sampler::Sample;
 pub struct MetricsPlan {
     pub addr: Option<SocketAddr>,
     pub textfile: Option<PathBuf>,
+    /// Whether the textfile was chosen by a job file its user could write: it is then checked
+    /// and written as that user ([`crate::principal`]).
+    pub textfile_is_users: bool,
 }
 
 impl MetricsPlan {
     /// Checks the flags as given; the port is bound later, by [`Exporter::start`], still before
     /// anything starts.
-    pub fn new(addr: Option<&str>, textfile: Option<&Path>) -> Result<MetricsPlan, String> {
+    pub fn new(
+        addr: Option<&str>,
+        textfile: Option<&Path>,
+        textfile_is_users: bool,
+    ) -> Result<MetricsPlan, String> {
         let addr = addr.map(parse_addr).transpose()?;
-        let textfile = textfile.map(check_textfile).transpose()?;
-        Ok(MetricsPlan { addr, textfile })
+        let textfile = textfile
+            .map(|path| check_textfile(path, textfile_is_users))
+            .transpose()?;
+        Ok(MetricsPlan {
+            addr,
+            textfile,
+            textfile_is_users,
+        })
     }
 
     /// Whether either output was asked for.
@@ -56,7 +69,7 @@ pub fn parse_addr(text: &str) -> Result<SocketAddr, String> {
 
 /// `--metrics-textfile`: its directory must exist (node_exporter's textfile directory is made
 /// by whoever installs node_exporter; making it here would hide a typo).
-fn check_textfile(path: &Path) -> Result<PathBuf, String> {
+fn check_textfile(path: &Path, as_user: bool) -> Result<PathBuf, String> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -67,9 +80,32 @@ fn check_textfile(path: &Path) -> Result<PathBuf, String> {
             path.display()
         ));
     }
-    if !dir.is_dir() {
+    if !crate::principal::as_user_if(as_user, || Ok(dir.is_dir())).unwrap_or(false) {
         return Err(format!(
             "--metrics-textfile {}: directory {} does not exist; create it or point at node_exporter's textfile directory",
+            path.display(),
+            dir.display()
+        ));
+    }
+    // Checked as whoever will write it (the job's user, for a root oomguard acting for one):
+    // AT_EACCESS asks for the identity in force, not the real uid.
+    let writable = crate::principal::as_user_if(as_user, || {
+        use nix::unistd::{faccessat, AccessFlags};
+        faccessat(
+            None,
+            dir,
+            AccessFlags::W_OK | AccessFlags::X_OK,
+            nix::fcntl::AtFlags::AT_EACCESS,
+        )
+        .map_err(std::io::Error::from)
+    });
+    if let Err(e) = writable {
+        let who = crate::principal::acting_for()
+            .filter(|_| as_user)
+            .map(|who| format!(" as user {}", who.name))
+            .unwrap_or_default();
+        return Err(format!(
+            "--metrics-textfile {}: cannot write in directory {}{who}: {e}; point it at a directory{who} can write",
             path.display(),
             dir.display()
         ));
@@ -273,6 +309,7 @@ pub struct Exporter {
     /// Where the listener is bound (its real port where `--metrics-addr 0` let the kernel pick).
     bound: Option<SocketAddr>,
     textfile: Option<PathBuf>,
+    textfile_is_users: bool,
 }
 
 impl Exporter {
@@ -306,6 +343,7 @@ impl Exporter {
             listener,
             bound,
             textfile: plan.textfile.clone(),
+            textfile_is_users: plan.textfile_is_users,
         }))
     }
 
@@ -349,7 +387,11 @@ impl Exporter {
     /// Replaces the textfile; a failure (full disk) costs this tick's file, not the run.
     fn write_textfile(&self) {
         if let Some(path) = &self.textfile {
-            match write_atomically(path, self.metrics.render().as_bytes()) {
+            match write_atomically(
+                path,
+                self.metrics.render().as_bytes(),
+                self.textfile_is_users,
+            ) {
                 Ok(()) => crate::report::saved("metrics textfile"),
                 Err(e) => crate::report::unsaved("metrics textfile", &e),
             }
@@ -359,17 +401,37 @@ impl Exporter {
 
 /// Writes `bytes` to a temporary file beside `path` and renames it over `path`, so that a
 /// reader (node_exporter) sees the old file or the new one, never a partial one. The temporary
-/// name does not end in `.prom`, which node_exporter would read.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// name does not end in `.prom`, which node_exporter would read. The temporary file is always
+/// new (`O_EXCL | O_NOFOLLOW`): a file or symlink someone put at its name is never written
+/// through, and a name taken is skipped. As the job's user when oomguard acts for one.
+pub fn write_atomically(path: &Path, bytes: &[u8], as_user: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let name = path
         .file_name()
         .expect("MetricsPlan checked that the textfile has a file name");
-    let mut temp_name = std::ffi::OsString::from(".");
-    temp_name.push(name);
-    temp_name.push(format!(".{}.tmp", std::process::id()));
-    let temp = path.with_file_name(temp_name);
-    let file = std::fs::File::create(&temp)?;
-    crate::fsutil::write_then_rename(file, &temp, path, bytes, false)
+    crate::principal::as_user_if(as_user, || {
+        let mut last = None;
+        for n in 0..100u32 {
+            let mut temp_name = std::ffi::OsString::from(".");
+            temp_name.push(name);
+            temp_name.push(format!(".{}.{n}.tmp", std::process::id()));
+            let temp = path.with_file_name(temp_name);
+            let created = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(&temp);
+            match created {
+                Ok(file) => {
+                    return crate::fsutil::write_then_rename(file, &temp, path, bytes, false)
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.expect("the loop ran at least once"))
+    })
 }
 
 /// The longest a client may take to send its request: a stuck client costs one task, briefly.
@@ -576,8 +638,8 @@ mod tests {
     fn textfile_is_replaced_whole() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("oomguard.prom");
-        write_atomically(&path, b"a 1\n").unwrap();
-        write_atomically(&path, b"a 2\n").unwrap();
+        write_atomically(&path, b"a 1\n", false).unwrap();
+        write_atomically(&path, b"a 2\n", false).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "a 2\n");
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1, "no temporary file left behind");

@@ -626,7 +626,10 @@ pub enum RunDirError {
 
 /// Whether `name` is a file oomguard writes in a run directory (and so refuses to find there).
 fn is_run_file(name: &str) -> bool {
-    if matches!(name, "summary.json" | "samples.csv" | "report.html") {
+    if matches!(
+        name,
+        "summary.json" | "samples.csv" | "report.html" | crate::hooks::LOG_NAME
+    ) {
         return true;
     }
     name.strip_prefix("attempt-")
@@ -647,21 +650,33 @@ pub struct RunDir {
     made_files: std::cell::RefCell<Vec<PathBuf>>,
     /// Whether summary.json has been claimed (its first save): later saves only replace it.
     summary_claimed: std::cell::Cell<bool>,
+    /// Whether the directory was chosen by a job file its user could write: then every file
+    /// here is made as that user ([`crate::principal`]). The default place, and one root chose,
+    /// are oomguard's own.
+    as_user: bool,
 }
 
 impl RunDir {
     /// Uses `dir`, or makes a new one under the default location. Refuses a directory that
     /// already holds any file oomguard would write, so nothing there is ever overwritten; other
     /// files in it are left alone.
-    pub fn create(dir: Option<&Path>, program: &str) -> Result<RunDir, RunDirError> {
-        let (path, made_dirs) = match dir {
+    ///
+    /// `as_user`: the directory was chosen by a job file the job's user could write, so it is
+    /// made, and every file in it, as that user ([`crate::principal`]).
+    pub fn create(dir: Option<&Path>, program: &str, as_user: bool) -> Result<RunDir, RunDirError> {
+        let as_user = as_user && dir.is_some() && crate::principal::acting_for().is_some();
+        let switch_failed = |source| RunDirError::Create {
+            path: dir.map(Path::to_path_buf).unwrap_or_default(),
+            source,
+        };
+        let made = || match dir {
             Some(dir) => {
                 let dir = std::path::absolute(dir).map_err(|source| RunDirError::Create {
                     path: dir.to_path_buf(),
                     source,
                 })?;
                 let made = create_dirs(&dir)?;
-                (dir, made)
+                Ok((dir, made))
             }
             None => {
                 let base = std::path::absolute(default_runs_base()).map_err(|source| {
@@ -673,14 +688,16 @@ impl RunDir {
                 let mut made = create_dirs(&base)?;
                 let path = make_run_dir_in(&base, program).inspect_err(|_| remove_dirs(&made))?;
                 made.push(path.clone());
-                (path, made)
+                Ok((path, made))
             }
         };
+        let (path, made_dirs) = crate::principal::as_user_if_or(as_user, made, switch_failed)?;
         let run_dir = RunDir {
             path,
             made_dirs,
             made_files: Default::default(),
             summary_claimed: Default::default(),
+            as_user,
         };
         if let Err(e) = run_dir.check_unused() {
             remove_dirs(&run_dir.made_dirs);
@@ -689,17 +706,25 @@ impl RunDir {
         Ok(run_dir)
     }
 
+    /// Whether files here are made as the job's user (see [`crate::principal`]).
+    pub fn is_users(&self) -> bool {
+        self.as_user
+    }
+
     /// Refuses a directory we cannot write, or one holding a file we would write.
     fn check_unused(&self) -> Result<(), RunDirError> {
-        if !is_writable_dir(&self.path) {
+        // access(2) answers for the real uid (root); acting for a user, the first file made
+        // here is the test.
+        if !self.as_user && !is_writable_dir(&self.path) {
             return Err(RunDirError::NotWritable {
                 path: self.path.clone(),
             });
         }
-        let entries = std::fs::read_dir(&self.path).map_err(|source| RunDirError::Create {
-            path: self.path.clone(),
-            source,
-        })?;
+        let entries = crate::principal::as_user_if(self.as_user, || std::fs::read_dir(&self.path))
+            .map_err(|source| RunDirError::Create {
+                path: self.path.clone(),
+                source,
+            })?;
         let mut found: Vec<String> = entries
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -718,11 +743,15 @@ impl RunDir {
     /// Creates `name` in the run directory; fails if it exists (O_EXCL), so a file that
     /// appeared since the check (another run given the same directory) is never truncated.
     fn create_file(&self, name: &str) -> io::Result<File> {
+        use std::os::unix::fs::OpenOptionsExt;
         let path = self.path.join(name);
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
+        let file = crate::principal::as_user_if(self.as_user, || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(&path)
+        })?;
         self.made_files.borrow_mut().push(path);
         Ok(file)
     }
@@ -730,10 +759,44 @@ impl RunDir {
     /// Undoes `create` when the job could not even start: removes the files oomguard created,
     /// and the directories it made, so a failed start leaves nothing behind.
     pub fn discard(self) {
-        for file in self.made_files.borrow().iter() {
-            let _ = std::fs::remove_file(file);
-        }
-        remove_dirs(&self.made_dirs);
+        let _ = crate::principal::as_user_if(self.as_user, || {
+            for file in self.made_files.borrow().iter() {
+                let _ = std::fs::remove_file(file);
+            }
+            remove_dirs(&self.made_dirs);
+            Ok(())
+        });
+    }
+
+    /// Opens `name` (hooks.log) for appending, made on first use. Refused unless it is a regular
+    /// file with one link owned by whoever writes here: the directory was checked free of it
+    /// when the run started, so anything else there now (a symlink, a hard link to another
+    /// file) was planted by someone else.
+    pub fn open_append(&self, name: &str) -> io::Result<File> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let path = self.path.join(name);
+        crate::principal::as_user_if(self.as_user, || {
+            let file = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .mode(0o644)
+                .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+                .open(&path)?;
+            let meta = file.metadata()?;
+            let writer = match crate::principal::acting_for().filter(|_| self.as_user) {
+                Some(who) => who.uid.as_raw(),
+                None => nix::unistd::Uid::effective().as_raw(),
+            };
+            if !meta.is_file() || meta.nlink() != 1 || meta.uid() != writer {
+                return Err(io::Error::other(format!(
+                    "{} is not a file oomguard made (owner uid {}, {} links): someone else put it there",
+                    path.display(),
+                    meta.uid(),
+                    meta.nlink()
+                )));
+            }
+            Ok(file)
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -780,7 +843,9 @@ impl RunDir {
         let path = self.path.join("summary.json");
         let write = || -> io::Result<()> {
             let (tmp, file) = self.create_temp()?;
-            crate::fsutil::write_then_rename(file, &tmp, &path, &summary.render(), durable)
+            crate::principal::as_user_if(self.as_user, || {
+                crate::fsutil::write_then_rename(file, &tmp, &path, &summary.render(), durable)
+            })
         };
         if !self.summary_claimed.get() {
             // The first save claims the name with O_EXCL: two runs given the same directory at
@@ -808,11 +873,13 @@ impl RunDir {
         let mut last = None;
         for n in 0..100u32 {
             let tmp = self.path.join(format!(".summary.json.{pid}.{n}.tmp"));
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-            {
+            let created = crate::principal::as_user_if(self.as_user, || {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&tmp)
+            });
+            match created {
                 Ok(file) => return Ok((tmp, file)),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
                 Err(e) => return Err(e),
@@ -1146,7 +1213,7 @@ mod tests {
     #[test]
     fn run_dir_refuses_an_earlier_run_and_saves_atomically() {
         let dir = tempfile::tempdir().unwrap();
-        let run = RunDir::create(Some(&dir.path().join("r")), "python").unwrap();
+        let run = RunDir::create(Some(&dir.path().join("r")), "python", false).unwrap();
         let summary = Summary::new(
             &["python".into()],
             FinalSizes {
@@ -1172,7 +1239,7 @@ mod tests {
             .filter(|n| n.ends_with(".tmp"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
-        let err = RunDir::create(Some(&dir.path().join("r")), "python").unwrap_err();
+        let err = RunDir::create(Some(&dir.path().join("r")), "python", false).unwrap_err();
         assert!(matches!(err, RunDirError::InUse { .. }), "{err}");
     }
 
@@ -1247,7 +1314,7 @@ mod tests {
     fn a_failed_start_removes_only_what_it_made() {
         let base = tempfile::tempdir().unwrap();
         let deep = base.path().join("n1/n2/n3");
-        let run = RunDir::create(Some(&deep), "python").unwrap();
+        let run = RunDir::create(Some(&deep), "python", false).unwrap();
         assert!(run.path().is_absolute());
         run.save(
             &Summary::new(
@@ -1266,7 +1333,7 @@ mod tests {
         let theirs = base.path().join("mine");
         std::fs::create_dir(&theirs).unwrap();
         std::fs::write(theirs.join("notes.txt"), "keep").unwrap();
-        let run = RunDir::create(Some(&theirs), "python").unwrap();
+        let run = RunDir::create(Some(&theirs), "python", false).unwrap();
         let _log = run.open_log(1, &Reporter { quiet: true }).unwrap();
         run.discard();
         assert!(!theirs.join("attempt-1.log").exists());

@@ -123,7 +123,14 @@ impl Resume {
     /// The regular files matching the glob now, with their size and modification time; only
     /// those modified after `newer_than` where given. Unreadable entries are skipped: a
     /// checkpoint oomguard cannot see is one it cannot vouch for.
+    ///
+    /// As the job's user when a root oomguard acts for one ([`crate::principal`]): a checkpoint
+    /// the user could not read is not one to hand their job.
     pub fn scan(&self, newer_than: Option<SystemTime>) -> Vec<Candidate> {
+        crate::principal::as_user(|| Ok(self.scan_here(newer_than))).unwrap_or_default()
+    }
+
+    fn scan_here(&self, newer_than: Option<SystemTime>) -> Vec<Candidate> {
         let Ok(paths) = glob::glob(&self.pattern) else {
             return Vec::new();
         };

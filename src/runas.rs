@@ -11,7 +11,6 @@
 //! [`crate::jobfile`]'s.
 
 use std::ffi::OsString;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::unistd::{Gid, Group, Uid, User};
@@ -30,6 +29,8 @@ pub struct JobContext {
     pub run_as: Option<RunAs>,
     /// Said once before the run starts (running as root with no `user`).
     pub warnings: Vec<String>,
+    /// Who besides root could have written the job file (as root; `Root` otherwise).
+    pub writers: Writers,
 }
 
 impl JobContext {
@@ -37,9 +38,25 @@ impl JobContext {
     /// the user and group exist and may be switched to, and (as root) the file is trusted.
     /// Each error is one line naming the file, and where it can, the line.
     pub fn prepare(path: &Path, job: &JobPart) -> Result<JobContext, String> {
-        let file = std::fs::canonicalize(path)
-            .map_err(|e| format!("{}: cannot resolve the --config path: {e}", path.display()))?;
-        let file_dir = file.parent().unwrap_or(Path::new("/"));
+        // The walk made when the file was read, so what is checked is what was parsed; a
+        // JobPart parsed from text (tests) is walked here.
+        let walked;
+        let opened = match &job.opened {
+            Some(opened) => opened,
+            None => {
+                walked = crate::pathwalk::open(path)
+                    .map_err(|e| format!("{}: cannot open the --config file: {e}", path.display()))?
+                    .1;
+                &walked
+            }
+        };
+        let file = opened.resolved.clone();
+        let file_dir = if opened.inherited {
+            std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
+        } else {
+            file.parent().unwrap_or(Path::new("/")).to_path_buf()
+        };
+        let file_dir = file_dir.as_path();
         let workdir = match &job.workdir {
             None => None,
             Some(dir) => {
@@ -63,11 +80,29 @@ impl JobContext {
             }
         };
         let euid = Uid::effective();
-        let run_as = identity(job, euid).map_err(|e| e.to_string())?;
+        let (run_as, group_is_users) = identity(job, euid).map_err(|e| e.to_string())?;
         let mut warnings = Vec::new();
+        let mut file_writers = Writers::Root;
         if euid.is_root() {
             let owner = run_as.as_ref().map(|who| who.uid.as_raw());
-            check_trusted(&file, owner, run_as.as_ref().map(|who| who.name.as_str()))?;
+            let writers = check_steps(opened, owner, run_as.as_ref().map(|who| who.name.as_str()))?;
+            file_writers = writers;
+            if let (Writers::User, Some(who), Some(group)) = (writers, &run_as, &job.group) {
+                // The user could have written this file: it may give the job only a group the
+                // user already has, or it would hand the user another group's rights.
+                if !group_is_users {
+                    return Err(job
+                        .error(
+                            group.line,
+                            format!(
+                                "group {:?} is not one of user {:?}'s groups, and {} could write this file",
+                                group.value, who.name, who.name
+                            ),
+                            "name a group the user belongs to (`id USER`), or make the file writable by root only",
+                        )
+                        .to_string());
+                }
+            }
             if job.user.is_none() && job.has_command {
                 warnings.push(format!(
                     "{}: the job runs as root, as the file names no user; add user = \"NAME\" to run it as that user",
@@ -84,15 +119,20 @@ impl JobContext {
                 .collect(),
             run_as,
             warnings,
+            writers: file_writers,
         })
     }
 }
 
-/// The identity the job should get, `None` where it is oomguard's own.
-fn identity(job: &JobPart, euid: Uid) -> Result<Option<RunAs>, crate::jobfile::JobFileError> {
+/// The identity the job should get, `None` where it is oomguard's own; and whether its group is
+/// one the user has anyway (its own, or one it is a member of).
+fn identity(
+    job: &JobPart,
+    euid: Uid,
+) -> Result<(Option<RunAs>, bool), crate::jobfile::JobFileError> {
     let Some(user) = &job.user else {
         return match &job.group {
-            None => Ok(None),
+            None => Ok((None, true)),
             Some(group) => Err(job.error(
                 group.line,
                 "group without user",
@@ -119,7 +159,7 @@ fn identity(job: &JobPart, euid: Uid) -> Result<Option<RunAs>, crate::jobfile::J
     };
     if !euid.is_root() {
         if account.uid == euid && gid == Gid::effective() {
-            return Ok(None);
+            return Ok((None, true));
         }
         return Err(job.error(
             user.line,
@@ -132,20 +172,29 @@ fn identity(job: &JobPart, euid: Uid) -> Result<Option<RunAs>, crate::jobfile::J
     }
     let name = std::ffi::CString::new(account.name.as_bytes())
         .expect("a passwd entry's name has no NUL byte");
-    let groups = nix::unistd::getgrouplist(&name, gid).map_err(|e| {
+    // The user's own groups, with its passwd group: `gid` is added below only after the
+    // caller has decided the file may choose it (see `prepare`).
+    let mut groups = nix::unistd::getgrouplist(&name, account.gid).map_err(|e| {
         job.error(
             user.line,
             format!("cannot list the groups of user {:?}: {e}", user.value),
             "check the group database (`id USER`)",
         )
     })?;
-    Ok(Some(RunAs {
-        name: account.name,
-        uid: account.uid,
-        gid,
-        groups,
-        home: account.dir,
-    }))
+    let member = groups.contains(&gid);
+    if !member {
+        groups.push(gid);
+    }
+    Ok((
+        Some(RunAs {
+            name: account.name,
+            uid: account.uid,
+            gid,
+            groups,
+            home: account.dir,
+        }),
+        member,
+    ))
 }
 
 /// A user by name, or by number where no name matches.
@@ -171,46 +220,83 @@ fn lookup_group(name: &str) -> Option<Gid> {
     }
 }
 
-/// Refuses a job file (absolute, resolved `file`) that a user other than root or `owner_uid`
-/// could change: the file or a directory above it owned by another user, or group- or
-/// world-writable (a directory with the sticky bit, such as /tmp, is fine: no one else can
-/// replace what is in it).
-pub fn check_trusted(
-    file: &Path,
+/// Who, besides root, could have chosen a job file's contents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Writers {
+    #[default]
+    /// Root alone: the file, every directory above it and every symlink on the way.
+    Root,
+    /// Root and the job's `user`.
+    User,
+}
+
+/// Refuses a job file that a user other than root or `owner_uid` could change: the file, a
+/// directory on its path (through every symlink followed) or a symlink in a sticky directory
+/// owned by another user, or group- or world-writable (a directory with the sticky bit, such as
+/// /tmp, is fine: no one else can replace what is in it). Says whether `owner_uid` could.
+pub fn check_steps(
+    opened: &crate::pathwalk::Opened,
     owner_uid: Option<u32>,
     owner: Option<&str>,
-) -> Result<(), String> {
+) -> Result<Writers, String> {
+    use crate::pathwalk::Kind;
+    let file = &opened.resolved;
     let allowed = match owner {
-        Some(name) => format!("root or {name}"),
-        None => "root".to_string(),
+        Some(name) if owner_uid != Some(0) => format!("root or {name}"),
+        _ => "root".to_string(),
     };
-    for path in file.ancestors() {
-        let meta = std::fs::metadata(path)
-            .map_err(|e| format!("{}: cannot check who may write it: {e}", path.display()))?;
-        let mode = meta.permissions().mode();
-        let sticky_dir = meta.is_dir() && mode & 0o1000 != 0;
-        let problem = if meta.uid() != 0 && Some(meta.uid()) != owner_uid {
-            Some(format!("is owned by uid {}", meta.uid()))
-        } else if mode & 0o022 != 0 && !sticky_dir {
+    let mut writers = Writers::Root;
+    for step in &opened.steps {
+        // A symlink cannot be changed, only replaced, which takes write access to its directory
+        // (checked as its own step), except in a sticky directory, where its owner may.
+        let owner_counts = step.kind != Kind::Symlink || step.in_sticky_dir;
+        let writable = step.kind != Kind::Symlink
+            && step.mode & 0o022 != 0
+            && !(step.kind == Kind::Dir && step.mode & 0o1000 != 0);
+        let problem = if owner_counts && step.uid != 0 && Some(step.uid) != owner_uid {
+            Some(format!("is owned by uid {}", step.uid))
+        } else if writable {
             Some(format!(
                 "is {}-writable (mode {:o})",
-                if mode & 0o002 != 0 { "world" } else { "group" },
-                mode & 0o7777
+                if step.mode & 0o002 != 0 {
+                    "world"
+                } else {
+                    "group"
+                },
+                step.mode
             ))
         } else {
             None
         };
         if let Some(problem) = problem {
+            let what = match step.kind {
+                _ if step.path == *file => "it",
+                Kind::Symlink => "this symlink on its path",
+                _ => "this directory above it",
+            };
             return Err(format!(
-                "{}: refusing the job file {}: {} {problem}, so a user other than {allowed} could choose what runs; \
+                "{}: refusing the job file {}: {what} {problem}, so a user other than {allowed} could choose what runs; \
                  make it writable only by {allowed} (chown, chmod go-w), or move the job file",
-                path.display(),
+                step.path.display(),
                 file.display(),
-                if path == file { "it" } else { "this directory above it" },
             ));
         }
+        if owner_counts && step.uid != 0 {
+            writers = Writers::User;
+        }
     }
-    Ok(())
+    Ok(writers)
+}
+
+/// [`check_steps`] on the file at `file`, walked now.
+pub fn check_trusted(
+    file: &Path,
+    owner_uid: Option<u32>,
+    owner: Option<&str>,
+) -> Result<Writers, String> {
+    let (_, opened) = crate::pathwalk::open(file)
+        .map_err(|e| format!("{}: cannot check who may write it: {e}", file.display()))?;
+    check_steps(&opened, owner_uid, owner)
 }
 
 #[cfg(test)]
@@ -270,7 +356,7 @@ mod tests {
             let file = std::fs::canonicalize(&file).unwrap();
             let got = check_trusted(&file, allowed, allowed.map(|_| "nobody"));
             match (got, want) {
-                (Ok(()), None) => {}
+                (Ok(_), None) => {}
                 (Err(message), Some(words)) => {
                     assert!(
                         message.contains(words),

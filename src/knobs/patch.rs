@@ -144,6 +144,64 @@ struct Journal {
     /// Every text oomguard wrote, or was about to write, to the file (InPlace) or the copy:
     /// recorded before the write, so a file holding one of them after a crash is known ours.
     written: Vec<String>,
+    /// The user the file is touched as (a root oomguard acting for a job's `user`): the guard
+    /// and a later run restore as them too. Absent in entries of earlier builds.
+    #[serde(default)]
+    acting: Option<ActingUser>,
+}
+
+/// Whom a root oomguard touches the user's file as ([`crate::principal`]), kept in the journal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct ActingUser {
+    name: String,
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+    home: PathBuf,
+}
+
+impl ActingUser {
+    /// The user this run acts for, if any.
+    fn current() -> Option<ActingUser> {
+        crate::principal::acting_for().map(|who| ActingUser {
+            name: who.name.clone(),
+            uid: who.uid.as_raw(),
+            gid: who.gid.as_raw(),
+            groups: who.groups.iter().map(|g| g.as_raw()).collect(),
+            home: who.home.clone(),
+        })
+    }
+
+    /// The account of `uid`, for a journal entry that user could have written.
+    fn of_uid(uid: u32) -> Option<ActingUser> {
+        let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok()??;
+        let name = std::ffi::CString::new(user.name.as_bytes()).ok()?;
+        let groups = nix::unistd::getgrouplist(&name, user.gid).ok()?;
+        Some(ActingUser {
+            name: user.name,
+            uid,
+            gid: user.gid.as_raw(),
+            groups: groups.iter().map(|g| g.as_raw()).collect(),
+            home: user.dir,
+        })
+    }
+
+    fn run_as(&self) -> crate::child::RunAs {
+        use nix::unistd::{Gid, Uid};
+        crate::child::RunAs {
+            name: self.name.clone(),
+            uid: Uid::from_raw(self.uid),
+            gid: Gid::from_raw(self.gid),
+            groups: self.groups.iter().map(|g| Gid::from_raw(*g)).collect(),
+            home: self.home.clone(),
+        }
+    }
+}
+
+/// Runs `work` on the user's file as `who` (see [`crate::principal`]); as oomguard itself
+/// without one.
+fn as_theirs<T>(who: Option<&ActingUser>, work: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    crate::principal::as_recorded(who.map(ActingUser::run_as).as_ref(), work)
 }
 
 const JOURNAL_VERSION: u32 = 1;
@@ -409,6 +467,8 @@ struct Claimed {
     /// The copy, once created (Copy only), as returned to the caller.
     copy_given: Option<PathBuf>,
     finished: bool,
+    /// Whom the file is touched as.
+    who: Option<ActingUser>,
 }
 
 /// The config files of one run, claimed at [`Patcher::open`], written by [`Patcher::write`],
@@ -476,8 +536,10 @@ impl Patcher {
             .map_err(io_err("create", &dir))?;
         // Before any lock is taken: our own lock on the first would read as someone else's.
         let mut seen = Vec::new();
+        let who = ActingUser::current();
         for (given, _) in &files {
-            let canonical = std::fs::canonicalize(given).map_err(io_err("read", given))?;
+            let canonical = as_theirs(who.as_ref(), || std::fs::canonicalize(given))
+                .map_err(io_err("read", given))?;
             if seen.contains(&canonical) {
                 return Err(PatchError::Duplicate {
                     path: given.clone(),
@@ -493,8 +555,10 @@ impl Patcher {
     }
 
     fn claim(&self, dir: &Path, given: PathBuf, mode: Mode) -> Result<Claimed, PatchError> {
+        let who = ActingUser::current();
         let absolute = std::path::absolute(&given).map_err(io_err("find", &given))?;
-        let canonical = std::fs::canonicalize(&given).map_err(io_err("read", &given))?;
+        let canonical = as_theirs(who.as_ref(), || std::fs::canonicalize(&given))
+            .map_err(io_err("read", &given))?;
         if absolute.to_str().is_none() || canonical.to_str().is_none() {
             return Err(PatchError::PathNotUtf8 { path: given });
         }
@@ -549,8 +613,10 @@ impl Patcher {
         lock.record_owner(self.pid, &self.run_dir);
         let read = || {
             // The times before our read touches the access time.
-            let meta = std::fs::metadata(&target).map_err(io_err("read", &given))?;
-            let bytes = std::fs::read(&target).map_err(io_err("read", &given))?;
+            let (meta, bytes) = as_theirs(who.as_ref(), || {
+                Ok((std::fs::metadata(&target)?, std::fs::read(&target)?))
+            })
+            .map_err(io_err("read", &given))?;
             let text = String::from_utf8(bytes).map_err(|_| PatchError::NotUtf8 {
                 path: given.clone(),
             })?;
@@ -571,6 +637,7 @@ impl Patcher {
             journal: None,
             copy_given: None,
             finished: false,
+            who,
         })
     }
 
@@ -678,6 +745,7 @@ impl Claimed {
                 run_dir: run_dir.to_path_buf(),
                 original: self.stat,
                 written: vec![text.to_string()],
+                acting: self.who.clone(),
             };
             save_journal(&self.entry, &journal)?;
             self.journal = Some(journal);
@@ -701,7 +769,7 @@ impl Claimed {
 
     /// The file's bytes now, refused if someone other than us changed it since `open`.
     fn check_ours(&self) -> Result<Option<Vec<u8>>, PatchError> {
-        let current = read_if_exists(&self.target)?;
+        let current = read_if_exists(self.who.as_ref(), &self.target)?;
         let written = self.journal.as_ref().map_or(&[][..], |j| &j.written[..]);
         match decide(current.as_deref(), self.original.as_bytes(), written) {
             Decision::Nothing | Decision::Restore => Ok(current),
@@ -714,10 +782,12 @@ impl Claimed {
     /// Writes `bytes` over the user's file (with the original's times when restoring).
     fn put(&self, bytes: &[u8], original_times: bool, pid: u32) -> Result<(), PatchError> {
         let times = original_times.then_some(&self.stat);
-        replace_file(&self.target, bytes, &self.stat, times, pid)
-            .map_err(io_err("write", &self.given))?;
-        remove_stale_pyc(&self.target);
-        Ok(())
+        as_theirs(self.who.as_ref(), || {
+            replace_file(&self.target, bytes, &self.stat, times, pid)?;
+            remove_stale_pyc(&self.target);
+            Ok(())
+        })
+        .map_err(io_err("write", &self.given))
     }
 
     fn write_copy(&mut self, text: &str, pid: u32, run_dir: &Path) -> Result<PathBuf, PatchError> {
@@ -731,6 +801,7 @@ impl Claimed {
             run_dir: run_dir.to_path_buf(),
             original: self.stat,
             written: Vec::new(),
+            acting: self.who.clone(),
         });
         if !journal.written.iter().any(|w| w == text) {
             journal.written.push(text.to_string());
@@ -745,9 +816,12 @@ impl Claimed {
                 .as_ref()
                 .and_then(|j| j.copy.clone())
                 .expect("a created copy is in the journal");
-            replace_file(&copy, text.as_bytes(), &self.stat, None, pid)
-                .map_err(io_err("write", copy_given))?;
-            remove_stale_pyc(&copy);
+            as_theirs(self.who.as_ref(), || {
+                replace_file(&copy, text.as_bytes(), &self.stat, None, pid)?;
+                remove_stale_pyc(&copy);
+                Ok(())
+            })
+            .map_err(io_err("write", copy_given))?;
             return Ok(copy_given.clone());
         }
         // First write: find a free name. Each candidate is journaled before it is created, so a
@@ -759,9 +833,13 @@ impl Claimed {
             journal.copy = Some(copy.clone());
             save_journal(&self.entry, &journal)?;
             self.journal = Some(journal.clone());
-            match create_file(&copy, text.as_bytes(), &self.stat, pid) {
+            let created = as_theirs(self.who.as_ref(), || {
+                create_file(&copy, text.as_bytes(), &self.stat, pid)?;
+                remove_stale_pyc(&copy);
+                Ok(())
+            });
+            match created {
                 Ok(()) => {
-                    remove_stale_pyc(&copy);
                     let copy_given = self.given.with_file_name(&name);
                     self.copy_given = Some(copy_given.clone());
                     return Ok(copy_given);
@@ -865,29 +943,35 @@ fn finish_in_place(journal: &Journal) -> Result<Finished, PatchError> {
         })?;
     let original = std::fs::read(backup).map_err(io_err("read the backup", backup))?;
     let path = &journal.path;
-    let current = read_if_exists(path)?;
+    let who = journal.acting.as_ref();
+    let current = read_if_exists(who, path)?;
     let done = match decide(current.as_deref(), &original, &journal.written) {
         Decision::Nothing => Finished::Nothing,
         Decision::Restore => {
-            replace_file(
-                path,
-                &original,
-                &journal.original,
-                Some(&journal.original),
-                journal.owner_pid,
-            )
+            as_theirs(who, || {
+                replace_file(
+                    path,
+                    &original,
+                    &journal.original,
+                    Some(&journal.original),
+                    journal.owner_pid,
+                )?;
+                remove_stale_pyc(path);
+                Ok(())
+            })
             .map_err(io_err("restore", path))?;
-            remove_stale_pyc(path);
             Finished::Restored
         }
         Decision::KeepTheirs => Finished::KeptTheirs {
-            beside: keep_beside(path, &original, &journal.original)?,
+            beside: keep_beside(who, path, &original, &journal.original)?,
         },
         Decision::Deleted => Finished::Deleted {
-            beside: keep_beside(path, &original, &journal.original)?,
+            beside: keep_beside(who, path, &original, &journal.original)?,
         },
     };
-    let _ = std::fs::remove_file(temp_path(path, journal.owner_pid));
+    let _ = as_theirs(who, || {
+        std::fs::remove_file(temp_path(path, journal.owner_pid))
+    });
     Ok(done)
 }
 
@@ -895,21 +979,33 @@ fn finish_copy(journal: &Journal) -> Result<Finished, PatchError> {
     let Some(copy) = &journal.copy else {
         return Ok(Finished::Nothing);
     };
-    let _ = std::fs::remove_file(temp_path(copy, journal.owner_pid));
-    let Some(bytes) = read_if_exists(copy)? else {
+    let who = journal.acting.as_ref();
+    let _ = as_theirs(who, || {
+        std::fs::remove_file(temp_path(copy, journal.owner_pid))
+    });
+    let Some(bytes) = read_if_exists(who, copy)? else {
         return Ok(Finished::Nothing); // never created (or already removed)
     };
     if !journal.written.iter().any(|w| w.as_bytes() == bytes) {
         return Ok(Finished::CopyKept { copy: copy.clone() });
     }
-    std::fs::remove_file(copy).map_err(io_err("remove", copy))?;
-    remove_stale_pyc(copy);
+    as_theirs(who, || {
+        std::fs::remove_file(copy)?;
+        remove_stale_pyc(copy);
+        Ok(())
+    })
+    .map_err(io_err("remove", copy))?;
     Ok(Finished::CopyRemoved { copy: copy.clone() })
 }
 
 /// Writes the original beside `path` as `<file>.oomguard-original` (then `.1`, `.2`, ...: an
 /// existing file is never overwritten). Returns where it went.
-fn keep_beside(path: &Path, original: &[u8], stat: &FileStat) -> Result<PathBuf, PatchError> {
+fn keep_beside(
+    who: Option<&ActingUser>,
+    path: &Path,
+    original: &[u8],
+    stat: &FileStat,
+) -> Result<PathBuf, PatchError> {
     for n in 0u32..1000 {
         let mut name = OsString::from(path.file_name().unwrap_or_default());
         name.push(".oomguard-original");
@@ -917,7 +1013,9 @@ fn keep_beside(path: &Path, original: &[u8], stat: &FileStat) -> Result<PathBuf,
             name.push(format!(".{n}"));
         }
         let beside = path.with_file_name(name);
-        match create_file(&beside, original, stat, std::process::id()) {
+        match as_theirs(who, || {
+            create_file(&beside, original, stat, std::process::id())
+        }) {
             Ok(()) => return Ok(beside),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(io_err("write the original beside", path)(e)),
@@ -931,8 +1029,14 @@ fn keep_beside(path: &Path, original: &[u8], stat: &FileStat) -> Result<PathBuf,
 }
 
 fn load_journal(path: &Path) -> Result<Journal, PatchError> {
-    let text = std::fs::read(path).map_err(io_err("read the journal entry", path))?;
-    let journal: Journal = serde_json::from_slice(&text).map_err(|e| PatchError::Journal {
+    let file = File::open(path).map_err(io_err("read the journal entry", path))?;
+    let owner = file
+        .metadata()
+        .map_err(io_err("read the journal entry", path))?
+        .uid();
+    let mut text = Vec::new();
+    io::Read::read_to_end(&mut &file, &mut text).map_err(io_err("read the journal entry", path))?;
+    let mut journal: Journal = serde_json::from_slice(&text).map_err(|e| PatchError::Journal {
         path: path.to_path_buf(),
         detail: e.to_string(),
     })?;
@@ -944,6 +1048,17 @@ fn load_journal(path: &Path) -> Result<Journal, PatchError> {
                 journal.version
             ),
         });
+    }
+    if owner != 0 {
+        // An entry a user could have written speaks only for that user: whatever it says, its
+        // files are touched as them, so it cannot make root write where they could not.
+        journal.acting = ActingUser::of_uid(owner);
+        if journal.acting.is_none() && nix::unistd::Uid::effective().is_root() {
+            return Err(PatchError::Journal {
+                path: path.to_path_buf(),
+                detail: format!("owned by uid {owner}, which has no account"),
+            });
+        }
     }
     Ok(journal)
 }
@@ -981,8 +1096,8 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// The file's bytes, or None if it does not exist.
-fn read_if_exists(path: &Path) -> Result<Option<Vec<u8>>, PatchError> {
-    match std::fs::read(path) {
+fn read_if_exists(who: Option<&ActingUser>, path: &Path) -> Result<Option<Vec<u8>>, PatchError> {
+    match as_theirs(who, || std::fs::read(path)) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io_err("read", path)(e)),

@@ -108,12 +108,14 @@ impl<'a> Reader<'a> {
             ))
         })?;
         let absolute = self.request.cwd.join(path);
-        let canonical = std::fs::canonicalize(&absolute)
+        // As the job's user when a root oomguard acts for one: a symlink of theirs leads only
+        // where they could go themselves.
+        let canonical = crate::principal::as_user(|| std::fs::canonicalize(&absolute))
             .map_err(|e| fail(format!("cannot open config file {shown}: {e}")))?;
         if let Some(&i) = self.by_path.get(&canonical) {
             return Ok(i);
         }
-        let bytes = std::fs::read(&canonical)
+        let bytes = crate::principal::as_user(|| std::fs::read(&canonical))
             .map_err(|e| fail(format!("cannot read config file {shown}: {e}")))?;
         let text = String::from_utf8(bytes)
             .map_err(|_| fail(format!("config file {shown} is not UTF-8 text")))?;

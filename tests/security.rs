@@ -1,0 +1,618 @@
+//! Root acts only for its principal: each reproduction of README's "Security model" run for
+//! real. oomguard runs as root (as the system unit does); `nobody` is the attacker, acting
+//! through files it owns and, where the attack needs it, a process of its own (a real
+//! unprivileged process, started with its uid and gid). Root's own files live in
+//! `<T>/rootonly`, mode 0700. Without root these tests cannot make the files or switch users:
+//! they say SKIPPED (CI runs them as root).
+
+mod util;
+
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use util::{bin, is_root, stderr_of, wait_until};
+
+const NOBODY: u32 = 65534;
+
+/// The attacker's world: `<T>` (root's, 0755), `<T>/rootonly` (root's, 0700) and a directory
+/// of nobody's, `<T>/nobody`.
+struct World {
+    dir: tempfile::TempDir,
+}
+
+impl World {
+    /// `None` (and a SKIPPED line) without root.
+    fn new(test: &str) -> Option<World> {
+        if !is_root() {
+            eprintln!("SKIPPED {test}: not root (needs chown and a second user)");
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        chmod(dir.path(), 0o755);
+        let world = World { dir };
+        std::fs::create_dir(world.root_only()).unwrap();
+        chmod(&world.root_only(), 0o700);
+        world.nobody_dir("nobody");
+        Some(world)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn root_only(&self) -> PathBuf {
+        self.path("rootonly")
+    }
+
+    /// A root file in `rootonly` with `text`, mode 0600.
+    fn root_file(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.root_only().join(name);
+        std::fs::write(&path, text).unwrap();
+        chmod(&path, 0o600);
+        path
+    }
+
+    /// A directory of nobody's (0755).
+    fn nobody_dir(&self, name: &str) -> PathBuf {
+        let dir = self.path(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        chmod(&dir, 0o755);
+        give_to_nobody(&dir);
+        dir
+    }
+
+    /// A file of nobody's (0644) with `text`.
+    fn nobody_file(&self, path: &Path, text: &str) -> PathBuf {
+        std::fs::write(path, text).unwrap();
+        chmod(path, 0o644);
+        give_to_nobody(path);
+        path.to_path_buf()
+    }
+
+    /// A directory of root's (0755) holding a root-owned job file (0644) with `text`.
+    fn root_job(&self, dir: &str, text: &str) -> PathBuf {
+        let dir = self.path(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        chmod(&dir, 0o755);
+        let job = dir.join("job.toml");
+        std::fs::write(&job, text).unwrap();
+        chmod(&job, 0o644);
+        job
+    }
+
+    /// `oomguard run -q --no-cgroup <extra>` as root, from `/`, its state in the world.
+    fn oomguard(&self, extra: &[&str]) -> Command {
+        let mut cmd = Command::new(bin());
+        cmd.args(["run", "-q", "--no-cgroup", "--backoff", "0s"])
+            .args(extra)
+            .env("XDG_STATE_HOME", self.path("rootstate"))
+            .env_remove("RUST_LOG")
+            .current_dir("/")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn run(&self, extra: &[&str]) -> Output {
+        self.oomguard(extra).output().expect("oomguard runs")
+    }
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn give_to_nobody(path: &Path) {
+    std::os::unix::fs::lchown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+}
+
+/// A process of nobody's: the attacker at work.
+fn as_nobody(program: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(program);
+    // std drops root's supplementary groups when it sets the uid.
+    cmd.args(args).uid(NOBODY).gid(NOBODY);
+    cmd
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A job that prints a CUDA out-of-memory error on its first attempt (it leaves `oomed` in its
+/// working directory) and succeeds on the next.
+const OOM_ONCE: &str = "import os, sys\nif not os.path.exists('oomed'):\n    open('oomed', 'w').close()\n    print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB', file=sys.stderr)\n    sys.exit(1)\n";
+
+fn toml_list(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// 1. A job file its `user` owns: the hooks run as that user, with its HOME and no descriptor
+///    of oomguard's.
+#[test]
+fn hooks_run_as_the_jobs_user_with_its_home_and_no_oomguard_descriptors() {
+    let Some(w) =
+        World::new("hooks_run_as_the_jobs_user_with_its_home_and_no_oomguard_descriptors")
+    else {
+        return;
+    };
+    let dir = w.path("nobody");
+    let out_file = dir.join("hook-id");
+    // Every descriptor the hook has (the one listing them is closed by the time it is looked
+    // at).
+    let check = w.nobody_file(
+        &dir.join("check.py"),
+        &format!(
+            "import os\nfds = [fd for fd in os.listdir('/proc/self/fd') if os.path.exists('/proc/self/fd/' + fd)]\nopen({:?}, 'w').write('%d\\n%s %s\\n%s\\n' % (os.getuid(), os.environ['HOME'], os.environ['USER'], ' '.join(sorted(fds))))\n",
+            out_file.to_str().unwrap()
+        ),
+    );
+    let hook = format!("python3 {}", check.display());
+    let job = w.nobody_file(
+        &dir.join("job.toml"),
+        &format!("user = \"nobody\"\ncommand = [\"true\"]\n[run]\non_exit = [{hook:?}]\n"),
+    );
+    let run_dir = w.path("run1");
+    let out = w.run(&[
+        "--config",
+        job.to_str().unwrap(),
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let seen = read(&out_file);
+    let mut lines = seen.lines();
+    assert_eq!(lines.next(), Some("65534"), "the hook ran as root: {seen}");
+    let home = nix::unistd::User::from_uid(NOBODY.into())
+        .unwrap()
+        .unwrap()
+        .dir;
+    assert_eq!(
+        lines.next(),
+        Some(format!("{} nobody", home.display()).as_str())
+    );
+    assert_eq!(
+        lines.next(),
+        Some("0 1 2"),
+        "the hook inherited more: {seen}"
+    );
+}
+
+/// 2. A job file its user could write may give the job only one of the user's groups.
+#[test]
+fn a_group_the_user_lacks_is_refused_in_a_file_the_user_could_write() {
+    let Some(w) = World::new("a_group_the_user_lacks_is_refused_in_a_file_the_user_could_write")
+    else {
+        return;
+    };
+    let dir = w.path("nobody");
+    for group in ["shadow", "root"] {
+        let marker = dir.join(format!("ran-{group}"));
+        let job = w.nobody_file(
+            &dir.join("job.toml"),
+            &format!(
+                "user = \"nobody\"\ngroup = \"{group}\"\ncommand = {}\n",
+                toml_list(&["sh", "-c", &format!("id > {}", marker.display())])
+            ),
+        );
+        let out = w.run(&["--config", job.to_str().unwrap()]);
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{group}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "group \"{group}\" is not one of user \"nobody\"'s groups"
+            )),
+            "{stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(!marker.exists(), "{group}: the job ran");
+    }
+    // Root alone wrote this one: root may name any group.
+    let marker = w.path("nobody/ran-root-file");
+    let job = w.root_job(
+        "rootjobs2",
+        &format!(
+            "user = \"nobody\"\ngroup = \"shadow\"\ncommand = {}\n",
+            toml_list(&["sh", "-c", &format!("id -g > {}", marker.display())])
+        ),
+    );
+    let out = w.run(&["--config", job.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(read(&marker).trim(), "42");
+}
+
+/// 3. A job file nobody wrote cannot make root write into root's directories: its
+///    metrics_textfile, run_dir and state_dir are used as nobody (refused), and a knob file
+///    that is nobody's symlink to root's file is read as nobody (refused).
+#[test]
+fn paths_in_a_users_job_file_are_used_as_that_user() {
+    let Some(w) = World::new("paths_in_a_users_job_file_are_used_as_that_user") else {
+        return;
+    };
+    let dir = w.path("nobody");
+    let secret = w.root_file("secret.yaml", "training:\n  batch_size: 64\n");
+    let secret_before = std::fs::metadata(&secret).unwrap();
+    symlink(&secret, dir.join("cfg.yaml")).unwrap();
+    give_to_nobody(&dir.join("cfg.yaml"));
+    let ro = w.root_only();
+    let cases = [
+        (
+            format!("metrics_textfile = \"{}\"", ro.join("owned.prom").display()),
+            "owned.prom",
+            "--metrics-textfile",
+        ),
+        (
+            format!("run_dir = \"{}\"", ro.join("run").display()),
+            "run",
+            "run directory",
+        ),
+    ];
+    for (line, made, words) in cases {
+        let job = w.nobody_file(
+            &dir.join("job.toml"),
+            &format!("user = \"nobody\"\ncommand = [\"true\"]\n[run]\n{line}\n"),
+        );
+        let out = w.run(&["--config", job.to_str().unwrap()]);
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{line}: {stderr}");
+        assert!(stderr.contains(words), "{line}: {stderr}");
+        assert!(!ro.join(made).exists(), "{line}: root made it");
+    }
+    // state_dir: the job memory cannot be kept there (a warning), and nothing appears.
+    let job = w.nobody_file(
+        &dir.join("job.toml"),
+        &format!(
+            "user = \"nobody\"\ncommand = [\"true\"]\n[run]\nstate_dir = \"{}\"\nrun_dir = \"{}\"\n",
+            ro.join("state").display(),
+            dir.join("run3").display()
+        ),
+    );
+    let out = w.run(&["--config", job.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert!(!ro.join("state").exists(), "root made the state dir");
+    // The run directory nobody chose is nobody's.
+    let summary = std::fs::metadata(dir.join("run3/summary.json")).unwrap();
+    assert_eq!(summary.uid(), NOBODY);
+    // A knob file through nobody's symlink into root's directory.
+    std::fs::write(dir.join("oom.py"), OOM_ONCE).unwrap();
+    let job = w.nobody_file(
+        &dir.join("job.toml"),
+        "user = \"nobody\"\ncommand = [\"python3\", \"oom.py\"]\n[[knob]]\nname = \"batch\"\nfile = \"cfg.yaml\"\nkey = \"training.batch_size\"\n",
+    );
+    let out = w.run(&["--config", job.to_str().unwrap()]);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cfg.yaml"), "{stderr}");
+    assert_eq!(read(&secret), "training:\n  batch_size: 64\n");
+    let after = std::fs::metadata(&secret).unwrap();
+    assert_eq!(
+        (after.mtime(), after.mtime_nsec(), after.ino()),
+        (
+            secret_before.mtime(),
+            secret_before.mtime_nsec(),
+            secret_before.ino()
+        ),
+        "root's file was rewritten"
+    );
+}
+
+/// 4. A root-owned job file for `user = "nobody"`: its hook runs as nobody, so nobody's
+///    `json.py` in the workdir runs with nobody's rights, not root's.
+#[test]
+fn a_hook_in_the_users_workdir_never_runs_their_code_as_root() {
+    let Some(w) = World::new("a_hook_in_the_users_workdir_never_runs_their_code_as_root") else {
+        return;
+    };
+    let work = w.path("nobody");
+    let mark = work.join("imported-as");
+    w.nobody_file(
+        &work.join("json.py"),
+        &format!(
+            "import os\nopen({:?}, 'w').write(str(os.getuid()))\n",
+            mark.to_str().unwrap()
+        ),
+    );
+    let job = w.root_job(
+        "rootjobs4",
+        &format!(
+            "user = \"nobody\"\nworkdir = \"{}\"\ncommand = [\"true\"]\n[run]\non_exit = [\"python3 -c 'import json'\"]\nrun_dir = \"{}\"\n",
+            work.display(),
+            w.path("run4").display()
+        ),
+    );
+    let out = w.run(&["--config", job.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(read(&mark), "65534", "nobody's module ran as root");
+}
+
+/// 5. The job file is opened once: nobody swapping `job.toml` between a link to its own file
+///    (`user = "root"`) and a link to root's legitimate one (`user = "nobody"`) while root runs
+///    it 400 times never gets its own file run as root.
+#[test]
+fn a_job_file_swapped_under_the_check_never_runs_as_root() {
+    let Some(w) = World::new("a_job_file_swapped_under_the_check_never_runs_as_root") else {
+        return;
+    };
+    let dir = w.nobody_dir("sec5");
+    let pwned = dir.join("pwned-uid");
+    let evil = w.nobody_file(
+        &dir.join("evil.toml"),
+        &format!(
+            "user = \"root\"\ncommand = {}\n",
+            toml_list(&["sh", "-c", &format!("id -u > {}", pwned.display())])
+        ),
+    );
+    let legit = w.root_job(
+        "rootjobs5",
+        "user = \"nobody\"\ncommand = [\"true\"]\n[run]\nmax_attempts = 1\n",
+    );
+    let job = dir.join("job.toml");
+    symlink(&legit, &job).unwrap();
+    give_to_nobody(&job);
+    let stop = dir.join("stop");
+    let swapper = format!(
+        "import os\nd, evil, legit, stop = {:?}, {:?}, {:?}, {:?}\nwhile not os.path.exists(stop):\n    for target in (evil, legit):\n        os.symlink(target, d + '/tmp.toml')\n        os.rename(d + '/tmp.toml', d + '/job.toml')\n",
+        dir.to_str().unwrap(),
+        evil.to_str().unwrap(),
+        legit.to_str().unwrap(),
+        stop.to_str().unwrap()
+    );
+    let mut attacker = as_nobody("python3", &["-c", &swapper])
+        .spawn()
+        .expect("the attacker starts");
+    let (mut accepted, mut refused) = (0, 0);
+    for _ in 0..400 {
+        let out = w.run(&[
+            "--config",
+            job.to_str().unwrap(),
+            "--run-dir",
+            w.path("run5").to_str().unwrap(),
+            "--max-attempts",
+            "1",
+        ]);
+        let _ = std::fs::remove_dir_all(w.path("run5"));
+        match out.status.code() {
+            Some(0) => accepted += 1,
+            _ => refused += 1,
+        }
+        assert!(
+            !pwned.exists(),
+            "nobody's job file ran: uid {}",
+            read(&pwned)
+        );
+    }
+    std::fs::write(&stop, "").unwrap();
+    let _ = attacker.wait();
+    // Both files were really met: root's ran as nobody, nobody's was refused.
+    assert!(
+        accepted > 0 && refused > 0,
+        "{accepted} accepted, {refused} refused"
+    );
+}
+
+/// 6. A root-owned job file for nobody, with nobody's workdir: knob files are read, edited,
+///    copied and their `__pycache__` cleaned as nobody, so nobody's symlinks into root's
+///    directory lead nowhere.
+#[test]
+fn knob_files_never_follow_the_users_symlinks_into_roots_files() {
+    let Some(w) = World::new("knob_files_never_follow_the_users_symlinks_into_roots_files") else {
+        return;
+    };
+    let work = w.path("nobody");
+    w.nobody_file(&work.join("oom.py"), OOM_ONCE);
+    let job_file = |knob: &str, command: &[&str]| {
+        w.root_job(
+            "rootjobs6",
+            &format!(
+                "user = \"nobody\"\nworkdir = \"{}\"\ncommand = {}\n[run]\nrun_dir = \"{}\"\n[[knob]]\nname = \"batch\"\n{knob}\n",
+                work.display(),
+                toml_list(command),
+                w.path("run6").display()
+            ),
+        )
+    };
+    // (a) in place, through a link to root's file.
+    let secret = w.root_file("secret.yaml", "training:\n  batch_size: 64\n");
+    symlink(&secret, work.join("cfg.yaml")).unwrap();
+    give_to_nobody(&work.join("cfg.yaml"));
+    let job = job_file(
+        "file = \"cfg.yaml\"\nkey = \"training.batch_size\"",
+        &["python3", "oom.py"],
+    );
+    let out = w.run(&["--config", job.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+    assert_eq!(read(&secret), "training:\n  batch_size: 64\n");
+    // (b) a copy of a file nobody cannot read (0644 under root's 0700 directory).
+    let public = w.root_only().join("pub.yaml");
+    std::fs::write(&public, "batch: 8\nsecret: hunter2\n").unwrap();
+    chmod(&public, 0o644);
+    symlink(&public, work.join("leak.yaml")).unwrap();
+    give_to_nobody(&work.join("leak.yaml"));
+    let job = job_file(
+        "file = \"leak.yaml\"\nkey = \"batch\"",
+        &["sh", "-c", "cat \"$1\"", "sh", "leak.yaml"],
+    );
+    let out = w.run(&["--config", job.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("hunter2"));
+    let copies: Vec<_> = std::fs::read_dir(&work)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".oomguard-"))
+        .collect();
+    assert!(copies.is_empty(), "a copy was written: {copies:?}");
+    // (c) a Python config whose __pycache__ is a link to root's directory.
+    w.nobody_file(&work.join("config.py"), "BATCH = 8\n");
+    let pyc = w.root_only().join("pyc");
+    std::fs::create_dir(&pyc).unwrap();
+    let names = [
+        "config.cpython-39.pyc",
+        "config.cpython-311.pyc",
+        "config.cpython-312.pyc",
+    ];
+    for name in names {
+        std::fs::write(pyc.join(name), "root's").unwrap();
+    }
+    symlink(&pyc, work.join("__pycache__")).unwrap();
+    give_to_nobody(&work.join("__pycache__"));
+    std::fs::remove_file(work.join("oomed")).ok();
+    let job = job_file(
+        "file = \"config.py\"\nkey = \"BATCH\"",
+        &["python3", "oom.py"],
+    );
+    let _ = std::fs::remove_dir_all(w.path("run6"));
+    let out = w.run(&["--config", job.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    for name in names {
+        assert!(pyc.join(name).exists(), "root's {name} was deleted");
+    }
+    assert_eq!(read(&work.join("config.py")), "BATCH = 8\n");
+}
+
+/// 7a. The metrics textfile's temporary file is always new: nobody's links planted at its
+///     names (in nobody's directory, given on root's command line) are never written through.
+#[test]
+fn the_metrics_textfile_never_writes_through_a_planted_link() {
+    let Some(w) = World::new("the_metrics_textfile_never_writes_through_a_planted_link") else {
+        return;
+    };
+    let promdir = w.nobody_dir("promdir");
+    let victim = w.root_file("victim2", "root's victim2\n");
+    let hold = w.path("hold");
+    nix::unistd::mkfifo(&hold, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let prom = promdir.join("x.prom");
+    let mut run = w
+        .oomguard(&[
+            "--metrics-textfile",
+            prom.to_str().unwrap(),
+            "--interval",
+            "100ms",
+            "--run-dir",
+            w.path("run7").to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &format!("read line < {}", hold.display()),
+        ])
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || prom.exists()));
+    // The names oomguard's temporary file may take: as this build names it, and as builds
+    // before it did.
+    let pid = run.id();
+    let mut names = vec![format!(".x.prom.{pid}.tmp")];
+    names.extend((0..5).map(|n| format!(".x.prom.{pid}.{n}.tmp")));
+    for name in &names {
+        let status = as_nobody(
+            "ln",
+            &[
+                "-s",
+                victim.to_str().unwrap(),
+                promdir.join(name).to_str().unwrap(),
+            ],
+        )
+        .status()
+        .unwrap();
+        assert!(status.success());
+    }
+    let planted = std::fs::metadata(&prom).unwrap().ino();
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            std::fs::metadata(&prom).is_ok_and(|m| m.ino() != planted)
+        }),
+        "the textfile was not replaced after the links were planted"
+    );
+    util::release_fifo(&hold);
+    let status = run.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(
+        read(&victim),
+        "root's victim2\n",
+        "root wrote through nobody's link"
+    );
+    assert!(read(&prom).contains("oomguard"));
+}
+
+/// 7b. A run directory holding a hooks.log is refused: a link planted there never makes root
+///     append to root's file.
+#[test]
+fn a_run_directory_with_a_planted_hooks_log_is_refused() {
+    let Some(w) = World::new("a_run_directory_with_a_planted_hooks_log_is_refused") else {
+        return;
+    };
+    let nrun = w.nobody_dir("nrun");
+    let victim = w.root_file("victim3", "root's victim3\n");
+    let status = as_nobody(
+        "ln",
+        &[
+            "-s",
+            victim.to_str().unwrap(),
+            nrun.join("hooks.log").to_str().unwrap(),
+        ],
+    )
+    .status()
+    .unwrap();
+    assert!(status.success());
+    let marker = w.path("nobody/ran");
+    let out = w.run(&[
+        "--run-dir",
+        nrun.to_str().unwrap(),
+        "--on-exit",
+        "echo appended-by-hook",
+        "--",
+        "sh",
+        "-c",
+        &format!("touch {}", marker.display()),
+    ]);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("hooks.log"), "{stderr}");
+    assert!(!marker.exists(), "the job started");
+    assert_eq!(read(&victim), "root's victim3\n");
+}
+
+/// Without root, a job file naming another user is refused as before; the wording for a file
+/// another user owns with `user = "root"` names root alone.
+#[test]
+fn a_users_file_naming_root_is_refused_in_words_that_name_root_alone() {
+    let Some(w) = World::new("a_users_file_naming_root_is_refused_in_words_that_name_root_alone")
+    else {
+        return;
+    };
+    let job = w.nobody_file(
+        &w.path("nobody/job.toml"),
+        "user = \"root\"\ncommand = [\"true\"]\n",
+    );
+    let out = w.run(&["--config", job.to_str().unwrap()]);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("a user other than root could choose what runs"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("root or root"), "{stderr}");
+}
+
+/// `oomguard doctor --config` says whom the hooks and file edits run as.
+#[test]
+fn doctor_says_whom_a_job_files_hooks_and_edits_run_as() {
+    let Some(w) = World::new("doctor_says_whom_a_job_files_hooks_and_edits_run_as") else {
+        return;
+    };
+    let job = w.nobody_file(
+        &w.path("nobody/job.toml"),
+        "user = \"nobody\"\ncommand = [\"true\"]\n",
+    );
+    let out = Command::new(bin())
+        .args(["doctor", "--config", job.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("hooks, knob files, __pycache__ and checkpoints run as nobody (uid 65534"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("nobody can write the job file"), "{stdout}");
+}
