@@ -1747,4 +1747,33 @@ mod tests {
         assert_eq!(restore_entry(&journal, Duration::ZERO).unwrap(), None);
         assert!(restore_entry(Path::new("/nowhere/x.txt"), Duration::ZERO).is_err());
     }
+
+    /// A journal entry a user owns speaks only for that user: whatever it records, its file is
+    /// touched as them.
+    #[test]
+    fn a_journal_entry_a_user_owns_acts_as_that_user() {
+        if !nix::unistd::Uid::effective().is_root() {
+            eprintln!("SKIPPED a_journal_entry_a_user_owns_acts_as_that_user: not root (chown)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal {
+            version: JOURNAL_VERSION,
+            mode: Mode::InPlace,
+            path: dir.path().join("cfg.yaml"),
+            backup: None,
+            copy: None,
+            owner_pid: 1,
+            run_dir: dir.path().to_path_buf(),
+            original: FileStat::of(&std::fs::metadata(dir.path()).unwrap()),
+            written: Vec::new(),
+            acting: None,
+        };
+        let path = dir.path().join("entry.json");
+        std::fs::write(&path, serde_json::to_vec(&journal).unwrap()).unwrap();
+        assert_eq!(load_journal(&path).unwrap().acting, None, "root's entry says");
+        std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+        let loaded = load_journal(&path).unwrap();
+        assert_eq!(loaded.acting.map(|who| who.uid), Some(65534));
+    }
 }
