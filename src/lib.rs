@@ -1319,7 +1319,11 @@ fn close_run(
     // a page that cannot be written is a warning: the job's exit status stands.
     // It goes into the one closing warning with whatever else could not be saved.
     let page = principal::as_user_if(run_dir.is_users(), || {
-        Ok(report_cmd::write_html(run_dir.path(), &summary.render()))
+        Ok(report_cmd::write_html(
+            &run_dir.files(),
+            run_dir.path(),
+            &summary.render(),
+        ))
     })
     .unwrap_or_else(|e| Err(e.to_string()));
     match page {

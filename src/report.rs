@@ -640,14 +640,21 @@ fn is_run_file(name: &str) -> bool {
 /// The run directory: `attempt-N.log`, `samples.csv` and `summary.json`. oomguard only ever
 /// creates files here (O_EXCL), so a file of the user's is never truncated, and it removes
 /// only what it created.
+///
+/// The directory is opened once when it is made or found, and every file in it is reached
+/// through that descriptor (`/proc/self/fd/N/NAME`): a directory on its path renamed, or
+/// replaced by a symlink, afterwards (by a user who can write a directory above it) cannot send
+/// a later file elsewhere.
 #[derive(Debug)]
 pub struct RunDir {
     /// Absolute: it is handed to the job (OOMGUARD_RUN_DIR), which may change directory.
     path: PathBuf,
     /// The directories we made, deepest last (removed again, deepest first, on a failed start).
     made_dirs: Vec<PathBuf>,
-    /// The files we created.
-    made_files: std::cell::RefCell<Vec<PathBuf>>,
+    /// The names of the files we created.
+    made_files: std::cell::RefCell<Vec<String>>,
+    /// The directory itself, opened once (`O_PATH`).
+    pinned: File,
     /// Whether summary.json has been claimed (its first save): later saves only replace it.
     summary_claimed: std::cell::Cell<bool>,
     /// Whether the directory was chosen by a job file its user could write: then every file
@@ -692,8 +699,26 @@ impl RunDir {
             }
         };
         let (path, made_dirs) = crate::principal::as_user_if_or(as_user, made, switch_failed)?;
+        let pinned = crate::principal::as_user_if(as_user, || {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::libc::O_PATH | nix::libc::O_DIRECTORY)
+                .open(&path)
+        });
+        let pinned = match pinned {
+            Ok(pinned) => pinned,
+            Err(source) => {
+                let _ = crate::principal::as_user_if(as_user, || {
+                    remove_dirs(&made_dirs);
+                    Ok(())
+                });
+                return Err(RunDirError::Create { path, source });
+            }
+        };
         let run_dir = RunDir {
             path,
+            pinned,
             made_dirs,
             made_files: Default::default(),
             summary_claimed: Default::default(),
@@ -720,11 +745,12 @@ impl RunDir {
                 path: self.path.clone(),
             });
         }
-        let entries = crate::principal::as_user_if(self.as_user, || std::fs::read_dir(&self.path))
-            .map_err(|source| RunDirError::Create {
-                path: self.path.clone(),
-                source,
-            })?;
+        let entries =
+            crate::principal::as_user_if(self.as_user, || std::fs::read_dir(self.files()))
+                .map_err(|source| RunDirError::Create {
+                    path: self.path.clone(),
+                    source,
+                })?;
         let mut found: Vec<String> = entries
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -744,7 +770,7 @@ impl RunDir {
     /// appeared since the check (another run given the same directory) is never truncated.
     fn create_file(&self, name: &str) -> io::Result<File> {
         use std::os::unix::fs::OpenOptionsExt;
-        let path = self.path.join(name);
+        let path = self.at(name);
         let file = crate::principal::as_user_if(self.as_user, || {
             std::fs::OpenOptions::new()
                 .write(true)
@@ -752,7 +778,7 @@ impl RunDir {
                 .custom_flags(nix::libc::O_NOFOLLOW)
                 .open(&path)
         })?;
-        self.made_files.borrow_mut().push(path);
+        self.made_files.borrow_mut().push(name.to_string());
         Ok(file)
     }
 
@@ -760,8 +786,8 @@ impl RunDir {
     /// and the directories it made, so a failed start leaves nothing behind.
     pub fn discard(self) {
         let _ = crate::principal::as_user_if(self.as_user, || {
-            for file in self.made_files.borrow().iter() {
-                let _ = std::fs::remove_file(file);
+            for name in self.made_files.borrow().iter() {
+                let _ = std::fs::remove_file(self.at(name));
             }
             remove_dirs(&self.made_dirs);
             Ok(())
@@ -774,7 +800,7 @@ impl RunDir {
     /// file) was planted by someone else.
     pub fn open_append(&self, name: &str) -> io::Result<File> {
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-        let path = self.path.join(name);
+        let path = self.at(name);
         crate::principal::as_user_if(self.as_user, || {
             let file = std::fs::OpenOptions::new()
                 .append(true)
@@ -790,7 +816,7 @@ impl RunDir {
             if !meta.is_file() || meta.nlink() != 1 || meta.uid() != writer {
                 return Err(io::Error::other(format!(
                     "{} is not a file oomguard made (owner uid {}, {} links): someone else put it there",
-                    path.display(),
+                    self.path.join(name).display(),
                     meta.uid(),
                     meta.nlink()
                 )));
@@ -801,6 +827,18 @@ impl RunDir {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The directory as opened (`/proc/self/fd/N`): the path to reach its files by, which
+    /// cannot be redirected (see the type's doc). [`RunDir::path`] is the one to show.
+    pub fn files(&self) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        PathBuf::from(format!("/proc/self/fd/{}", self.pinned.as_raw_fd()))
+    }
+
+    /// `name` in the directory as opened.
+    fn at(&self, name: &str) -> PathBuf {
+        self.files().join(name)
     }
 
     /// Creates `attempt-N.log`. `None` if it cannot: the job runs regardless, and the run's
@@ -841,10 +879,11 @@ impl RunDir {
     /// long the run.
     pub fn save(&self, summary: &Summary, durable: bool) -> Result<(), RunDirError> {
         let path = self.path.join("summary.json");
+        let target = self.at("summary.json");
         let write = || -> io::Result<()> {
             let (tmp, file) = self.create_temp()?;
             crate::principal::as_user_if(self.as_user, || {
-                crate::fsutil::write_then_rename(file, &tmp, &path, &summary.render(), durable)
+                crate::fsutil::write_then_rename(file, &tmp, &target, &summary.render(), durable)
             })
         };
         if !self.summary_claimed.get() {
@@ -872,7 +911,7 @@ impl RunDir {
         let pid = std::process::id();
         let mut last = None;
         for n in 0..100u32 {
-            let tmp = self.path.join(format!(".summary.json.{pid}.{n}.tmp"));
+            let tmp = self.at(&format!(".summary.json.{pid}.{n}.tmp"));
             let created = crate::principal::as_user_if(self.as_user, || {
                 std::fs::OpenOptions::new()
                     .write(true)

@@ -841,23 +841,28 @@ fn escape(text: &str) -> String {
 /// Writes `report.html` into a run directory at the end of a run, from the run's own
 /// summary.json text (so a summary.json the disk refused still makes a page); returns its path.
 /// A page cut short (a full disk) is removed.
-pub fn write_html(dir: &Path, summary_json: &[u8]) -> Result<PathBuf, String> {
+///
+/// `files` is the directory to read and write in (a run's pinned `/proc/self/fd/N`), `dir` the
+/// one to name on the page and in messages.
+pub fn write_html(files: &Path, dir: &Path, summary_json: &[u8]) -> Result<PathBuf, String> {
     let text = String::from_utf8_lossy(summary_json);
-    let report = for_chart(dir, &text)?;
-    let path = dir.join("report.html");
+    let mut report = for_chart(files, &text)?;
+    report.run_dir = dir.display().to_string();
+    let shown = dir.join("report.html");
+    let path = files.join("report.html");
     // Created, never replaced: the run directory was checked free of it before the run, so
     // one there now is someone else's file.
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        .map_err(|e| format!("cannot create {}: {e}", shown.display()))?;
     if let Err(e) = std::io::Write::write_all(&mut file, report.html().as_bytes()) {
         drop(file);
         let _ = std::fs::remove_file(&path);
-        return Err(format!("cannot write {}: {e}", path.display()));
+        return Err(format!("cannot write {}: {e}", shown.display()));
     }
-    Ok(path)
+    Ok(shown)
 }
 
 /// How many columns of the chart's width the timeline is thinned to.

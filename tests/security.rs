@@ -616,3 +616,62 @@ fn doctor_says_whom_a_job_files_hooks_and_edits_run_as() {
     );
     assert!(stdout.contains("nobody can write the job file"), "{stdout}");
 }
+
+/// 7c. A run directory given on root's command line inside a directory nobody can write: nobody
+///     replacing it by a link to root's directory mid-run never sends a later file there (every
+///     file is reached through the directory as first opened).
+#[test]
+fn a_run_directory_swapped_for_a_link_mid_run_keeps_its_files_where_they_were() {
+    let Some(w) =
+        World::new("a_run_directory_swapped_for_a_link_mid_run_keeps_its_files_where_they_were")
+    else {
+        return;
+    };
+    let parent = w.nobody_dir("nparent");
+    let run_dir = parent.join("run");
+    let hold = w.path("hold");
+    nix::unistd::mkfifo(&hold, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let marker = w.path("attempted");
+    let job = format!(
+        "if [ ! -e {m} ]; then touch {m}; read l < {h}; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1; fi",
+        m = marker.display(),
+        h = hold.display()
+    );
+    let mut run = w
+        .oomguard(&[
+            "--run-dir",
+            run_dir.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &job,
+            "sh",
+            "--batch_size",
+            "8",
+        ])
+        .spawn()
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || marker.exists()));
+    let moved = parent.join("moved");
+    let (run_dir, moved_s) = (run_dir.to_str().unwrap(), moved.to_str().unwrap());
+    assert!(as_nobody("mv", &[run_dir, moved_s])
+        .status()
+        .unwrap()
+        .success());
+    let root_only = w.root_only();
+    let link = ["-s", root_only.to_str().unwrap(), run_dir];
+    assert!(as_nobody("ln", &link).status().unwrap().success());
+    util::release_fifo(&hold);
+    assert_eq!(run.wait().unwrap().code(), Some(0));
+    let in_root: Vec<_> = std::fs::read_dir(w.root_only())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        in_root.is_empty(),
+        "root wrote into its own directory: {in_root:?}"
+    );
+    assert!(moved.join("attempt-2.log").exists());
+    assert!(moved.join("summary.json").exists());
+}

@@ -1771,7 +1771,11 @@ mod tests {
         };
         let path = dir.path().join("entry.json");
         std::fs::write(&path, serde_json::to_vec(&journal).unwrap()).unwrap();
-        assert_eq!(load_journal(&path).unwrap().acting, None, "root's entry says");
+        assert_eq!(
+            load_journal(&path).unwrap().acting,
+            None,
+            "root's entry says"
+        );
         std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
         let loaded = load_journal(&path).unwrap();
         assert_eq!(loaded.acting.map(|who| who.uid), Some(65534));
