@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Starts a real one-node Slurm (22.05, Debian's slurm-wlm) on this machine for the tests in
+# tests/slurm_real.rs: munged, slurmctld and slurmd, all root, with their configuration, state,
+# logs and sockets under one directory (default /tmp/oomguard-slurm) and ports of their own, so a
+# Slurm of the machine's (or another run's) is left alone.
+#
+#     tests/slurm/start.sh [DIR]      # then: export SLURM_CONF=DIR/slurm.conf
+#     tests/slurm/stop.sh [DIR]       # stops exactly the daemons this started (their pid files)
+#
+# Installs slurm-wlm and munge with apt-get where srun is missing. The node is the machine
+# itself at 127.0.0.1 with 2 CPUs; Slurm tracks and limits tasks with cgroups (v1), as a cluster
+# does, so `--mem` is enforced by the kernel and a step's tasks live in
+# memory:/slurm_<node>/uid_U/job_J/step_S. Exits non-zero, with the daemons' log tails, if the
+# node does not come up idle within 30 s.
+set -euo pipefail
+dir=${1:-/tmp/oomguard-slurm}
+here=$(cd "$(dirname "$0")" && pwd)
+
+if ! command -v srun >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null
+fi
+
+# A previous run's daemons (same directory) are stopped first: their pid files are ours.
+"$here/stop.sh" "$dir" 2>/dev/null || true
+mkdir -p "$dir"/{state,spool,log,munge}
+chmod 700 "$dir/munge"
+node=$(hostname -s)
+[ -f "$dir/munge/munge.key" ] || mungekey --create --keyfile="$dir/munge/munge.key" >/dev/null
+chmod 400 "$dir/munge/munge.key"
+munged --force --socket="$dir/munge/socket" --key-file="$dir/munge/munge.key" \
+    --pid-file="$dir/munge/munged.pid" --log-file="$dir/log/munged.log" \
+    --seed-file="$dir/munge/seed"
+
+# Memory the node offers jobs: half the machine's, so `--mem` requests fit.
+mem_mib=$(( $(awk '/^MemTotal:/ {print $2}' /proc/meminfo) / 2048 ))
+cat > "$dir/slurm.conf" <<CONF
+ClusterName=oomguard
+SlurmctldHost=$node(127.0.0.1)
+SlurmctldPort=16817
+SlurmdPort=16818
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/socket
+CredType=cred/munge
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool/%n
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup
+JobAcctGatherType=jobacct_gather/cgroup
+JobAcctGatherFrequency=1
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+ReturnToService=2
+MpiDefault=none
+KillWait=5
+InactiveLimit=0
+MinJobAge=300
+NodeName=$node NodeAddr=127.0.0.1 CPUs=2 RealMemory=$mem_mib State=UNKNOWN
+PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+CONF
+cat > "$dir/cgroup.conf" <<CONF
+CgroupPlugin=cgroup/v1
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=yes
+CONF
+
+export SLURM_CONF=$dir/slurm.conf
+slurmctld -f "$SLURM_CONF"
+slurmd -f "$SLURM_CONF"
+for _ in $(seq 300); do
+    state=$(sinfo -h -n "$node" -o %t 2>/dev/null || true)
+    [ "$state" = idle ] && { echo "slurm: node $node idle (SLURM_CONF=$SLURM_CONF)"; exit 0; }
+    sleep 0.1
+done
+echo "slurm: node $node not idle after 30 s (state '${state:-}'); logs:" >&2
+tail -n 20 "$dir"/log/*.log >&2
+exit 1
