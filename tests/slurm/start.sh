@@ -59,6 +59,7 @@ SelectTypeParameters=CR_Core_Memory
 ReturnToService=2
 MpiDefault=none
 KillWait=5
+DefMemPerCPU=1024
 InactiveLimit=0
 MinJobAge=300
 NodeName=$node NodeAddr=127.0.0.1 CPUs=2 RealMemory=$mem_mib State=UNKNOWN
