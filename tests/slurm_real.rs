@@ -285,7 +285,10 @@ fn sbatch_example_converges_when_every_rank_runs_out_of_cuda_memory() {
     need_slurm!("sbatch_example_converges_when_every_rank_runs_out_of_cuda_memory");
     let sb = Sandbox::new();
     let (batches, causes, log) = sbatch_example(&sb, "all");
-    assert_eq!(batches, [vec![8, 8], vec![4, 4]], "{log}");
+    // A rank can be killed (--kill-on-bad-exit) before it records attempt 1; attempt 2 has both.
+    assert_eq!(batches.len(), 2, "{log}");
+    assert!(batches[0].iter().all(|b| *b == 8), "{batches:?}\n{log}");
+    assert_eq!(batches[1], [4, 4], "{log}");
     assert_eq!(causes, ["device_oom", "ok"], "{log}");
 }
 
