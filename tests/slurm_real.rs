@@ -297,7 +297,9 @@ fn sbatch_example_converges_when_one_rank_runs_out_of_cuda_memory() {
     need_slurm!("sbatch_example_converges_when_one_rank_runs_out_of_cuda_memory");
     let sb = Sandbox::new();
     let (batches, causes, log) = sbatch_example(&sb, "1");
-    assert_eq!(batches, [vec![8, 8], vec![4, 4]], "{log}");
+    assert_eq!(batches.len(), 2, "{log}");
+    assert!(batches[0].iter().all(|b| *b == 8), "{batches:?}\n{log}");
+    assert_eq!(batches[1], [4, 4], "{log}");
     assert_eq!(causes, ["device_oom", "ok"], "{log}");
     // The cause is rank 1's: srun's `1: ` label names it.
     assert!(log.contains("1: torch.OutOfMemoryError"), "{log}");
