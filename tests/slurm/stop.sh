@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stops the Slurm that tests/slurm/start.sh started in DIR (default /tmp/oomguard-slurm): first
-# its jobs, then slurmd, slurmctld and munged, each by the pid in its pid file, waiting until it
+# its jobs, then slurmd, slurmctld, slurmdbd and MariaDB (with --accounting) and munged, each by the pid in its pid file, waiting until it
 # is gone (killed after 10 s), so nothing of it outlives the tests.
 set -uo pipefail
 dir=${1:-/tmp/oomguard-slurm}
@@ -9,7 +9,7 @@ if [ -f "$dir/slurm.conf" ] && [ -f "$dir/slurmctld.pid" ]; then
     scancel --user=root 2>/dev/null
     for _ in $(seq 100); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.1; done
 fi
-for name in slurmd slurmctld munge/munged; do
+for name in slurmd slurmctld slurmdbd mysqld munge/munged; do
     pidfile=$dir/$name.pid
     [ -f "$pidfile" ] || continue
     pid=$(cat "$pidfile")
