@@ -11,8 +11,10 @@
 # shows oomguard's STATUS line; a CUDA out-of-memory error relaunches the job with a smaller
 # batch; journald holds the job's lines and oomguard's; `kill -9` of oomguard makes the unit
 # restart and go on from the batch that fit; `systemctl stop` gives the job its SIGTERM and
-# leaves no process of it. Not checked here: a kernel OOM kill under memory_max (on cgroup v1
-# nspawn mounts the memory controller read-only inside the container) and the user unit.
+# leaves no process of it; a real kernel OOM kill under the job file's memory_max relaunches
+# smaller (on cgroup v1 nspawn mounts the memory controller read-only inside the container: it
+# is remounted read-write from the host); the user unit (`systemctl --user`, lingering user)
+# starts, relaunches after a CUDA OOM and stops.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 bin=$(realpath "${1:-$repo/target/debug/oomguard}")
@@ -71,6 +73,15 @@ workdir = "/srv/og"
 backoff = "0s"
 grace = "10s"
 EOF
+cp "$repo/tests/fixtures/alloc.py" "$root/srv/og/alloc.py"
+cat >"$root/etc/oomguard/k.toml" <<'EOF'
+name = "nspawn-k"
+command = ["python3", "/srv/og/alloc.py", "--batch_size", "32", "--sample-mb", "10"]
+workdir = "/srv/og"
+[run]
+backoff = "0s"
+memory_max = "150M"
+EOF
 chmod 700 "$root/etc/oomguard"
 
 systemd-nspawn -D "$root" --register=no --keep-unit --link-journal=no --boot --console=pipe \
@@ -102,8 +113,8 @@ wait_for() { # wait_for SECONDS COMMAND...
     local deadline=$((SECONDS + $1)); shift
     until "$@"; do [ $SECONDS -ge $deadline ] && return 1; sleep 0.2; done
 }
-prop() { inside systemctl show -P "$1" oomguard@t; }
-journal() { inside journalctl -q -u oomguard@t --no-pager -o cat; }
+prop() { inside systemctl show -P "$1" "${2:-oomguard@t}"; }
+journal() { inside journalctl -q -u "${1:-oomguard@t}" --no-pager -o cat; }
 
 echo "systemd $(inside systemctl --version | head -n1 | cut -d' ' -f2) in the container ($state)"
 inside systemctl daemon-reload
@@ -122,4 +133,27 @@ check "kill -9 of oomguard: the unit restarts and starts from batch 8" \
 inside systemctl stop oomguard@t
 check "systemctl stop gives the job its SIGTERM and leaves none of it" \
     bash -c "$(declare -f inside journal); leader=$leader; journal | grep -q 'job: SIGTERM, saving' && ! inside pgrep -f /srv/og/train.py >/dev/null"
+
+# A kernel OOM kill in the attempt cgroup, below the unit's delegated cgroup.
+nsenter -t "$leader" -m -- mount -o remount,bind,rw /sys/fs/cgroup/memory
+inside systemctl start oomguard@k || true
+check "a kernel OOM kill under memory_max relaunches smaller until it fits" \
+    wait_for 60 bash -c "$(declare -f inside prop journal); leader=$leader; [ \"\$(prop ActiveState oomguard@k)\" = inactive ] && [ \"\$(prop Result oomguard@k)\" = success ] && j=\$(journal oomguard@k) && grep -q 'oom_killed' <<<\"\$j\" && grep -q 'fits' <<<\"\$j\""
+
+# The user unit, for a lingering user, as README installs it.
+inside useradd -m -s /bin/bash oguser
+home=$root/home/oguser
+uid=$(inside id -u oguser)
+mkdir -p "$home/.config/systemd/user" "$home/.config/oomguard"
+cp "$repo/systemd/user/oomguard@.service" "$home/.config/systemd/user/"
+sed 's/nspawn-t/nspawn-user/' "$root/etc/oomguard/t.toml" >"$home/.config/oomguard/u.toml"
+inside chown -R oguser: /home/oguser/.config
+inside loginctl enable-linger oguser
+user() { inside runuser -u oguser -- env XDG_RUNTIME_DIR=/run/user/$uid systemctl --user "$@"; }
+wait_for 30 bash -c "$(declare -f inside user); leader=$leader; uid=$uid; case \$(user is-system-running 2>/dev/null) in running|degraded) ;; *) false ;; esac" || true
+user daemon-reload
+check "user unit: start returns active, a CUDA OOM relaunches smaller" \
+    bash -c "$(declare -f inside user wait_for); leader=$leader; uid=$uid; user start oomguard@u && wait_for 30 bash -c \"\$(declare -f inside user); leader=$leader; uid=$uid; user show -P StatusText oomguard@u | grep -q 'batch 8'\""
+check "user unit: stop leaves none of the job" \
+    bash -c "$(declare -f inside user); leader=$leader; uid=$uid; user stop oomguard@u && ! inside pgrep -u oguser -f /srv/og/train.py >/dev/null"
 exit $failed
