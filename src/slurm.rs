@@ -3,7 +3,8 @@
 //! `srun: forcing job termination` and Slurm SIGKILLs every task, so no task could save a
 //! checkpoint. This module finds each step (`scontrol show step -o`, whose `SrunHost:Pid` names
 //! the srun that launched it), signals its tasks the way `scancel --signal` does, and finds the
-//! step's memory cgroup on this node, which holds the tasks (the attempt cgroup holds only srun).
+//! step's memory cgroup on this node, which holds the tasks (the attempt cgroup holds only srun),
+//! or, where there is none to read (tasks on other nodes), asks `sstat` for their memory.
 //!
 //! It does not decide when to stop (`supervise` does), nor read the cgroup's counters (`cgroup`
 //! does); it knows nothing of steps on other nodes beyond what `scancel` reaches. Finding the
@@ -149,6 +150,50 @@ pub fn step_memory_cgroup(root: &Path, step: Step) -> Option<(PathBuf, bool)> {
     None
 }
 
+/// The memory the tasks of `step` use now, summed over them, as `sstat` reports it from Slurm's
+/// accounting (sampled every `JobAcctGatherFrequency`); `None` where sstat fails.
+pub fn step_memory_bytes(step: Step) -> Option<u64> {
+    let out = Command::new("sstat")
+        .args(["-n", "-P", "--noconvert", "-o", "TRESUsageInTot", "-j"])
+        .arg(step.to_string())
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    parse_tres_mem(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The `mem=` of sstat's `TRESUsageInTot` (bytes with `--noconvert`; a K/M/G/T suffix
+/// otherwise):
+///
+/// ```text
+/// cpu=00:00:01,energy=0,fs/disk=3383522,mem=595976192,pages=1,vmem=595996672
+/// ```
+pub fn parse_tres_mem(text: &str) -> Option<u64> {
+    let value = text
+        .lines()
+        .next()?
+        .split(',')
+        .find_map(|item| item.trim().strip_prefix("mem="))?;
+    let (digits, unit) = match value
+        .char_indices()
+        .find(|(_, c)| !c.is_ascii_digit() && *c != '.')
+    {
+        Some((at, _)) => value.split_at(at),
+        None => (value, ""),
+    };
+    let scale: u64 = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        _ => return None,
+    };
+    let number: f64 = digits.parse().ok()?;
+    Some((number * scale as f64) as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,6 +253,23 @@ StepId=9.batch UserId=0 State=RUNNING Name=batch
         std::fs::create_dir_all(&v2).unwrap();
         std::fs::write(v2.join("memory.current"), "1\n").unwrap();
         assert_eq!(step_memory_cgroup(tmp.path(), step), Some((v2, true)));
+    }
+
+    #[test]
+    fn reads_the_memory_of_sstat_tres() {
+        for (text, want) in [
+            (
+                "cpu=00:00:01,energy=0,fs/disk=3383522,mem=595976192,pages=1,vmem=595996672\n",
+                Some(595976192),
+            ),
+            ("cpu=00:00:01,mem=1.50G,vmem=2G\n", Some(1610612736)),
+            ("cpu=00:00:01,mem=512K\n", Some(524288)),
+            ("cpu=00:00:01,vmem=2G\n", None),
+            ("cpu=00:00:01,mem=12Q\n", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_tres_mem(text), want, "{text}");
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -190,6 +190,26 @@ fn between_attempts(signal: Signal) -> Option<Signal> {
     }
     child::reap_ready();
     None
+}
+
+/// The memory of the steps whose tasks cannot be read here, from `sstat` at most every
+/// [`SSTAT_EVERY`] (the last answer stands in between).
+fn remote_step_bytes(steps: &mut SrunSteps) -> Option<u64> {
+    if steps.remote.is_empty() {
+        return None;
+    }
+    if steps
+        .sstat
+        .is_none_or(|(at, _)| at.elapsed() >= SSTAT_EVERY)
+    {
+        let bytes = steps
+            .remote
+            .iter()
+            .map(|step| slurm::step_memory_bytes(*step))
+            .sum::<Option<u64>>();
+        steps.sstat = Some((Instant::now(), bytes));
+    }
+    steps.sstat.and_then(|(_, bytes)| bytes)
 }
 
 /// `now + d`, or a far-off instant where that would overflow (`--grace 500000000000years`).
@@ -408,7 +428,15 @@ struct SrunSteps {
     asked: Option<Instant>,
     /// The memory cgroups of the steps that have one here, read like an attempt cgroup.
     cgroups: Vec<(Step, JobCgroup)>,
+    /// The steps with no cgroup here (tasks on other nodes): `sstat` reports their memory.
+    remote: Vec<Step>,
+    /// When `sstat` was last asked, and what it said, summed over [`SrunSteps::remote`].
+    sstat: Option<(Instant, Option<u64>)>,
 }
+
+/// How often `sstat` is asked about steps whose cgroup cannot be read here: a round trip to
+/// each node's slurmd, whose own figures move every `JobAcctGatherFrequency` (30 s by default).
+const SSTAT_EVERY: Duration = Duration::from_secs(5);
 
 /// How often `scontrol` is asked again about an srun whose step it did not list.
 const STEP_LOOKUP: Duration = Duration::from_secs(1);
@@ -567,6 +595,9 @@ impl Supervisor {
         known
             .cgroups
             .retain(|(step, _)| by_srun.values().any(|s| *s == Some(*step)));
+        known
+            .remote
+            .retain(|step| by_srun.values().any(|s| *s == Some(*step)));
         let unknown: Vec<u32> = sruns
             .iter()
             .copied()
@@ -581,14 +612,20 @@ impl Supervisor {
             }
             for (pid, step) in slurm::steps_of(&unknown) {
                 known.by_srun.insert(pid, Some(step));
-                if let Some((dir, v2)) =
-                    slurm::step_memory_cgroup(Path::new("/sys/fs/cgroup"), step)
-                {
-                    tracing::info!(
-                        "watching the tasks of Slurm step {step} in {}",
-                        dir.display()
-                    );
-                    known.cgroups.push((step, JobCgroup::observed(dir, v2)));
+                let root = std::env::var_os(cgroup::CGROUP_ROOT_ENV)
+                    .map_or_else(|| PathBuf::from("/sys/fs/cgroup"), PathBuf::from);
+                match slurm::step_memory_cgroup(&root, step) {
+                    Some((dir, v2)) => {
+                        tracing::info!(
+                            "watching the tasks of Slurm step {step} in {}",
+                            dir.display()
+                        );
+                        known.cgroups.push((step, JobCgroup::observed(dir, v2)));
+                    }
+                    None => {
+                        tracing::info!("watching the tasks of Slurm step {step} through sstat");
+                        known.remote.push(step);
+                    }
                 }
             }
         }
@@ -965,7 +1002,7 @@ impl Supervisor {
         // holds srun alone).
         self.srun_steps(state, alive);
         let steps = &state.steps.cgroups;
-        let sample = if steps.is_empty() {
+        let mut sample = if steps.is_empty() {
             self.sampler.sample(job.attempt, alive, job.cgroup.as_ref())
         } else {
             let mut pids = alive.to_vec();
@@ -975,6 +1012,7 @@ impl Supervisor {
             self.sampler
                 .sample(job.attempt, &pids, steps.first().map(|(_, cg)| cg))
         };
+        sample.remote_tasks_bytes = remote_step_bytes(&mut state.steps);
         observer.sample(&sample);
         let stopping =
             state.memory_stop.is_some() || state.user_stop.is_some() || state.quiet_stop.is_some();

@@ -138,6 +138,36 @@ fn max_rss_around_srun_judges_the_tasks_and_stops_them_gracefully() {
 }
 
 #[test]
+fn max_rss_around_srun_asks_sstat_where_the_step_cgroup_cannot_be_read() {
+    need_slurm!("max_rss_around_srun_asks_sstat_where_the_step_cgroup_cannot_be_read");
+    let sb = Sandbox::new();
+    let record = sb.path("record.jsonl");
+    // An empty cgroup root: no attempt cgroup and no step cgroup to read, as for tasks on
+    // another node; Slurm's accounting (sstat) is all that sees them.
+    let no_cgroups = sb.path("no-cgroups");
+    std::fs::create_dir(&no_cgroups).unwrap();
+    let job = srun_tasks(
+        "og-sstat",
+        &record,
+        &["--hold-mb", "300", "--for-s", "40", "--save-s", "0.5"],
+    );
+    let job: Vec<&str> = job.iter().map(String::as_str).collect();
+    let out = sb
+        .run(
+            &["--max-rss", "400M", "--grace", "30s", "--max-attempts", "1"],
+            &job,
+        )
+        .env("OOMGUARD_CGROUP_ROOT", &no_cgroups)
+        .output()
+        .expect("oomguard runs");
+    let stderr = stderr_of(&out);
+    assert_eq!(causes(&sb.summary()), ["memory_limit"], "{stderr}");
+    let seen = events(&record);
+    assert_eq!(count(&seen, "saved"), 2, "{seen:?}\n{stderr}");
+    assert_eq!(count(&seen, "done"), 0, "{seen:?}\n{stderr}");
+}
+
+#[test]
 fn scancel_mid_run_ends_the_run_as_interrupted_without_a_relaunch() {
     need_slurm!("scancel_mid_run_ends_the_run_as_interrupted_without_a_relaunch");
     let sb = Sandbox::new();
