@@ -19,6 +19,9 @@ set -euo pipefail
 accounting=
 [ "${1:-}" = --accounting ] && { accounting=1; shift; }
 dir=${1:-/tmp/oomguard-slurm}
+# slurmctld's port; slurmd takes the next, slurmdbd the one after (another Slurm on this machine,
+# or a second run of this script, needs other ports).
+port=${OOMGUARD_SLURM_PORT:-16817}
 here=$(cd "$(dirname "$0")" && pwd)
 
 if ! command -v srun >/dev/null || ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then
@@ -56,7 +59,7 @@ AuthType=auth/munge
 AuthInfo=socket=$dir/munge/socket
 DbdAddr=127.0.0.1
 DbdHost=localhost
-DbdPort=16819
+DbdPort=$((port + 2))
 SlurmUser=root
 PidFile=$dir/slurmdbd.pid
 LogFile=$dir/log/slurmdbd.log
@@ -75,8 +78,8 @@ mem_mib=$(( $(awk '/^MemTotal:/ {print $2}' /proc/meminfo) / 2048 ))
 cat > "$dir/slurm.conf" <<CONF
 ClusterName=oomguard
 SlurmctldHost=$node(127.0.0.1)
-SlurmctldPort=16817
-SlurmdPort=16818
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -114,7 +117,7 @@ if [ -n "$accounting" ]; then
     cat >> "$dir/slurm.conf" <<CONF
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
-AccountingStoragePort=16819
+AccountingStoragePort=$((port + 2))
 AccountingStoragePass=$dir/munge/socket
 CONF
 fi
