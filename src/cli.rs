@@ -526,6 +526,10 @@ pub enum UsageError {
     Hook(String),
     #[error("--memory-max {} is too small for any job to start (an empty python3 needs about 7 MiB): use at least 32M", crate::units::human_bytes(*.0))]
     MemoryMaxTooSmall(u64),
+    /// `--memory-max` around `srun`: the attempt cgroup would hold srun alone, its tasks run in
+    /// Slurm's step cgroup.
+    #[error("--memory-max around srun would cap srun alone (its tasks run in Slurm's cgroup): ask Slurm for the limit (sbatch --mem / srun --mem), or run oomguard inside the step (srun oomguard run --memory-max SIZE -- ...)")]
+    MemoryMaxAroundSrun,
     /// `oomguard man COMMAND` names no command with a page.
     #[error("{0}")]
     ManPage(String),
@@ -659,6 +663,10 @@ impl RunArgs {
         let hooks = hooks_of(&self.on_exit, &self.on_relaunch, self.hook_timeout)?;
         if let Some(bytes) = self.memory_max.filter(|b| *b < MIN_MEMORY_MAX_BYTES) {
             return Err(UsageError::MemoryMaxTooSmall(bytes));
+        }
+        let program = self.command.first().map(OsString::as_os_str);
+        if self.memory_max.is_some() && program.is_some_and(crate::slurm::is_srun_command) {
+            return Err(UsageError::MemoryMaxAroundSrun);
         }
         if self.backoff_max < self.backoff {
             return Err(UsageError::BackoffMax {
@@ -822,6 +830,22 @@ mod tests {
                 .unwrap()
                 .pty
         );
+        for (line, refused) in [
+            ("run --memory-max 1G -- srun python t.py", true),
+            (
+                "run --memory-max 1G -- /usr/bin/srun -n 2 python t.py",
+                true,
+            ),
+            ("run --max-rss 1G -- srun python t.py", false),
+            ("run --memory-max 1G -- python t.py srun", false),
+        ] {
+            let got = run_args(line).validate();
+            assert_eq!(
+                matches!(got, Err(UsageError::MemoryMaxAroundSrun)),
+                refused,
+                "{line}"
+            );
+        }
         let run = run_args("run --min-available 2G --no-cgroup -- python t.py");
         assert_eq!(run.min_available, Some(Available::Bytes(2 << 30)));
         assert_eq!(run.validate().unwrap().cgroup, CgroupPlan::Off);

@@ -71,6 +71,7 @@ pub mod runas;
 pub mod sampler;
 pub mod scan;
 pub mod signals;
+pub mod slurm;
 pub mod status;
 pub mod stream;
 pub mod supervise;

@@ -52,6 +52,9 @@ pub struct Sample {
     /// The tree's CPU time, user plus system, in clock ticks (USER_HZ): read only when asked
     /// for (`--stall-timeout`, see [`Sampler::read_cpu_time`]), `None` otherwise.
     pub cpu_ticks: Option<u64>,
+    /// The memory of the job's srun tasks whose cgroup cannot be read here (tasks on other
+    /// nodes), as Slurm's `sstat` reports it: added to what the bounds judge.
+    pub remote_tasks_bytes: Option<u64>,
 }
 
 impl Sample {
@@ -59,7 +62,14 @@ impl Sample {
     /// has one (exact, cheap, and blind to droppable page cache, so streaming a data set does
     /// not count), else the tree's PSS on ticks that read it, else — where PSS cannot be read
     /// at all — its RSS. `None` on ticks that skipped PSS: unknown is not a guess.
+    /// Plus the srun tasks Slurm reports for ([`Sample::remote_tasks_bytes`]).
     pub fn job_bytes(&self) -> Option<u64> {
+        self.own_bytes()
+            .map(|b| b + self.remote_tasks_bytes.unwrap_or(0))
+    }
+
+    /// [`Sample::job_bytes`] of what is read here.
+    fn own_bytes(&self) -> Option<u64> {
         if let Some(ws) = self.cgroup_working_set_bytes {
             return Some(ws);
         }
@@ -79,8 +89,8 @@ impl Sample {
     /// summed RSS, an upper bound of the PSS: PSS is skipped only while RSS is under `--max-rss`
     /// (see the module docs), so this says "under" truthfully and breaks a streak of crossings.
     pub fn reading(&self) -> Reading {
-        let under_bound =
-            (!self.pss_read && self.tree.processes > 0).then_some(self.tree.rss_bytes);
+        let under_bound = (!self.pss_read && self.tree.processes > 0)
+            .then(|| self.tree.rss_bytes + self.remote_tasks_bytes.unwrap_or(0));
         Reading {
             job_bytes: self.job_bytes().or(under_bound),
             gpu_bytes: self.gpu_bytes(),
@@ -270,6 +280,7 @@ impl Sampler {
                 .read_cpu
                 .then(|| read_tree_cpu_ticks(&self.procs, pids))
                 .flatten(),
+            remote_tasks_bytes: None,
         }
     }
 
@@ -460,13 +471,28 @@ mod tests {
         let in_cgroup = Sample {
             cgroup_bytes: Some(2000),
             cgroup_working_set_bytes: Some(400),
-            ..skipped
+            ..skipped.clone()
         };
         assert_eq!(
             in_cgroup.job_bytes(),
             Some(400),
             "the working set, not the page cache"
         );
+        let with_remote = Sample {
+            remote_tasks_bytes: Some(5000),
+            ..in_cgroup.clone()
+        };
+        assert_eq!(
+            with_remote.job_bytes(),
+            Some(5400),
+            "srun's tasks elsewhere"
+        );
+        let skipped_remote = Sample {
+            remote_tasks_bytes: Some(5000),
+            ..skipped.clone()
+        };
+        assert_eq!(skipped_remote.job_bytes(), None);
+        assert_eq!(skipped_remote.reading().job_bytes, Some(5900));
     }
 
     #[test]

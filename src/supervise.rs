@@ -14,7 +14,7 @@
 //! notices go to an [`Observer`] the caller provides); it only asks `classify` whether a silent
 //! job's output shows an out-of-memory error.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +36,7 @@ use crate::quiet::{self, QuietStop, QuietWatch};
 use crate::sampler::{Peaks, Sample, Sampler};
 use crate::scan;
 use crate::signals::Deliveries;
+use crate::slurm::{self, Step};
 use crate::stream::{self, Sinks, Target};
 use crate::terminal::{self, Pty};
 use crate::watch::{self, BoundWatch, Bounds, Crossing, Trend};
@@ -171,18 +172,6 @@ fn is_job_control_stop(signal: Signal) -> bool {
     matches!(signal, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU)
 }
 
-/// Asks the job's group to stop with `signal`, and continues it: a stopped job (Ctrl-Z, a read
-/// of the terminal) cannot act on the signal until continued, and would only wait out --grace.
-fn stop_group(pgid: u32, signal: Signal) {
-    child::signal_group(pgid, signal);
-    child::signal_group(pgid, Signal::SIGCONT);
-}
-
-/// oomguard's own request that the job end (a soft memory bound): SIGTERM, so it can checkpoint.
-fn terminate_group(pgid: u32) {
-    stop_group(pgid, Signal::SIGTERM);
-}
-
 /// Stops oomguard itself (after the job), as the default action of the job-control signal
 /// would have; a SIGCONT resumes it and is then forwarded to the job.
 fn stop_self() {
@@ -203,6 +192,26 @@ fn between_attempts(signal: Signal) -> Option<Signal> {
     None
 }
 
+/// The memory of the steps whose tasks cannot be read here, from `sstat` at most every
+/// [`SSTAT_EVERY`] (the last answer stands in between).
+fn remote_step_bytes(steps: &mut SrunSteps) -> Option<u64> {
+    if steps.remote.is_empty() {
+        return None;
+    }
+    if steps
+        .sstat
+        .is_none_or(|(at, _)| at.elapsed() >= SSTAT_EVERY)
+    {
+        let bytes = steps
+            .remote
+            .iter()
+            .map(|step| slurm::step_memory_bytes(*step))
+            .sum::<Option<u64>>();
+        steps.sstat = Some((Instant::now(), bytes));
+    }
+    steps.sstat.and_then(|(_, bytes)| bytes)
+}
+
 /// `now + d`, or a far-off instant where that would overflow (`--grace 500000000000years`).
 fn deadline_after(d: Duration) -> TokioInstant {
     let now = TokioInstant::now();
@@ -220,6 +229,9 @@ pub struct Supervisor {
     guard: Option<Guard>,
     tree: ProcTree,
     sampler: Sampler,
+    /// Whether Slurm's `scontrol` is on PATH: only then are the job's processes looked at for
+    /// `srun`s whose steps a stop must reach through Slurm.
+    slurm: bool,
 }
 
 /// What one attempt's samples add up to: peaks, soft-bound streaks, the growth trend, and
@@ -401,7 +413,33 @@ struct AttemptState {
     quiet: QuietWatch,
     /// Set when oomguard asked the job to stop for going quiet.
     quiet_stop: Option<QuietStop>,
+    /// The Slurm steps of the job's `srun`s.
+    steps: SrunSteps,
 }
+
+/// The Slurm step each of the job's `srun` processes launched, and the steps' memory cgroups on
+/// this node: the tasks run there, under slurmstepd, not below oomguard.
+#[derive(Default)]
+struct SrunSteps {
+    /// srun PIDs seen, with their step once `scontrol` listed it.
+    by_srun: HashMap<u32, Option<Step>>,
+    /// When `scontrol` was last asked: a step not listed yet (srun still allocating) is asked
+    /// about again at most every [`STEP_LOOKUP`].
+    asked: Option<Instant>,
+    /// The memory cgroups of the steps that have one here, read like an attempt cgroup.
+    cgroups: Vec<(Step, JobCgroup)>,
+    /// The steps with no cgroup here (tasks on other nodes): `sstat` reports their memory.
+    remote: Vec<Step>,
+    /// When `sstat` was last asked, and what it said, summed over [`SrunSteps::remote`].
+    sstat: Option<(Instant, Option<u64>)>,
+}
+
+/// How often `sstat` is asked about steps whose cgroup cannot be read here: a round trip to
+/// each node's slurmd, whose own figures move every `JobAcctGatherFrequency` (30 s by default).
+const SSTAT_EVERY: Duration = Duration::from_secs(5);
+
+/// How often `scontrol` is asked again about an srun whose step it did not list.
+const STEP_LOOKUP: Duration = Duration::from_secs(1);
 
 impl AttemptState {
     fn new(setup: &Setup, pgid: u32) -> Self {
@@ -417,6 +455,7 @@ impl AttemptState {
             told_terminal_stop: false,
             quiet: QuietWatch::new(setup.quiet, Instant::now()),
             quiet_stop: None,
+            steps: SrunSteps::default(),
         }
     }
 }
@@ -516,6 +555,7 @@ impl Supervisor {
             guard,
             tree: ProcTree::default(),
             sampler,
+            slurm: child::resolve_program("scontrol", std::env::var_os("PATH").as_deref()).is_ok(),
         })
     }
 
@@ -535,6 +575,103 @@ impl Supervisor {
         child::signal_group(pgid, signal);
         for pid in self.job_processes() {
             child::signal_pid(pid, signal);
+        }
+    }
+
+    /// The Slurm steps of the job's live `srun`s, asking `scontrol` about sruns not seen before
+    /// (and, at most every [`STEP_LOOKUP`], about those it did not list yet), with the srun PIDs.
+    fn srun_steps(&self, state: &mut AttemptState, pids: &[u32]) -> (Vec<Step>, Vec<u32>) {
+        if !self.slurm {
+            return (Vec::new(), Vec::new());
+        }
+        let sruns: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|pid| slurm::is_srun(*pid))
+            .collect();
+        let known = &mut state.steps;
+        known.by_srun.retain(|pid, _| sruns.contains(pid));
+        let by_srun = &known.by_srun;
+        known
+            .cgroups
+            .retain(|(step, _)| by_srun.values().any(|s| *s == Some(*step)));
+        known
+            .remote
+            .retain(|step| by_srun.values().any(|s| *s == Some(*step)));
+        let unknown: Vec<u32> = sruns
+            .iter()
+            .copied()
+            .filter(|pid| known.by_srun.get(pid).is_none_or(Option::is_none))
+            .collect();
+        let due = known.asked.is_none_or(|at| at.elapsed() >= STEP_LOOKUP);
+        let new = sruns.iter().any(|pid| !known.by_srun.contains_key(pid));
+        if !unknown.is_empty() && (due || new) {
+            known.asked = Some(Instant::now());
+            for pid in &unknown {
+                known.by_srun.insert(*pid, None);
+            }
+            for (pid, step) in slurm::steps_of(&unknown) {
+                known.by_srun.insert(pid, Some(step));
+                let root = std::env::var_os(cgroup::CGROUP_ROOT_ENV)
+                    .map_or_else(|| PathBuf::from("/sys/fs/cgroup"), PathBuf::from);
+                match slurm::step_memory_cgroup(&root, step) {
+                    Some((dir, v2)) => {
+                        tracing::info!(
+                            "watching the tasks of Slurm step {step} in {}",
+                            dir.display()
+                        );
+                        known.cgroups.push((step, JobCgroup::observed(dir, v2)));
+                    }
+                    None => {
+                        tracing::info!("watching the tasks of Slurm step {step} through sstat");
+                        known.remote.push(step);
+                    }
+                }
+            }
+        }
+        let steps = known.by_srun.values().flatten().copied().collect();
+        (steps, sruns)
+    }
+
+    /// Asks the job to stop with `signal`, and continues it (a stopped job cannot act on the
+    /// signal): its process group, or with `whole_tree` every process of it. The tasks of its
+    /// srun steps get the signal from Slurm, and srun none: srun answers SIGTERM, SIGHUP and
+    /// SIGQUIT by SIGKILLing every task (`srun: forcing job termination`), and the tasks run
+    /// under slurmstepd, out of our reach.
+    fn ask_to_stop(
+        &self,
+        job: &StartedJob,
+        state: &mut AttemptState,
+        signal: Signal,
+        whole_tree: bool,
+    ) {
+        let (steps, sruns) = self.srun_steps(state, &self.job_processes());
+        if steps.is_empty() {
+            for signal in [signal, Signal::SIGCONT] {
+                if whole_tree {
+                    self.signal_all(job.pgid, signal);
+                } else {
+                    child::signal_group(job.pgid, signal);
+                }
+            }
+            return;
+        }
+        slurm::signal_steps(&steps, signal);
+        for pid in self.job_processes() {
+            if !sruns.contains(&pid) {
+                child::signal_pid(pid, signal);
+                child::signal_pid(pid, Signal::SIGCONT);
+            }
+        }
+    }
+
+    /// Kills everything of the job: its tree, its attempt cgroup, and its srun steps' tasks.
+    fn kill_job(&self, job: &StartedJob, state: &mut AttemptState) {
+        let (steps, _) = self.srun_steps(state, &self.job_processes());
+        slurm::signal_steps(&steps, Signal::SIGKILL);
+        self.signal_all(job.pgid, Signal::SIGKILL);
+        if let Some(cg) = &job.cgroup {
+            let _ = cg.kill_all();
         }
     }
 
@@ -702,10 +839,12 @@ impl Supervisor {
             Signal::SIGCHLD => {}
             Signal::SIGINT if state.user_stop.is_some() => {
                 tracing::info!("second SIGINT: killing the job's processes");
+                let (steps, _) = self.srun_steps(state, &self.job_processes());
+                slurm::signal_steps(&steps, Signal::SIGKILL);
                 self.signal_all(pgid, Signal::SIGKILL);
             }
             signal if is_user_stop(signal) => {
-                stop_group(pgid, signal);
+                self.ask_to_stop(job, state, signal, false);
                 if state.user_stop.is_none() {
                     let after_exit = matches!(state.phase, Phase::Ended { .. });
                     state.user_stop = Some(UserStop { signal, after_exit });
@@ -741,10 +880,7 @@ impl Supervisor {
     /// `--grace` ran out after a stop request: everything of the job is killed.
     fn on_grace_over(&self, job: &StartedJob, state: &mut AttemptState) {
         tracing::info!("grace period over: killing the job's processes");
-        self.signal_all(job.pgid, Signal::SIGKILL);
-        if let Some(cg) = &job.cgroup {
-            let _ = cg.kill_all();
-        }
+        self.kill_job(job, state);
         state.kill_at = None;
     }
 
@@ -837,9 +973,7 @@ impl Supervisor {
                 "main process ended; stopping {} leftover process(es)",
                 alive.len()
             );
-            self.signal_all(job.pgid, Signal::SIGTERM);
-            // A stopped leftover cannot act on SIGTERM until continued.
-            self.signal_all(job.pgid, Signal::SIGCONT);
+            self.ask_to_stop(job, state, Signal::SIGTERM, true);
             state
                 .kill_at
                 .get_or_insert(deadline_after(self.setup.grace));
@@ -863,7 +997,22 @@ impl Supervisor {
         state: &mut AttemptState,
         observer: &mut dyn Observer,
     ) {
-        let sample = self.sampler.sample(job.attempt, alive, job.cgroup.as_ref());
+        // An srun's tasks run in its step's cgroup, not below oomguard: they are what the
+        // bounds and peaks judge (the step's counters stand for the attempt cgroup's, which
+        // holds srun alone).
+        self.srun_steps(state, alive);
+        let steps = &state.steps.cgroups;
+        let mut sample = if steps.is_empty() {
+            self.sampler.sample(job.attempt, alive, job.cgroup.as_ref())
+        } else {
+            let mut pids = alive.to_vec();
+            for (_, cg) in steps {
+                pids.extend(cg.tree_pids());
+            }
+            self.sampler
+                .sample(job.attempt, &pids, steps.first().map(|(_, cg)| cg))
+        };
+        sample.remote_tasks_bytes = remote_step_bytes(&mut state.steps);
         observer.sample(&sample);
         let stopping =
             state.memory_stop.is_some() || state.user_stop.is_some() || state.quiet_stop.is_some();
@@ -875,7 +1024,7 @@ impl Supervisor {
             stopping,
             observer,
         ) {
-            terminate_group(job.pgid);
+            self.ask_to_stop(job, state, Signal::SIGTERM, false);
             state
                 .kill_at
                 .get_or_insert(deadline_after(self.setup.grace));
@@ -911,7 +1060,7 @@ impl Supervisor {
             return;
         };
         observer.notice(&Notice::QuietStop(stop.clone()));
-        terminate_group(job.pgid);
+        self.ask_to_stop(job, state, Signal::SIGTERM, false);
         state
             .kill_at
             .get_or_insert(deadline_after(self.setup.grace));

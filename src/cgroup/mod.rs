@@ -385,6 +385,12 @@ impl JobCgroup {
         }
     }
 
+    /// A cgroup someone else made and removes (a Slurm step's): read, never removed by us.
+    pub fn observed(dir: PathBuf, v2: bool) -> JobCgroup {
+        let version = if v2 { Version::V2 } else { Version::V1 };
+        JobCgroup::at(dir, version, true)
+    }
+
     /// `name`, a file of the cgroup, read whole through its kept-open handle.
     fn read_kept(&self, name: &'static str) -> Option<String> {
         self.open.read(name, || self.dir.join(name), 4096).ok()

@@ -1,0 +1,290 @@
+//! The Slurm steps the job's `srun`s launched, so a stop and the memory watch reach the tasks
+//! where they run. srun does not forward SIGTERM, SIGHUP or SIGQUIT to its tasks: it prints
+//! `srun: forcing job termination` and Slurm SIGKILLs every task, so no task could save a
+//! checkpoint. This module finds each step (`scontrol show step -o`, whose `SrunHost:Pid` names
+//! the srun that launched it), signals its tasks the way `scancel --signal` does, and finds the
+//! step's memory cgroup on this node, which holds the tasks (the attempt cgroup holds only srun),
+//! or, where there is none to read (tasks on other nodes), asks `sstat` for their memory.
+//!
+//! It does not decide when to stop (`supervise` does), nor read the cgroup's counters (`cgroup`
+//! does); it knows nothing of steps on other nodes beyond what `scancel` reaches. Finding the
+//! steps runs `scontrol` (a round trip to slurmctld), so callers ask only when a new srun
+//! appears, and again when a step was not found yet.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use nix::sys::signal::Signal;
+
+/// One job step: `JOB.STEP` in Slurm's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Step {
+    pub job: u64,
+    pub step: u64,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.job, self.step)
+    }
+}
+
+/// Whether `pid` runs Slurm's `srun` (its command name, as the kernel keeps it).
+pub fn is_srun(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim_end() == "srun")
+}
+
+/// Whether `program` (the job's command) is `srun`, by its file name.
+pub fn is_srun_command(program: &std::ffi::OsStr) -> bool {
+    Path::new(program).file_name() == Some(std::ffi::OsStr::new("srun"))
+}
+
+/// The steps launched from this host by the srun processes `srun_pids`, as `scontrol show step
+/// -o` lists them; empty where scontrol is missing or fails (no Slurm, or slurmctld down).
+pub fn steps_of(srun_pids: &[u32]) -> Vec<(u32, Step)> {
+    if srun_pids.is_empty() {
+        return Vec::new();
+    }
+    let Ok(out) = Command::new("scontrol")
+        .args(["show", "step", "-o"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+    else {
+        return Vec::new();
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    parse_steps(&String::from_utf8_lossy(&out.stdout), &host, srun_pids)
+}
+
+/// The steps of `scontrol show step -o`'s output launched by one of `pids` on `host` (the short
+/// host name; a fully qualified one matches by its first label), with the srun's PID. A line:
+///
+/// ```text
+/// StepId=5.0 UserId=0 StartTime=2026-11-26T14:32:46 TimeLimit=UNLIMITED State=RUNNING
+/// Partition=debug NodeList=vm Nodes=1 CPUs=2 Tasks=2 Name=sleep ... SrunHost:Pid=vm:15241
+/// ```
+pub fn parse_steps(text: &str, host: &str, pids: &[u32]) -> Vec<(u32, Step)> {
+    let short = |h: &str| h.split('.').next().unwrap_or(h).to_string();
+    let host = short(host.trim());
+    let mut steps = Vec::new();
+    for line in text.lines() {
+        let field = |key: &str| {
+            line.split_whitespace()
+                .find_map(|word| word.strip_prefix(key))
+                .map(str::to_string)
+        };
+        let (Some(id), Some(srun)) = (field("StepId="), field("SrunHost:Pid=")) else {
+            continue;
+        };
+        let Some((srun_host, srun_pid)) = srun.rsplit_once(':') else {
+            continue;
+        };
+        let Ok(srun_pid) = srun_pid.parse::<u32>() else {
+            continue;
+        };
+        if short(srun_host) != host || !pids.contains(&srun_pid) {
+            continue;
+        }
+        // A heterogeneous job's step reads `5+0.0`; its components are steps of their own.
+        let Some((job, step)) = id.split_once('.') else {
+            continue;
+        };
+        let (Ok(job), Ok(step)) = (job.parse(), step.parse()) else {
+            continue;
+        };
+        steps.push((srun_pid, Step { job, step }));
+    }
+    steps
+}
+
+/// Sends `signal` to every task of `steps` as `scancel --signal` does (slurmstepd delivers it on
+/// each node). Returns whether scancel accepted all of them.
+pub fn signal_steps(steps: &[Step], signal: Signal) -> bool {
+    if steps.is_empty() {
+        return true;
+    }
+    let name = signal.as_str().trim_start_matches("SIG");
+    let ids: Vec<String> = steps.iter().map(Step::to_string).collect();
+    let ok = Command::new("scancel")
+        .arg(format!("--signal={name}"))
+        .args(&ids)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        tracing::info!(
+            "sent {signal} to the tasks of Slurm step(s) {}",
+            ids.join(" ")
+        );
+    } else {
+        tracing::warn!("scancel --signal={name} {} failed", ids.join(" "));
+    }
+    ok
+}
+
+/// The memory cgroup of `step` on this node, where slurmstepd put its tasks: on cgroup v1
+/// `memory/slurm*/uid_U/job_J/step_S` (slurm_<node> with several slurmd per host), on v2
+/// `system.slice/slurmstepd.scope/job_J/step_S`. `None` where the step runs no task here or
+/// Slurm does not track tasks with cgroups.
+pub fn step_memory_cgroup(root: &Path, step: Step) -> Option<(PathBuf, bool)> {
+    let leaf = format!("job_{}/step_{}", step.job, step.step);
+    let v2 = root.join("system.slice/slurmstepd.scope").join(&leaf);
+    if v2.join("memory.current").exists() {
+        return Some((v2, true));
+    }
+    let memory = root.join("memory");
+    for slurm in std::fs::read_dir(&memory).ok()?.flatten() {
+        if !slurm.file_name().to_string_lossy().starts_with("slurm") {
+            continue;
+        }
+        for uid in std::fs::read_dir(slurm.path()).ok()?.flatten() {
+            let dir = uid.path().join(&leaf);
+            if dir.join("memory.usage_in_bytes").exists() {
+                return Some((dir, false));
+            }
+        }
+    }
+    None
+}
+
+/// The memory the tasks of `step` use now, summed over them, as `sstat` reports it from Slurm's
+/// accounting (sampled every `JobAcctGatherFrequency`); `None` where sstat fails.
+pub fn step_memory_bytes(step: Step) -> Option<u64> {
+    let out = Command::new("sstat")
+        .args(["-n", "-P", "--noconvert", "-o", "TRESUsageInTot", "-j"])
+        .arg(step.to_string())
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    parse_tres_mem(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The `mem=` of sstat's `TRESUsageInTot` (bytes with `--noconvert`; a K/M/G/T suffix
+/// otherwise):
+///
+/// ```text
+/// cpu=00:00:01,energy=0,fs/disk=3383522,mem=595976192,pages=1,vmem=595996672
+/// ```
+pub fn parse_tres_mem(text: &str) -> Option<u64> {
+    let value = text
+        .lines()
+        .next()?
+        .split(',')
+        .find_map(|item| item.trim().strip_prefix("mem="))?;
+    let (digits, unit) = match value
+        .char_indices()
+        .find(|(_, c)| !c.is_ascii_digit() && *c != '.')
+    {
+        Some((at, _)) => value.split_at(at),
+        None => (value, ""),
+    };
+    let scale: u64 = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        _ => return None,
+    };
+    let number: f64 = digits.parse().ok()?;
+    Some((number * scale as f64) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHOW: &str = "\
+StepId=5.0 UserId=0 StartTime=2026-11-26T14:32:46 TimeLimit=UNLIMITED State=RUNNING Partition=debug NodeList=vm Nodes=1 CPUs=2 Tasks=2 Name=sleep Network=(null) TRES=cpu=2,mem=12052M,node=1 ResvPorts=(null) CPUFreqReq=Default Dist=Block SrunHost:Pid=vm:15241
+StepId=6.2 UserId=0 StartTime=2026-11-26T14:32:47 TimeLimit=UNLIMITED State=RUNNING Partition=debug NodeList=vm Nodes=1 CPUs=2 Tasks=2 Name=train SrunHost:Pid=vm:15300
+StepId=7.0 UserId=0 State=RUNNING Name=other SrunHost:Pid=node2:15241
+StepId=8+0.0 UserId=0 State=RUNNING Name=het SrunHost:Pid=vm:15400
+StepId=9.batch UserId=0 State=RUNNING Name=batch
+";
+
+    /// A host, our srun PIDs, and the steps they launched.
+    type Row = (&'static str, &'static [u32], Vec<(u32, Step)>);
+
+    #[test]
+    fn finds_the_steps_of_our_sruns_on_our_host() {
+        let step = |job, step| Step { job, step };
+        let table: &[Row] = &[
+            ("vm", &[15241], vec![(15241, step(5, 0))]),
+            (
+                "vm.cluster.local",
+                &[15241, 15300],
+                vec![(15241, step(5, 0)), (15300, step(6, 2))],
+            ),
+            ("node2", &[15241], vec![(15241, step(7, 0))]),
+            ("vm", &[15400, 1], vec![]),
+            ("vm", &[], vec![]),
+            ("other", &[15241], vec![]),
+        ];
+        for (host, pids, want) in table {
+            assert_eq!(&parse_steps(SHOW, host, pids), want, "{host} {pids:?}");
+        }
+        assert_eq!(
+            parse_steps("No job steps in the system\n", "vm", &[1]),
+            vec![]
+        );
+        assert_eq!(step(42, 3).to_string(), "42.3");
+    }
+
+    #[test]
+    fn finds_the_step_cgroup_of_either_version() {
+        let tmp = tempfile::tempdir().unwrap();
+        let step = Step { job: 14, step: 0 };
+        assert_eq!(step_memory_cgroup(tmp.path(), step), None);
+        let v1 = tmp.path().join("memory/slurm_vm/uid_0/job_14/step_0");
+        std::fs::create_dir_all(&v1).unwrap();
+        std::fs::write(v1.join("memory.usage_in_bytes"), "1\n").unwrap();
+        assert_eq!(step_memory_cgroup(tmp.path(), step), Some((v1, false)));
+        assert_eq!(
+            step_memory_cgroup(tmp.path(), Step { job: 14, step: 1 }),
+            None
+        );
+        let v2 = tmp
+            .path()
+            .join("system.slice/slurmstepd.scope/job_14/step_0");
+        std::fs::create_dir_all(&v2).unwrap();
+        std::fs::write(v2.join("memory.current"), "1\n").unwrap();
+        assert_eq!(step_memory_cgroup(tmp.path(), step), Some((v2, true)));
+    }
+
+    #[test]
+    fn reads_the_memory_of_sstat_tres() {
+        for (text, want) in [
+            (
+                "cpu=00:00:01,energy=0,fs/disk=3383522,mem=595976192,pages=1,vmem=595996672\n",
+                Some(595976192),
+            ),
+            ("cpu=00:00:01,mem=1.50G,vmem=2G\n", Some(1610612736)),
+            ("cpu=00:00:01,mem=512K\n", Some(524288)),
+            ("cpu=00:00:01,vmem=2G\n", None),
+            ("cpu=00:00:01,mem=12Q\n", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_tres_mem(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn srun_is_known_by_its_file_name() {
+        for (program, want) in [
+            ("srun", true),
+            ("/usr/bin/srun", true),
+            ("srun2", false),
+            ("python", false),
+        ] {
+            assert_eq!(
+                is_srun_command(std::ffi::OsStr::new(program)),
+                want,
+                "{program}"
+            );
+        }
+    }
+}
