@@ -193,9 +193,15 @@ pub fn spawn(
     for key in crate::notify::FOR_OOMGUARD_ONLY {
         cmd.env_remove(key);
     }
+    // A job run as another user never gets root's terminal: from it, TIOCSTI could type into
+    // root's shell. It reads /dev/null instead.
+    let stdin = match &launch.run_as {
+        Some(_) if std::io::IsTerminal::is_terminal(&std::io::stdin()) => Stdio::null(),
+        _ => Stdio::inherit(),
+    };
     cmd.args(&launch.argv[1..])
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::inherit())
+        .stdin(stdin)
         .process_group(0);
     let master = match pty {
         Some(Pty { master, slave }) => {
@@ -219,8 +225,10 @@ pub fn spawn(
             if let Some(fd) = &cgroup_procs {
                 crate::cgroup::JobCgroup::join_from_child(fd.as_fd())?;
             }
-            // Before the parent-death signal: changing the uid or gid clears it.
+            // Before the parent-death signal: changing the uid or gid clears it. A job run as
+            // another user inherits no descriptor of root's beyond its stdio.
             if let Some(who) = &run_as {
+                close_other_fds()?;
                 become_user(who)?;
             }
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;

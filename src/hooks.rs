@@ -251,9 +251,11 @@ impl Pending {
                     Some(why) => why,
                 },
                 None if now >= hook.deadline => {
+                    // Looked up while the wrapper is still the hook's parent.
+                    let group = hook_group(hook.hook_pid, hook.wrapper.id());
                     let _ = hook.wrapper.kill();
-                    if let Some(pid) = hook.hook_pid {
-                        let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+                    if let Some(group) = group {
+                        let _ = killpg(group, Signal::SIGKILL);
                     }
                     format!(
                         "did not finish within {}: killed",
@@ -284,8 +286,8 @@ impl Pending {
                     hook.hook_pid = pid.trim().parse().ok();
                 }
             }
-            if let Some(pid) = hook.hook_pid {
-                let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            if let Some(group) = hook_group(hook.hook_pid, hook.wrapper.id()) {
+                let _ = killpg(group, Signal::SIGKILL);
             }
             report.warn(&format!(
                 "{} `{}` killed: oomguard was asked to stop",
@@ -293,6 +295,19 @@ impl Pending {
             ));
         }
     }
+}
+
+/// The hook's process group to kill, from the PID its wrapper said: only a process whose parent
+/// is that wrapper and which leads its own group. The wrapper may run as the job's user, so its
+/// word alone is not enough for root to signal a group: `pid 1` would make it `kill(-1)`.
+fn hook_group(said: Option<u32>, wrapper: u32) -> Option<Pid> {
+    let pid = said.filter(|&pid| pid > 1)?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp ...`: the name may hold spaces and parentheses.
+    let mut after = stat.rsplit_once(')')?.1.split_whitespace().skip(1);
+    let ppid: u32 = after.next()?.parse().ok()?;
+    let pgrp: u32 = after.next()?.parse().ok()?;
+    (ppid == wrapper && pgrp == pid).then(|| Pid::from_raw(pid as i32))
 }
 
 /// How often a caller polls [`Pending::check`] while it waits.
@@ -571,5 +586,26 @@ mod tests {
         for (line, want) in table {
             assert_eq!(describe(line, limit).as_deref(), want, "{line}");
         }
+    }
+
+    #[test]
+    fn only_a_group_the_wrapper_started_is_killed() {
+        let me = std::process::id();
+        // Our own process: its parent is not a wrapper we started, and PID 1 never is.
+        assert_eq!(hook_group(Some(me), 12345), None);
+        assert_eq!(hook_group(Some(1), 0), None);
+        assert_eq!(hook_group(None, me), None);
+        // A child of ours leading its own group is.
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        assert_eq!(
+            hook_group(Some(child.id()), me),
+            Some(Pid::from_raw(child.id() as i32))
+        );
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

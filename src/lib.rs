@@ -220,8 +220,9 @@ fn print_bytes(bytes: &[u8]) -> Result<i32, Error> {
 }
 
 /// `oomguard run`: checks what can be checked before anything starts, then runs the attempts.
-fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
+fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error> {
     enter_job_context(&settings, &report)?;
+    places_as_whom(&mut settings)?;
     let path_var = std::env::var_os("PATH");
     child::resolve_program(&settings.command[0], path_var.as_deref())?;
     if let Some(cause) = settings.dry_run {
@@ -301,12 +302,34 @@ fn enter_job_context(settings: &RunSettings, report: &Reporter) -> Result<(), Er
         report.warn(warning);
     }
     if let Some(dir) = &settings.job_context.workdir {
-        std::env::set_current_dir(dir).map_err(|e| {
+        // Entered as the job's user: a directory they could not reach themselves is not one
+        // root opens for their job (which inherits it as its working directory).
+        principal::as_user(|| std::env::set_current_dir(dir)).map_err(|e| {
             Error::Usage(UsageError::JobFile(format!(
                 "cannot enter the job file's workdir {}: {e}",
                 dir.display()
             )))
         })?;
+    }
+    Ok(())
+}
+
+/// As root, decides for the run and state directories (given or default, now that the workdir
+/// is entered) whether they are used as root or as the job's user, from who can write their
+/// path; one someone else could write is refused (see README's "Security model").
+fn places_as_whom(settings: &mut RunSettings) -> Result<(), Error> {
+    let who = settings.job_context.run_as.as_ref();
+    let usage = |why| Error::Usage(UsageError::JobFile(why));
+    let run_dir = settings
+        .run_dir
+        .clone()
+        .unwrap_or_else(report::default_runs_base);
+    let run_dir = std::path::absolute(&run_dir).unwrap_or(run_dir);
+    settings.run_dir_is_users |=
+        runas::place_is_users(&run_dir, who, "run directory").map_err(usage)?;
+    if let Some(state) = &settings.job.state_dir {
+        settings.job.state_dir_is_users |=
+            runas::place_is_users(state, who, "state directory").map_err(usage)?;
     }
     Ok(())
 }

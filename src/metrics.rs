@@ -35,13 +35,13 @@ impl MetricsPlan {
         textfile_is_users: bool,
     ) -> Result<MetricsPlan, String> {
         let addr = addr.map(parse_addr).transpose()?;
-        let textfile = textfile
+        let checked = textfile
             .map(|path| check_textfile(path, textfile_is_users))
             .transpose()?;
         Ok(MetricsPlan {
             addr,
-            textfile,
-            textfile_is_users,
+            textfile_is_users: checked.as_ref().is_some_and(|(_, users)| *users),
+            textfile: checked.map(|(path, _)| path),
         })
     }
 
@@ -69,11 +69,20 @@ pub fn parse_addr(text: &str) -> Result<SocketAddr, String> {
 
 /// `--metrics-textfile`: its directory must exist (node_exporter's textfile directory is made
 /// by whoever installs node_exporter; making it here would hide a typo).
-fn check_textfile(path: &Path, as_user: bool) -> Result<PathBuf, String> {
+/// Returns the path and whether it is used as the job's user.
+fn check_textfile(path: &Path, as_user: bool) -> Result<(PathBuf, bool), String> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
+    // As root: its directory is used as whoever may write it (root, or the job's user), and
+    // refused where anyone else could plant a link there.
+    let as_user = as_user
+        || crate::runas::place_is_users(
+            dir,
+            crate::principal::acting_for(),
+            "--metrics-textfile directory",
+        )?;
     if path.file_name().is_none() {
         return Err(format!(
             "--metrics-textfile {}: not a file name; give a file such as /var/lib/node_exporter/textfile/oomguard.prom",
@@ -110,7 +119,7 @@ fn check_textfile(path: &Path, as_user: bool) -> Result<PathBuf, String> {
             dir.display()
         ));
     }
-    Ok(path.to_path_buf())
+    Ok((path.to_path_buf(), as_user))
 }
 
 /// The run's metrics. Every handle is shared (the `prometheus` types are reference-counted

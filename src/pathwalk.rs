@@ -6,9 +6,10 @@
 //! symlink's target is read from the opened link itself (`readlinkat(fd, "")`) and walked the
 //! same way, so the path that is checked is the path that is opened: a symlink swapped between
 //! the check and the read (the race a `canonicalize` then `open` leaves) changes nothing, since
-//! nothing is looked up twice. The file itself is opened `O_NOFOLLOW | O_NONBLOCK` (a FIFO
-//! put in its place cannot hang us), checked to be the same inode the walk found and a regular
-//! file, and read from that same descriptor, at most [`MAX_BYTES`].
+//! nothing is looked up twice. The file itself must be a regular file as walked (a device is
+//! never opened, a FIFO never waited on), is reopened for reading through the walked descriptor
+//! (`/proc/self/fd/N`, `O_NONBLOCK | O_NOCTTY`), checked to be the same inode, and read from that
+//! descriptor, at most [`MAX_BYTES`].
 //!
 //! `/dev/fd/N` and `/proc/self/fd/N` (a shell's `<(...)`) are read from the inherited
 //! descriptor N: such a file was handed over by whoever started oomguard.
@@ -20,6 +21,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use nix::fcntl::{openat, readlinkat, OFlag};
@@ -100,6 +102,61 @@ fn inherited_fd(path: &Path) -> Option<i32> {
 
 /// Walks `path` from `/` and opens the regular file at its end for reading.
 pub fn open(path: &Path) -> io::Result<(File, Opened)> {
+    let (steps, end) = walk(path, false)?;
+    let End::File(fd, here) = end else {
+        return Err(io::Error::from_raw_os_error(nix::libc::EISDIR));
+    };
+    // Judged from the walked, unopened inode: a device is never opened (opening some, a
+    // watchdog, acts), a FIFO never waited on.
+    let walked = fstat(fd.as_raw_fd()).map_err(io::Error::from)?;
+    if walked.st_mode & SFlag::S_IFMT.bits() != SFlag::S_IFREG.bits() {
+        return Err(not_a_file(&here));
+    }
+    // Reopened through the walked descriptor itself: no name is looked up again.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+    let opened = fstat(file.as_raw_fd()).map_err(io::Error::from)?;
+    if (walked.st_dev, walked.st_ino) != (opened.st_dev, opened.st_ino) {
+        return Err(io::Error::other(format!(
+            "{} was replaced while it was being opened",
+            here.display()
+        )));
+    }
+    Ok((
+        file,
+        Opened {
+            resolved: here,
+            steps,
+            inherited: false,
+        },
+    ))
+}
+
+/// The steps to a directory oomguard will make files in (or make): every existing directory and
+/// symlink on its path, up to where the path stops existing (what is missing, oomguard makes
+/// below the last step). A path through a file is an error.
+pub fn walk_to_dir(path: &Path) -> io::Result<Vec<Step>> {
+    match walk(path, true)? {
+        (steps, End::Dir | End::Missing) => Ok(steps),
+        (_, End::File(..)) => Err(io::Error::from_raw_os_error(nix::libc::ENOTDIR)),
+    }
+}
+
+/// Where a walk ended.
+enum End {
+    /// On a directory (the last step).
+    Dir,
+    /// At a component that does not exist (allowed only when asked).
+    Missing,
+    /// On a non-directory, opened `O_PATH` (its step is the last).
+    File(OwnedFd, PathBuf),
+}
+
+/// The walk itself (see the module doc): every step recorded; `stop_at_missing` ends it at the
+/// first component that does not exist instead of failing.
+fn walk(path: &Path, stop_at_missing: bool) -> io::Result<(Vec<Step>, End)> {
     let absolute = std::path::absolute(path)?;
     let mut todo: VecDeque<OsString> = components(&absolute);
     let root = open_path(None, OsStr::new("/"))?;
@@ -117,7 +174,12 @@ pub fn open(path: &Path) -> io::Result<(File, Opened)> {
             continue;
         }
         let here = dir_path.join(&name);
-        let fd = open_path(Some(dir), &name)?;
+        let fd = match open_path(Some(dir), &name) {
+            Err(e) if stop_at_missing && e.kind() == io::ErrorKind::NotFound => {
+                return Ok((steps, End::Missing))
+            }
+            other => other?,
+        };
         let step = step_of(&fd, here.clone(), dir_sticky)?;
         match step.kind {
             Kind::Symlink => {
@@ -140,40 +202,13 @@ pub fn open(path: &Path) -> io::Result<(File, Opened)> {
                 dirs.push((fd, here));
             }
             Kind::File if todo.is_empty() => {
-                // The walk found this inode; the read must be of the same one.
-                let file = openat(
-                    Some(dir.as_raw_fd()),
-                    name.as_os_str(),
-                    OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-                    Mode::empty(),
-                )
-                .map_err(io::Error::from)?;
-                // SAFETY: `openat` returned a new descriptor that nothing else owns.
-                let file = File::from(unsafe { OwnedFd::from_raw_fd(file) });
-                let walked = fstat(fd.as_raw_fd()).map_err(io::Error::from)?;
-                let opened = fstat(file.as_raw_fd()).map_err(io::Error::from)?;
-                if (walked.st_dev, walked.st_ino) != (opened.st_dev, opened.st_ino) {
-                    return Err(io::Error::other(format!(
-                        "{} was replaced while it was being opened",
-                        here.display()
-                    )));
-                }
-                if opened.st_mode & SFlag::S_IFMT.bits() != SFlag::S_IFREG.bits() {
-                    return Err(not_a_file(&here));
-                }
                 steps.push(step);
-                let opened = Opened {
-                    resolved: here,
-                    steps,
-                    inherited: false,
-                };
-                return Ok((file, opened));
+                return Ok((steps, End::File(fd, here)));
             }
             Kind::File => return Err(io::Error::from_raw_os_error(nix::libc::ENOTDIR)),
         }
     }
-    // The path ended on a directory.
-    Err(io::Error::from_raw_os_error(nix::libc::EISDIR))
+    Ok((steps, End::Dir))
 }
 
 /// The mode recorded for the directory at `path` (the last step with that path).

@@ -657,9 +657,8 @@ pub struct RunDir {
     pinned: File,
     /// Whether summary.json has been claimed (its first save): later saves only replace it.
     summary_claimed: std::cell::Cell<bool>,
-    /// Whether the directory was chosen by a job file its user could write: then every file
-    /// here is made as that user ([`crate::principal`]). The default place, and one root chose,
-    /// are oomguard's own.
+    /// Whether the directory is the job's user's (see [`RunDir::create`]): then every file here
+    /// is made as that user ([`crate::principal`]).
     as_user: bool,
 }
 
@@ -668,10 +667,11 @@ impl RunDir {
     /// already holds any file oomguard would write, so nothing there is ever overwritten; other
     /// files in it are left alone.
     ///
-    /// `as_user`: the directory was chosen by a job file the job's user could write, so it is
-    /// made, and every file in it, as that user ([`crate::principal`]).
+    /// `as_user`: the directory is the job's user's (chosen by a job file they could write, or in
+    /// a place they can write), so it is made, and every file in it, as that user
+    /// ([`crate::principal`]).
     pub fn create(dir: Option<&Path>, program: &str, as_user: bool) -> Result<RunDir, RunDirError> {
-        let as_user = as_user && dir.is_some() && crate::principal::acting_for().is_some();
+        let as_user = as_user && crate::principal::acting_for().is_some();
         let switch_failed = |source| RunDirError::Create {
             path: dir.map(Path::to_path_buf).unwrap_or_default(),
             source,

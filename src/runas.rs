@@ -241,51 +241,89 @@ pub fn check_steps(
 ) -> Result<Writers, String> {
     use crate::pathwalk::Kind;
     let file = &opened.resolved;
-    let allowed = match owner {
+    let allowed = allowed_words(owner_uid, owner);
+    judge(&opened.steps, owner_uid).map_err(|(step, problem)| {
+        let what = match step.kind {
+            _ if step.path == *file => "it",
+            Kind::Symlink => "this symlink on its path",
+            _ => "this directory above it",
+        };
+        format!(
+            "{}: refusing the job file {}: {what} {problem}, so a user other than {allowed} could choose what runs; \
+             make it writable only by {allowed} (chown, chmod go-w), or move the job file",
+            step.path.display(),
+            file.display(),
+        )
+    })
+}
+
+/// "root", or "root or NAME".
+fn allowed_words(owner_uid: Option<u32>, owner: Option<&str>) -> String {
+    match owner {
         Some(name) if owner_uid != Some(0) => format!("root or {name}"),
         _ => "root".to_string(),
-    };
+    }
+}
+
+/// Who besides root could change what is at the end of `steps`: `Err` with the step and its
+/// problem where someone other than root or `owner_uid` could.
+fn judge(
+    steps: &[crate::pathwalk::Step],
+    owner_uid: Option<u32>,
+) -> Result<Writers, (&crate::pathwalk::Step, String)> {
+    use crate::pathwalk::Kind;
     let mut writers = Writers::Root;
-    for step in &opened.steps {
+    for step in steps {
         // A symlink cannot be changed, only replaced, which takes write access to its directory
         // (checked as its own step), except in a sticky directory, where its owner may.
         let owner_counts = step.kind != Kind::Symlink || step.in_sticky_dir;
         let writable = step.kind != Kind::Symlink
             && step.mode & 0o022 != 0
             && !(step.kind == Kind::Dir && step.mode & 0o1000 != 0);
-        let problem = if owner_counts && step.uid != 0 && Some(step.uid) != owner_uid {
-            Some(format!("is owned by uid {}", step.uid))
-        } else if writable {
-            Some(format!(
-                "is {}-writable (mode {:o})",
-                if step.mode & 0o002 != 0 {
-                    "world"
-                } else {
-                    "group"
-                },
-                step.mode
-            ))
-        } else {
-            None
-        };
-        if let Some(problem) = problem {
-            let what = match step.kind {
-                _ if step.path == *file => "it",
-                Kind::Symlink => "this symlink on its path",
-                _ => "this directory above it",
+        if owner_counts && step.uid != 0 && Some(step.uid) != owner_uid {
+            return Err((step, format!("is owned by uid {}", step.uid)));
+        }
+        if writable {
+            let kind = if step.mode & 0o002 != 0 {
+                "world"
+            } else {
+                "group"
             };
-            return Err(format!(
-                "{}: refusing the job file {}: {what} {problem}, so a user other than {allowed} could choose what runs; \
-                 make it writable only by {allowed} (chown, chmod go-w), or move the job file",
-                step.path.display(),
-                file.display(),
-            ));
+            return Err((step, format!("is {kind}-writable (mode {:o})", step.mode)));
         }
         if owner_counts && step.uid != 0 {
             writers = Writers::User;
         }
     }
     Ok(writers)
+}
+
+/// Whether a place oomguard makes files in (`what`: "run directory", ...) at `path` is the job's
+/// user's to use, for a root oomguard acting for `who`: where only root can write its path,
+/// root's (`Ok(false)`); where `who` can too, theirs (`Ok(true)`: used as them); where anyone
+/// else could, refused, since they could redirect what root writes there with a link. Without
+/// root, always `Ok(false)`: nothing switches.
+pub fn place_is_users(path: &Path, who: Option<&RunAs>, what: &str) -> Result<bool, String> {
+    if !Uid::effective().is_root() {
+        return Ok(false);
+    }
+    let steps = crate::pathwalk::walk_to_dir(path).map_err(|e| {
+        format!(
+            "{what} {}: cannot check who may write it: {e}",
+            path.display()
+        )
+    })?;
+    let owner_uid = who.map(|who| who.uid.as_raw());
+    let allowed = allowed_words(owner_uid, who.map(|who| who.name.as_str()));
+    match judge(&steps, owner_uid) {
+        Ok(writers) => Ok(writers == Writers::User),
+        Err((step, problem)) => Err(format!(
+            "{what} {}: {} {problem}, so a user other than {allowed} could redirect what oomguard writes there as root; \
+             choose a directory only {allowed} can write",
+            path.display(),
+            step.path.display(),
+        )),
+    }
 }
 
 /// [`check_steps`] on the file at `file`, walked now.

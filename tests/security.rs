@@ -471,8 +471,10 @@ fn knob_files_never_follow_the_users_symlinks_into_roots_files() {
     assert_eq!(read(&work.join("config.py")), "BATCH = 8\n");
 }
 
-/// 7a. The metrics textfile's temporary file is always new: nobody's links planted at its
-///     names (in nobody's directory, given on root's command line) are never written through.
+/// 7a. The metrics textfile in a directory nobody can write: on root's own command line it is
+///     refused (nobody could plant a link there); for a job run as nobody it is written as
+///     nobody, its temporary file always new, so nobody's links planted at its names are never
+///     written through.
 #[test]
 fn the_metrics_textfile_never_writes_through_a_planted_link() {
     let Some(w) = World::new("the_metrics_textfile_never_writes_through_a_planted_link") else {
@@ -480,42 +482,49 @@ fn the_metrics_textfile_never_writes_through_a_planted_link() {
     };
     let promdir = w.nobody_dir("promdir");
     let victim = w.root_file("victim2", "root's victim2\n");
-    let hold = w.path("hold");
-    nix::unistd::mkfifo(&hold, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
     let prom = promdir.join("x.prom");
+    let out = w.run(&["--metrics-textfile", prom.to_str().unwrap(), "--", "true"]);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("could redirect what oomguard writes there as root"),
+        "{stderr}"
+    );
+    assert!(!prom.exists());
+    // The same directory for a job of nobody's: used as nobody.
+    let hold = promdir.join("hold");
+    nix::unistd::mkfifo(&hold, nix::sys::stat::Mode::from_bits_truncate(0o666)).unwrap();
+    let job = w.root_job(
+        "rootjobs7",
+        &format!(
+            "user = \"nobody\"\ncommand = {}\n",
+            toml_list(&["sh", "-c", &format!("read line < {}", hold.display())])
+        ),
+    );
     let mut run = w
         .oomguard(&[
+            "--config",
+            job.to_str().unwrap(),
             "--metrics-textfile",
             prom.to_str().unwrap(),
             "--interval",
             "100ms",
             "--run-dir",
             w.path("run7").to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            &format!("read line < {}", hold.display()),
         ])
         .spawn()
         .unwrap();
     assert!(wait_until(Duration::from_secs(20), || prom.exists()));
+    assert_eq!(std::fs::metadata(&prom).unwrap().uid(), NOBODY);
     // The names oomguard's temporary file may take: as this build names it, and as builds
     // before it did.
     let pid = run.id();
     let mut names = vec![format!(".x.prom.{pid}.tmp")];
     names.extend((0..5).map(|n| format!(".x.prom.{pid}.{n}.tmp")));
     for name in &names {
-        let status = as_nobody(
-            "ln",
-            &[
-                "-s",
-                victim.to_str().unwrap(),
-                promdir.join(name).to_str().unwrap(),
-            ],
-        )
-        .status()
-        .unwrap();
-        assert!(status.success());
+        let link = promdir.join(name);
+        let args = ["-s", victim.to_str().unwrap(), link.to_str().unwrap()];
+        assert!(as_nobody("ln", &args).status().unwrap().success());
     }
     let planted = std::fs::metadata(&prom).unwrap().ino();
     assert!(
@@ -535,8 +544,9 @@ fn the_metrics_textfile_never_writes_through_a_planted_link() {
     assert!(read(&prom).contains("oomguard"));
 }
 
-/// 7b. A run directory holding a hooks.log is refused: a link planted there never makes root
-///     append to root's file.
+/// 7b. A run directory nobody can write: on root's own command line it is refused, whatever
+///     nobody planted there (here `hooks.log`, a link to root's file); for a job of nobody's it
+///     is used as nobody, and a `hooks.log` already there makes it refused like a summary.json.
 #[test]
 fn a_run_directory_with_a_planted_hooks_log_is_refused() {
     let Some(w) = World::new("a_run_directory_with_a_planted_hooks_log_is_refused") else {
@@ -544,33 +554,79 @@ fn a_run_directory_with_a_planted_hooks_log_is_refused() {
     };
     let nrun = w.nobody_dir("nrun");
     let victim = w.root_file("victim3", "root's victim3\n");
-    let status = as_nobody(
-        "ln",
-        &[
-            "-s",
-            victim.to_str().unwrap(),
-            nrun.join("hooks.log").to_str().unwrap(),
-        ],
-    )
-    .status()
-    .unwrap();
-    assert!(status.success());
+    let log = nrun.join("hooks.log");
+    let args = ["-s", victim.to_str().unwrap(), log.to_str().unwrap()];
+    assert!(as_nobody("ln", &args).status().unwrap().success());
     let marker = w.path("nobody/ran");
-    let out = w.run(&[
-        "--run-dir",
-        nrun.to_str().unwrap(),
-        "--on-exit",
-        "echo appended-by-hook",
-        "--",
-        "sh",
-        "-c",
-        &format!("touch {}", marker.display()),
-    ]);
+    let touch = format!("touch {}", marker.display());
+    let hook = ["--on-exit", "echo appended-by-hook"];
+    let mut args = vec!["--run-dir", nrun.to_str().unwrap()];
+    args.extend_from_slice(&hook);
+    args.extend_from_slice(&["--", "sh", "-c", &touch]);
+    let out = w.run(&args);
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("hooks.log"), "{stderr}");
+    assert!(
+        stderr.contains("could redirect what oomguard writes there as root"),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "the job started");
+    // For nobody's job, the directory is nobody's: the planted log refuses it.
+    let job = w.root_job(
+        "rootjobs7b",
+        &format!(
+            "user = \"nobody\"\ncommand = {}\n",
+            toml_list(&["sh", "-c", &touch])
+        ),
+    );
+    let mut args = vec![
+        "--config",
+        job.to_str().unwrap(),
+        "--run-dir",
+        nrun.to_str().unwrap(),
+    ];
+    args.extend_from_slice(&hook);
+    let out = w.run(&args);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("already holds hooks.log"), "{stderr}");
     assert!(!marker.exists(), "the job started");
     assert_eq!(read(&victim), "root's victim3\n");
+}
+
+/// 7c. A run directory root would make below a directory nobody can write (a link nobody could
+///     plant there beforehand, `oomguard-runs -> /etc/logrotate.d`, would have root write the
+///     job's output into root's directory) is refused before anything starts; so is a state
+///     directory there.
+#[test]
+fn a_place_below_a_directory_another_user_can_write_is_refused() {
+    let Some(w) = World::new("a_place_below_a_directory_another_user_can_write_is_refused") else {
+        return;
+    };
+    let parent = w.nobody_dir("nparent");
+    let link = parent.join("oomguard-runs");
+    let root_only = w.root_only();
+    let args = ["-s", root_only.to_str().unwrap(), link.to_str().unwrap()];
+    assert!(as_nobody("ln", &args).status().unwrap().success());
+    let marker = w.path("attempted");
+    let touch = format!("touch {}", marker.display());
+    for flag in ["--run-dir", "--state-dir"] {
+        let place = link.join("run");
+        let out = w.run(&[flag, place.to_str().unwrap(), "--", "sh", "-c", &touch]);
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {stderr}");
+        assert!(stderr.contains(&parent.display().to_string()), "{stderr}");
+        assert!(stderr.contains("is owned by uid 65534"), "{stderr}");
+        assert!(!marker.exists(), "{flag}: the job started");
+    }
+    let in_root: Vec<_> = std::fs::read_dir(w.root_only())
+        .unwrap()
+        .flatten()
+        .collect();
+    assert!(
+        in_root.is_empty(),
+        "root wrote into its own directory: {in_root:?}"
+    );
 }
 
 /// Without root, a job file naming another user is refused as before; the wording for a file
@@ -617,61 +673,32 @@ fn doctor_says_whom_a_job_files_hooks_and_edits_run_as() {
     assert!(stdout.contains("nobody can write the job file"), "{stdout}");
 }
 
-/// 7c. A run directory given on root's command line inside a directory nobody can write: nobody
-///     replacing it by a link to root's directory mid-run never sends a later file there (every
-///     file is reached through the directory as first opened).
+/// A workdir the job's user cannot reach is not entered for them by root (the job would inherit
+/// it as its working directory).
 #[test]
-fn a_run_directory_swapped_for_a_link_mid_run_keeps_its_files_where_they_were() {
-    let Some(w) =
-        World::new("a_run_directory_swapped_for_a_link_mid_run_keeps_its_files_where_they_were")
-    else {
+fn a_workdir_the_user_cannot_reach_is_refused() {
+    let Some(w) = World::new("a_workdir_the_user_cannot_reach_is_refused") else {
         return;
     };
-    let parent = w.nobody_dir("nparent");
-    let run_dir = parent.join("run");
-    let hold = w.path("hold");
-    nix::unistd::mkfifo(&hold, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-    let marker = w.path("attempted");
-    let job = format!(
-        "if [ ! -e {m} ]; then touch {m}; read l < {h}; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1; fi",
-        m = marker.display(),
-        h = hold.display()
+    let hidden = w.root_only().join("project");
+    std::fs::create_dir(&hidden).unwrap();
+    chmod(&hidden, 0o777);
+    let job = w.root_job(
+        "rootjobs8",
+        &format!(
+            "user = \"nobody\"\nworkdir = \"{}\"\ncommand = [\"sh\", \"-c\", \"ls > listing\"]\n",
+            hidden.display()
+        ),
     );
-    let mut run = w
-        .oomguard(&[
-            "--run-dir",
-            run_dir.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            &job,
-            "sh",
-            "--batch_size",
-            "8",
-        ])
-        .spawn()
-        .unwrap();
-    assert!(wait_until(Duration::from_secs(20), || marker.exists()));
-    let moved = parent.join("moved");
-    let (run_dir, moved_s) = (run_dir.to_str().unwrap(), moved.to_str().unwrap());
-    assert!(as_nobody("mv", &[run_dir, moved_s])
-        .status()
-        .unwrap()
-        .success());
-    let root_only = w.root_only();
-    let link = ["-s", root_only.to_str().unwrap(), run_dir];
-    assert!(as_nobody("ln", &link).status().unwrap().success());
-    util::release_fifo(&hold);
-    assert_eq!(run.wait().unwrap().code(), Some(0));
-    let in_root: Vec<_> = std::fs::read_dir(w.root_only())
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
+    let out = w.run(&["--config", job.to_str().unwrap()]);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        in_root.is_empty(),
-        "root wrote into its own directory: {in_root:?}"
+        stderr.contains("cannot enter the job file's workdir"),
+        "{stderr}"
     );
-    assert!(moved.join("attempt-2.log").exists());
-    assert!(moved.join("summary.json").exists());
+    assert!(
+        !hidden.join("listing").exists(),
+        "the job ran in root's directory"
+    );
 }
