@@ -446,6 +446,7 @@ mod tests {
             state,
             attempt: 2,
             knobs: KnobValues(vec![("batch".into(), json!(4))]),
+            command: None,
             last_cause: Some("device_oom".into()),
             peaks: None,
             ended_at: None,
