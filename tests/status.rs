@@ -326,7 +326,7 @@ fn a_restarted_job_continues_with_the_values_of_the_attempt_its_killed_oomguard_
 fn killed_in_attempt_2(p: &Project) {
     let hold = p.sb.path("hold-a");
     let a = start_holding(
-        job(&p, "run-a", "0s", &[], "s['batch_size'] <= 4", Some(&hold)),
+        job(p, "run-a", "0s", &[], "s['batch_size'] <= 4", Some(&hold)),
         &hold,
     );
     assert_eq!(nightly(p)["knobs"], json!({"batch": 4, "accum": 2}));
