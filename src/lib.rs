@@ -926,8 +926,11 @@ async fn between_attempts(
         .and_then(|r| (!r.first).then_some(ladder.started));
     // The first look at the checkpoints as the attempt ends: the GPU wait counts towards the
     // interval over which their sizes must hold.
+    let cut = &end.writing_at_stop;
+    let mut cut_paths = Vec::new();
     let watch = settings.resume.as_ref().map(|resume| {
-        let files = resume.scan(since);
+        let (files, left_out) = resume::without_cut(resume.scan(since), cut);
+        cut_paths = left_out;
         resume::Watch::start(files, Instant::now(), settings.interval)
     });
     if let Some(signal) = wait_gpu_free(supervisor, attempt, &end.pids, timeout, report).await {
@@ -937,13 +940,15 @@ async fn between_attempts(
     let mut checkpoint = None;
     if let (Some(resume), Some(watch)) = (&settings.resume, watch) {
         let backoff_end = deadline_after(delay);
-        let pick = match settle(supervisor, report, resume, since, watch, backoff_end).await {
+        let looks = settle(supervisor, report, resume, since, cut, watch, backoff_end);
+        let pick = match looks.await {
             Ok(pick) => pick,
             Err(signal) => return Some(signal),
         };
         // The looks were part of the backoff: what is left of it follows.
         delay = backoff_end.saturating_duration_since(Instant::now());
-        checkpoint = Some(pick.clause(&resume.pattern, since.is_some()));
+        checkpoint =
+            Some(pick.clause(&resume.pattern, since.is_some()) + &resume::cut_clause(&cut_paths));
         ladder.resume_from = pick.chosen;
     }
     let changes = match next.hint {
@@ -999,6 +1004,7 @@ async fn settle(
     report: &Reporter,
     resume: &resume::Resume,
     newer_than: Option<SystemTime>,
+    cut: &HashSet<(u64, u64)>,
     mut watch: resume::Watch,
     backoff_end: Instant,
 ) -> Result<resume::Pick, Signal> {
@@ -1015,7 +1021,10 @@ async fn settle(
         if let Some(signal) = supervisor.pause(wait).await {
             return Err(signal);
         }
-        watch.look(resume.scan(newer_than), Instant::now());
+        watch.look(
+            resume::without_cut(resume.scan(newer_than), cut).0,
+            Instant::now(),
+        );
     }
     Ok(watch.pick())
 }
@@ -1028,7 +1037,17 @@ async fn resume_first(
     report: &Reporter,
 ) -> Result<Option<PathBuf>, Signal> {
     let watch = resume::Watch::start(resume.scan(None), Instant::now(), settings.interval);
-    let pick = settle(supervisor, report, resume, None, watch, Instant::now()).await?;
+    let none_cut = HashSet::new();
+    let pick = settle(
+        supervisor,
+        report,
+        resume,
+        None,
+        &none_cut,
+        watch,
+        Instant::now(),
+    )
+    .await?;
     report.say(&format!(
         "attempt 1: {}",
         pick.clause(&resume.pattern, false)
