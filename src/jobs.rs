@@ -519,7 +519,8 @@ impl JobStore {
     /// The file's bytes parsed; `None` when there is no file.
     fn read(&self) -> Result<Option<Result<JobMemory, Unusable>>, StoreError> {
         let path = self.path();
-        match fs::read(&path) {
+        // A FIFO or a device in its place must not hold up the run: refused at once.
+        match crate::fsutil::read_regular_capped(&path, crate::fsutil::SMALL_FILE_MAX_BYTES) {
             Ok(bytes) => Ok(Some(parse(&bytes))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(StoreError {

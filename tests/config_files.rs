@@ -377,6 +377,23 @@ fn a_bad_file_knob_is_one_line_and_nothing_starts() {
     }
 }
 
+/// A FIFO where the knob's file should be is one line and exit 2, at once: it used to wait for
+/// a writer forever.
+#[test]
+fn a_fifo_for_a_knob_file_is_refused_at_once() {
+    let p = Project::new();
+    let fifo = p.dir.join("configs/default.yaml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let out = util::output_within(&mut p.command(&[BATCH], &[], &[]), Duration::from_secs(60));
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("configs/default.yaml") && stderr.contains("a FIFO"),
+        "{stderr}"
+    );
+    assert!(!p.record().exists(), "the job ran");
+}
+
 /// `--dry-run` prints every attempt down the ladder and starts and writes nothing: no job, no
 /// run directory, no state, the file untouched.
 #[test]

@@ -762,7 +762,9 @@ impl Patcher {
         let read = || {
             // The times before our read touches the access time.
             let meta = std::fs::metadata(&target).map_err(io_err("read", &given))?;
-            let bytes = std::fs::read(&target).map_err(io_err("read", &given))?;
+            let bytes =
+                crate::fsutil::read_regular_capped(&target, crate::fsutil::SMALL_FILE_MAX_BYTES)
+                    .map_err(io_err("read", &given))?;
             let text = String::from_utf8(bytes).map_err(|_| PatchError::NotUtf8 {
                 path: given.clone(),
             })?;

@@ -113,8 +113,9 @@ impl<'a> Reader<'a> {
         if let Some(&i) = self.by_path.get(&canonical) {
             return Ok(i);
         }
-        let bytes = std::fs::read(&canonical)
-            .map_err(|e| fail(format!("cannot read config file {shown}: {e}")))?;
+        let bytes =
+            crate::fsutil::read_regular_capped(&canonical, crate::fsutil::SMALL_FILE_MAX_BYTES)
+                .map_err(|e| fail(format!("cannot read config file {shown}: {e}")))?;
         let text = String::from_utf8(bytes)
             .map_err(|_| fail(format!("config file {shown} is not UTF-8 text")))?;
         let in_command = argv::find_path(self.request.command, &canonical, self.request.cwd);
