@@ -473,6 +473,14 @@ fn the_patched_copy_keeps_everything_but_the_value_in_every_format() {
             "# settings\nclass TrainConfig:\n    name = \"run a\"\n    batch_size = 64  # per rank\n\n    lr = 3e-4\n",
             "# settings\nclass TrainConfig:\n    name = \"run a\"\n    batch_size = 32  # per rank\n\n    lr = 3e-4\n",
         ),
+        // A UTF-8 byte order mark first, which Python skips: the key is found, the mark kept.
+        ("bom.py", "BATCH", "\u{feff}BATCH = 64\n", "\u{feff}BATCH = 32\n"),
+        (
+            "bom_class.py",
+            "TrainConfig.batch_size",
+            "\u{feff}class TrainConfig:\n    batch_size = 64\n",
+            "\u{feff}class TrainConfig:\n    batch_size = 32\n",
+        ),
     ];
     for (name, key, text, want) in table {
         let p = Project::new();
