@@ -157,7 +157,7 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
             // its guard left patched must be read as the user has it, not as it was left.
             // (`--dry-run` writes nothing, so it reads the files as they are.)
             if args.dry_run.is_none() {
-                recover_patched_files(&report);
+                recover_patched_files(args.state_dir.clone(), &report);
             }
             run_job(args.validate()?, report)
         }
@@ -225,7 +225,8 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         print!("{}", dry_run::plan(&settings, cause));
         return Ok(0);
     }
-    let state_dir = report::state_dir();
+    // The backups of patched files go with the job memory: `--state-dir` where given.
+    let state_dir = settings.job.state_dir.clone();
     let metrics = start_metrics(&settings)?;
     let cgroup = cgroup_setup(settings.cgroup)?;
     let run_dir = RunDir::create(
@@ -281,8 +282,9 @@ fn run_job(settings: RunSettings, report: Reporter) -> Result<i32, Error> {
 
 /// Files an oomguard killed together with its guard left patched come back, and the user hears
 /// so: before anything else, and before any knob is read from them.
-fn recover_patched_files(report: &Reporter) {
-    if let Some(dir) = report::state_dir() {
+/// `state_dir`: `--state-dir`, where this run keeps its backups (else the default).
+fn recover_patched_files(state_dir: Option<PathBuf>, report: &Reporter) {
+    if let Some(dir) = state_dir.or_else(report::state_dir) {
         for line in knobs::patch::Patcher::recover(&dir) {
             report.warn(&line);
         }

@@ -58,6 +58,13 @@ impl Resume {
             pattern: pattern.to_string(),
             why: e.msg.to_string(),
         })?;
+        if pattern.trim().is_empty() {
+            // Valid as a glob, and matches nothing ever: the run would never resume.
+            return Err(ResumeError::Pattern {
+                pattern: pattern.to_string(),
+                why: "it is empty".to_string(),
+            });
+        }
         let to_error = |source| ResumeError::Flag {
             flag: flag.to_string(),
             source,
