@@ -394,6 +394,25 @@ fn a_fifo_for_a_knob_file_is_refused_at_once() {
     assert!(!p.record().exists(), "the job ran");
 }
 
+/// A value that is not a whole number is quoted as the file spells it: JSON's `6.4e1` reads
+/// as 64.0, and "`64`, not a whole number" would puzzle.
+#[test]
+fn a_non_integer_value_is_quoted_as_the_file_writes_it() {
+    let p = Project::new();
+    p.write(
+        "configs/train.json",
+        "{\"training\": {\"batch_size\": 6.4e1}}\n",
+    );
+    let out = p.run(
+        &["--batch-arg=configs/train.json:training.batch_size"],
+        &[],
+        &[],
+    );
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("`6.4e1`, not a whole number"), "{stderr}");
+}
+
 /// `--dry-run` prints every attempt down the ladder and starts and writes nothing: no job, no
 /// run directory, no state, the file untouched.
 #[test]

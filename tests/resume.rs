@@ -386,6 +386,11 @@ fn resume_flags_alone_are_usage_errors() {
             &["--resume-arg", "--resume", "--checkpoint", "ckpt/[.pt"],
             "--checkpoint `ckpt/[.pt` is not a valid glob",
         ),
+        // Valid as a glob, but it matches nothing, ever.
+        (
+            &["--resume-arg", "--resume", "--checkpoint", ""],
+            "--checkpoint `` is not a valid glob (it is empty)",
+        ),
         (
             &["--resume-arg", "--batch_size", "--checkpoint", "ckpt/*.pt"],
             "--resume-arg --batch_size is also the knob batch",
