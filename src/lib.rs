@@ -1085,10 +1085,17 @@ fn earlier_runs(job: &jobs::JobRun, knobs: &KnobSet) -> Vec<(Vec<Value>, fit::Ev
 
 /// The numbers of an attempt the fit reads.
 fn observed<'a>(settings: &RunSettings, cause: Cause, end: &'a AttemptEnd) -> fit::Observed<'a> {
+    // `--memory-max`, else the limit that killed the attempt further up (a Slurm job's, a
+    // unit's: the kernel's counter there moved), also with `--no-cgroup`.
+    let chain_limit_bytes = || {
+        let kill = end.kernel.cgroup_chain_kill.as_ref()?;
+        kill.limit.as_ref().map(|(_, bytes)| *bytes)
+    };
     let cgroup_limit_bytes = match settings.cgroup {
         config::CgroupPlan::Required(limits) => limits.memory_max_bytes,
         _ => None,
-    };
+    }
+    .or_else(chain_limit_bytes);
     fit::Observed {
         cause: Some(cause),
         tail: &end.tail,
