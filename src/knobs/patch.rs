@@ -359,15 +359,7 @@ impl FileLock {
         run_dir: &Path,
         journal: Option<&Path>,
     ) -> Result<Result<FileLock, Owner>, PatchError> {
-        let parent = canonical.parent().unwrap_or(Path::new("/"));
-        let meta = std::fs::metadata(parent).map_err(io_err("read", canonical))?;
-        let name = format!(
-            "{:x}-{:x}-{:016x}-{}.lock",
-            meta.dev(),
-            meta.ino(),
-            crate::fsutil::Fnv64::of(canonical.file_name().unwrap_or_default().as_bytes()),
-            readable(canonical)
-        );
+        let name = FileLock::name(canonical).map_err(io_err("read", canonical))?;
         let mut held = Vec::new();
         for dir in FILE_LOCK_DIRS {
             let dir = Path::new(dir);
@@ -386,6 +378,17 @@ impl FileLock {
             };
             if Some(left.as_path()) == journal || !left.exists() {
                 continue; // ours is finished by the caller; a gone one was finished already
+            }
+            if !trusted_journal(path, &left) {
+                return Err(PatchError::LeftPatched {
+                    path: canonical.to_path_buf(),
+                    journal: left,
+                    detail: "the entry is not this user's".to_string(),
+                });
+            }
+            let names_this_file = load_journal(&left).is_ok_and(|j| j.path.as_path() == canonical);
+            if !names_this_file {
+                continue; // a stale or foreign name: not this file's patch
             }
             match restore_entry(&left, Duration::ZERO) {
                 Ok(Some(line)) => tracing::warn!("{line}"),
@@ -411,6 +414,19 @@ impl FileLock {
         Ok(Ok(lock))
     }
 
+    /// `<parent's device>-<parent's inode>-<name hash>-<readable name>.lock`.
+    fn name(canonical: &Path) -> io::Result<String> {
+        let parent = canonical.parent().unwrap_or(Path::new("/"));
+        let meta = std::fs::metadata(parent)?;
+        Ok(format!(
+            "{:x}-{:x}-{:016x}-{}.lock",
+            meta.dev(),
+            meta.ino(),
+            crate::fsutil::Fnv64::of(canonical.file_name().unwrap_or_default().as_bytes()),
+            readable(canonical)
+        ))
+    }
+
     /// Finishes the entries that the machine-wide locks of dead owners name: an oomguard with
     /// another state directory left them. An entry this user cannot read is another user's to
     /// finish (their next start does it, and whoever patches that file is refused meanwhile).
@@ -427,6 +443,9 @@ impl FileLock {
                 let Some(journal) = read_owner(&path).journal else {
                     continue; // a copy's claim, or one with nothing to undo
                 };
+                if !trusted_journal(&path, &journal) {
+                    continue; // another user's to finish (or someone's forgery)
+                }
                 let Ok(TryLock::Taken(lock)) = EntryLock::try_take_in(&path, true) else {
                     continue; // its owner lives
                 };
@@ -459,6 +478,20 @@ impl FileLock {
     }
 }
 
+/// Whether the journal entry a machine-wide lock names may be acted on by us: the lock file,
+/// the entry and its directory are all our own user's. Anyone can write a lock file there naming
+/// any entry; an entry another user wrote names what they like as the file and its backup.
+fn trusted_journal(lock_path: &Path, journal: &Path) -> bool {
+    let me = nix::unistd::geteuid().as_raw();
+    let ours = |path: &Path, dir: bool| {
+        std::fs::symlink_metadata(path)
+            .is_ok_and(|m| m.uid() == me && if dir { m.is_dir() } else { m.is_file() })
+    };
+    ours(lock_path, false)
+        && ours(journal, false)
+        && journal.parent().is_some_and(|dir| ours(dir, true))
+}
+
 /// Makes `dir` (sticky and writable by all, as /tmp: every user's oomguard locks there) unless
 /// it is there; false when it cannot be used (no parent, not a directory, a symlink).
 fn shared_dir(dir: &Path) -> bool {
@@ -480,7 +513,21 @@ fn shared_dir(dir: &Path) -> bool {
 
 /// The owner a held lock file names, or PID 0 and an empty run dir if it names none yet.
 fn read_owner(lock_path: &Path) -> Owner {
-    let text = std::fs::read(lock_path).unwrap_or_default();
+    // In the machine-wide place anyone may have put anything there: no symlink followed, a
+    // regular file only, a few lines at most.
+    let text = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(lock_path)
+        .and_then(|file| {
+            if !file.metadata()?.is_file() {
+                return Ok(Vec::new());
+            }
+            let mut text = Vec::new();
+            io::Read::read_to_end(&mut io::Read::take(file, 8192), &mut text)?;
+            Ok(text)
+        })
+        .unwrap_or_default();
     let mut lines = text.split(|&b| b == b'\n');
     let pid = lines
         .next()
@@ -1865,5 +1912,56 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), YAML.as_bytes());
         assert_eq!(restore_entry(&journal, Duration::ZERO).unwrap(), None);
         assert!(restore_entry(Path::new("/nowhere/x.txt"), Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn a_lock_naming_another_users_entry_is_refused_and_never_acted_on() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED a_lock_naming_another_users_entry_is_refused_and_never_acted_on: needs root to give a file to nobody");
+            return;
+        }
+        let s = Scene::new();
+        let path = s.file("default.yaml", YAML);
+        // A forged entry: it says the file's original is other text, and it is nobody's.
+        let evil = s._tmp.path().join("evil/patches");
+        std::fs::create_dir_all(&evil).unwrap();
+        let backup = evil.join("k.orig");
+        std::fs::write(&backup, "owned: true\n").unwrap();
+        let journal = Journal {
+            version: JOURNAL_VERSION,
+            mode: Mode::InPlace,
+            path: std::fs::canonicalize(&path).unwrap(),
+            backup: Some(backup),
+            copy: None,
+            owner_pid: 1 << 30,
+            run_dir: s.run.clone(),
+            original: FileStat::of(&std::fs::metadata(&path).unwrap()),
+            written: vec![YAML.to_string()],
+        };
+        let entry = evil.join("k.json");
+        std::fs::write(&entry, serde_json::to_vec(&journal).unwrap()).unwrap();
+        std::os::unix::fs::chown(&entry, Some(65534), Some(65534)).unwrap();
+        let name = FileLock::name(&std::fs::canonicalize(&path).unwrap()).unwrap();
+        let locks: Vec<PathBuf> = FILE_LOCK_DIRS
+            .iter()
+            .map(Path::new)
+            .filter(|d| shared_dir(d))
+            .map(|d| d.join(&name))
+            .collect();
+        for lock in &locks {
+            std::fs::write(lock, format!("1\n/run\n{}\n", entry.display())).unwrap();
+        }
+        assert!(Patcher::recover(&s.state).is_empty());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), YAML);
+        let refused = s.open(&[(&path, Mode::InPlace)]);
+        for lock in &locks {
+            let _ = std::fs::remove_file(lock);
+        }
+        assert!(
+            matches!(refused, Err(PatchError::LeftPatched { .. })),
+            "{:?}",
+            refused.err()
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), YAML);
     }
 }
