@@ -354,7 +354,7 @@ fn a_bad_file_knob_is_one_line_and_nothing_starts() {
         ),
         (
             "configs/default.yaml:training.optimizer",
-            &["training.optimizer", "`adamw`", "whole number"],
+            &["training.optimizer", "`'adamw'`", "whole number"],
         ),
         (
             "env:OOMGUARD_TEST_NO_SUCH_VAR",

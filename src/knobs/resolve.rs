@@ -662,7 +662,7 @@ mod tests {
             ),
             (
                 "configs/default.yaml:training.lr",
-                &["training.lr", "`0.0003`", "not a whole number"],
+                &["training.lr", "`3e-4`", "not a whole number"],
             ),
             (
                 "configs/default.yaml:training.pin_memory",
