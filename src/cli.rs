@@ -171,8 +171,9 @@ pub struct RunArgs {
     /// directory]. Letters, digits, '.', '_' and '-'.
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
-    /// Where job memory is kept, as DIR/jobs/NAME.json [default: $XDG_STATE_HOME/oomguard,
-    /// i.e. ~/.local/state/oomguard].
+    /// Where job memory is kept, as DIR/jobs/NAME.json, and the backups of config files
+    /// patched in place, in DIR/patches/ [default: $XDG_STATE_HOME/oomguard, i.e.
+    /// ~/.local/state/oomguard].
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
     /// Start from the command's own knob values, not from what worked in the job's last run

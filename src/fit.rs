@@ -118,8 +118,9 @@ pub fn observe(o: &Observed) -> Option<Evidence> {
         }
         (Cause::OomKilled, _) => {
             let limit = o.cgroup_limit_bytes?;
-            // The kill came at the limit: the peak is at least the limit, whatever was sampled.
-            let peak = o.peak_cgroup_bytes?.max(limit);
+            // The kill came at the limit: the peak is at least the limit, whatever was sampled
+            // (without an attempt cgroup, the tree's own peak is what was sampled).
+            let peak = o.peak_cgroup_bytes.or(o.peak_host_bytes)?.max(limit);
             failure(Memory::Host, peak, (limit, "cgroup limit"))
         }
         _ => None,

@@ -2,12 +2,68 @@
 //! way in every build (std's hasher is not promised to), a file-name-safe rendering of a name a
 //! person should recognise, and the write-then-rename that replaces a file whole.
 //!
+//! Also the reading of a file someone else may have replaced: opened without blocking (a FIFO
+//! in its place must not hang oomguard), refused unless it is a regular file (`/dev/zero` behind
+//! a symlink never ends), and read up to a cap.
+//!
 //! It picks no names and no places; each caller decides where its files live and how its
 //! temporary file is made (unique in a user's run directory, private 0600 in the state dir).
 
 use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+
+/// The most oomguard reads of a config file (a knob's file) or of its own small records (job
+/// memory, summary.json): far above any real one, far below what would strain memory.
+pub const SMALL_FILE_MAX_BYTES: u64 = 64 << 20;
+
+/// Opens `path` for reading, refused unless it is a regular file (symlinks followed): the open
+/// does not wait for a FIFO's writer, and a FIFO, device or directory there is an
+/// `InvalidInput` error saying what it is. A missing file stays `NotFound`.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if kind.is_file() {
+        // Reads of a regular file never wait: O_NONBLOCK changes nothing for them.
+        return Ok(file);
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let what = if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a plain file"
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("it is {what}, not a regular file"),
+    ))
+}
+
+/// The bytes of the regular file at `path` ([`open_regular`]), refused (`InvalidData`) when
+/// longer than `max_bytes`: a file grown without bound is not read into memory.
+pub fn read_regular_capped(path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
+    let file = open_regular(path)?;
+    let mut bytes = Vec::new();
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("it is larger than {max_bytes} bytes"),
+        ));
+    }
+    Ok(bytes)
+}
 
 /// 64-bit FNV-1a. Its values end up in file names other oomguard builds must find again (job
 /// memory, patch locks), so it must never change.
@@ -97,6 +153,32 @@ mod tests {
         assert_eq!(file_safe("train v2.py", &['.']), "train_v2.py");
         assert_eq!(file_safe("train v2.py", &['-', '_']), "train_v2_py");
         assert_eq!(file_safe(&"é".repeat(50), &[]).len(), 40);
+    }
+
+    #[test]
+    fn only_regular_files_are_read_and_only_up_to_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, "12345").unwrap();
+        assert_eq!(read_regular_capped(&plain, 5).unwrap(), b"12345");
+        let err = read_regular_capped(&plain, 4).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        // A FIFO with no writer: refused at once, not waited on.
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let zero = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        for (path, what) in [
+            (&fifo, "a FIFO"),
+            (&zero, "a device"),
+            (&dir.path().to_path_buf(), "a directory"),
+        ] {
+            let err = read_regular_capped(path, 1 << 20).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+            assert!(err.to_string().contains(what), "{err}");
+        }
+        let missing = read_regular_capped(&dir.path().join("missing"), 1).unwrap_err();
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

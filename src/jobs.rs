@@ -281,6 +281,10 @@ pub struct CurrentRun {
     pub state: RunState,
     pub attempt: u32,
     pub knobs: KnobValues,
+    /// The run's command, knob values blanked ([`command_shape`]): a run continues this one
+    /// only with the same command (none: written by an older build, taken as the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
     /// The cause of the last attempt that ended in this run, as [`Cause::as_str`] spells it.
     #[serde(default)]
     pub last_cause: Option<String>,
@@ -550,7 +554,8 @@ impl JobStore {
     /// The file's bytes parsed; `None` when there is no file.
     fn read(&self) -> Result<Option<Result<JobMemory, Unusable>>, StoreError> {
         let path = self.path();
-        match fs::read(&path) {
+        // A FIFO or a device in its place must not hold up the run: refused at once.
+        match crate::fsutil::read_regular_capped(&path, crate::fsutil::SMALL_FILE_MAX_BYTES) {
             Ok(bytes) => Ok(Some(parse(&bytes))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(StoreError {
@@ -610,6 +615,7 @@ impl JobStore {
             .create(true)
             .truncate(false)
             .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| fail("open the job lock", e))?;
         loop {
@@ -785,9 +791,16 @@ pub fn start_from(last: &LastSuccess, knobs: &KnobSet) -> Option<Start> {
 
 /// The first attempt continues `run`, whose oomguard died mid-run: every knob takes the value
 /// of the attempt that was in progress (running, or about to start after a backoff), which the
-/// dead run had already stepped down to. `None` when the knobs are not the same names, or a
-/// value is not of the knob's type (the command changed).
-pub fn continue_from(run: &CurrentRun, knobs: &KnobSet) -> Option<Start> {
+/// dead run had already stepped down to. `None` when the command (`shape`, as
+/// [`command_shape`] makes it) is not the dead run's, the knobs are not the same names, or a
+/// value is not of the knob's type (the command changed). As for [`start_from`], the command
+/// stays the authority: an integer knob never starts above the command's own value (an admin
+/// who lowered the batch after a crash gets the lower one), and a partner is then computed from
+/// the command's values.
+pub fn continue_from(run: &CurrentRun, knobs: &KnobSet, shape: &[String]) -> Option<Start> {
+    if run.command.as_ref().is_some_and(|theirs| theirs != shape) {
+        return None;
+    }
     let same_names = run.knobs.0.len() == knobs.knobs.len()
         && knobs
             .knobs
@@ -807,6 +820,21 @@ pub fn continue_from(run: &CurrentRun, knobs: &KnobSet) -> Option<Start> {
             return None;
         }
         values.push(value);
+    }
+    for (i, knob) in knobs.knobs.iter().enumerate() {
+        let (Moves::Step { .. }, Value::Int(theirs), Value::Int(command)) =
+            (&knob.rule.moves, &values[i], &original[i])
+        else {
+            continue;
+        };
+        if theirs <= command {
+            continue;
+        }
+        let new = *command;
+        values[i] = Value::Int(new);
+        if let Some(p) = knob.rule.partner {
+            values[p] = policy::keep_product(&original[i], &original[p], new).0;
+        }
     }
     let changed = (0..values.len())
         .filter(|&i| !values[i].same(&original[i]))
@@ -896,7 +924,17 @@ impl JobRun {
         if settings.fresh {
             return run;
         }
-        if let Some(start) = died.and_then(|last| continue_from(&last, knobs)) {
+        let continued = died.as_ref().and_then(|last| {
+            let start = continue_from(last, knobs, &settings.command);
+            if start.is_none() {
+                report.say(&format!(
+                    "the job's last run (oomguard {}, {}) died during attempt {} with another command: not continuing it",
+                    last.process.pid, last.run_dir, last.attempt
+                ));
+            }
+            start
+        });
+        if let Some(start) = continued {
             let StartFrom::Interrupted {
                 attempt,
                 pid,
@@ -1045,6 +1083,7 @@ impl JobRun {
             state,
             attempt,
             knobs: KnobValues::default(),
+            command: Some(self.settings.command.clone()),
             last_cause: None,
             peaks: None,
             ended_at: None,
@@ -1325,6 +1364,7 @@ mod tests {
                     .map(|(n, v)| (n.to_string(), v.clone()))
                     .collect(),
             ),
+            command: None,
             last_cause: Some("device_oom".into()),
             peaks: None,
             ended_at: None,
@@ -1370,11 +1410,35 @@ mod tests {
                 &[("batch", json!("two")), ("accum", json!(4))],
                 None,
             ),
+            // Never above the command's own values: a command lowered after the crash wins,
+            // its partner taken from the command.
+            (
+                "t.py --batch_size 4 --grad_accum 2",
+                &[("batch", json!(64)), ("accum", json!(1))],
+                Some((4, 2)),
+            ),
+            (
+                "t.py --batch_size 4 --grad_accum 3",
+                &[("batch", json!(16)), ("accum", json!(1))],
+                Some((4, 3)),
+            ),
         ];
         for (command, knobs, want) in table {
             let command = argv(command);
             let set = knobs_of(&command, 1);
-            let start = continue_from(&dead_run(knobs), &set);
+            let shape: Vec<String> = command_shape(&command, &set)
+                .iter()
+                .map(|t| t.to_string_lossy().into_owned())
+                .collect();
+            let mut dead = dead_run(knobs);
+            let start = continue_from(&dead, &set, &shape);
+            // The same run with its command recorded continues the same; another command
+            // (a flag more) does not continue at all.
+            dead.command = Some(shape.clone());
+            assert_eq!(continue_from(&dead, &set, &shape), start, "{command:?}");
+            let mut other = shape.clone();
+            other.extend(["--other_model".to_string(), "big".to_string()]);
+            assert_eq!(continue_from(&dead, &set, &other), None, "{command:?}");
             let got = start.as_ref().map(|s| {
                 (
                     set.int_of("batch", &s.values).unwrap(),

@@ -160,7 +160,7 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
             // its guard left patched must be read as the user has it, not as it was left.
             // (`--dry-run` writes nothing, so it reads the files as they are.)
             if args.dry_run.is_none() {
-                recover_patched_files(&report);
+                recover_patched_files(args.state_dir.clone(), &report);
             }
             run_job(args.validate()?, report)
         }
@@ -229,7 +229,8 @@ fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         print!("{}", dry_run::plan(&settings, cause));
         return Ok(0);
     }
-    let state_dir = report::state_dir();
+    // The backups of patched files go with the job memory: `--state-dir` where given.
+    let state_dir = settings.job.state_dir.clone();
     let metrics = start_metrics(&settings)?;
     let cgroup = cgroup_setup(settings.cgroup)?;
     let run_dir = RunDir::create(
@@ -238,10 +239,11 @@ fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         settings.run_dir_is_users,
     )
     .map_err(Error::RunDir)?;
-    let mut files = match settings
-        .knobs
-        .open_files(state_dir.as_deref(), run_dir.path())
-    {
+    let mut files = match settings.knobs.open_files(
+        state_dir.as_deref(),
+        run_dir.path(),
+        settings.job.state_dir_is_users,
+    ) {
         Ok(files) => files,
         Err(e) => {
             run_dir.discard();
@@ -286,8 +288,18 @@ fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error> {
 
 /// Files an oomguard killed together with its guard left patched come back, and the user hears
 /// so: before anything else, and before any knob is read from them.
-fn recover_patched_files(report: &Reporter) {
-    if let Some(dir) = report::state_dir() {
+/// `state_dir`: `--state-dir`, where this run keeps its backups (else the default).
+fn recover_patched_files(state_dir: Option<PathBuf>, report: &Reporter) {
+    if let Some(dir) = state_dir.or_else(report::state_dir) {
+        // As root, only a state directory nobody else could write: the job's user is not known
+        // yet, and root must not act in a place a user could point elsewhere. A user's own
+        // entries are finished by their file's lock before the file is read.
+        if !matches!(
+            runas::place_is_users(&dir, None, "state directory"),
+            Ok(false)
+        ) {
+            return;
+        }
         for line in knobs::patch::Patcher::recover(&dir) {
             report.warn(&line);
         }
@@ -957,8 +969,11 @@ async fn between_attempts(
         .and_then(|r| (!r.first).then_some(ladder.started));
     // The first look at the checkpoints as the attempt ends: the GPU wait counts towards the
     // interval over which their sizes must hold.
+    let cut = &end.writing_at_stop;
+    let mut cut_paths = Vec::new();
     let watch = settings.resume.as_ref().map(|resume| {
-        let files = resume.scan(since);
+        let (files, left_out) = resume::without_cut(resume.scan(since), cut);
+        cut_paths = left_out;
         resume::Watch::start(files, Instant::now(), settings.interval)
     });
     if let Some(signal) = wait_gpu_free(supervisor, attempt, &end.pids, timeout, report).await {
@@ -968,13 +983,15 @@ async fn between_attempts(
     let mut checkpoint = None;
     if let (Some(resume), Some(watch)) = (&settings.resume, watch) {
         let backoff_end = deadline_after(delay);
-        let pick = match settle(supervisor, report, resume, since, watch, backoff_end).await {
+        let looks = settle(supervisor, report, resume, since, cut, watch, backoff_end);
+        let pick = match looks.await {
             Ok(pick) => pick,
             Err(signal) => return Some(signal),
         };
         // The looks were part of the backoff: what is left of it follows.
         delay = backoff_end.saturating_duration_since(Instant::now());
-        checkpoint = Some(pick.clause(&resume.pattern, since.is_some()));
+        checkpoint =
+            Some(pick.clause(&resume.pattern, since.is_some()) + &resume::cut_clause(&cut_paths));
         ladder.resume_from = pick.chosen;
     }
     let changes = match next.hint {
@@ -1030,6 +1047,7 @@ async fn settle(
     report: &Reporter,
     resume: &resume::Resume,
     newer_than: Option<SystemTime>,
+    cut: &HashSet<(u64, u64)>,
     mut watch: resume::Watch,
     backoff_end: Instant,
 ) -> Result<resume::Pick, Signal> {
@@ -1046,7 +1064,10 @@ async fn settle(
         if let Some(signal) = supervisor.pause(wait).await {
             return Err(signal);
         }
-        watch.look(resume.scan(newer_than), Instant::now());
+        watch.look(
+            resume::without_cut(resume.scan(newer_than), cut).0,
+            Instant::now(),
+        );
     }
     Ok(watch.pick())
 }
@@ -1059,7 +1080,17 @@ async fn resume_first(
     report: &Reporter,
 ) -> Result<Option<PathBuf>, Signal> {
     let watch = resume::Watch::start(resume.scan(None), Instant::now(), settings.interval);
-    let pick = settle(supervisor, report, resume, None, watch, Instant::now()).await?;
+    let none_cut = HashSet::new();
+    let pick = settle(
+        supervisor,
+        report,
+        resume,
+        None,
+        &none_cut,
+        watch,
+        Instant::now(),
+    )
+    .await?;
     report.say(&format!(
         "attempt 1: {}",
         pick.clause(&resume.pattern, false)
@@ -1095,10 +1126,17 @@ fn earlier_runs(job: &jobs::JobRun, knobs: &KnobSet) -> Vec<(Vec<Value>, fit::Ev
 
 /// The numbers of an attempt the fit reads.
 fn observed<'a>(settings: &RunSettings, cause: Cause, end: &'a AttemptEnd) -> fit::Observed<'a> {
+    // `--memory-max`, else the limit that killed the attempt further up (a Slurm job's, a
+    // unit's: the kernel's counter there moved), also with `--no-cgroup`.
+    let chain_limit_bytes = || {
+        let kill = end.kernel.cgroup_chain_kill.as_ref()?;
+        kill.limit.as_ref().map(|(_, bytes)| *bytes)
+    };
     let cgroup_limit_bytes = match settings.cgroup {
         config::CgroupPlan::Required(limits) => limits.memory_max_bytes,
         _ => None,
-    };
+    }
+    .or_else(chain_limit_bytes);
     fit::Observed {
         cause: Some(cause),
         tail: &end.tail,

@@ -943,7 +943,15 @@ fn create_dirs(dir: &Path) -> Result<Vec<PathBuf>, RunDirError> {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(source) => {
                 remove_dirs(&made);
-                return Err(RunDirError::Create { path: d, source });
+                // The directory wanted, and which of its parents could not be made.
+                let source = match d == dir {
+                    true => source,
+                    false => io::Error::new(source.kind(), format!("{}: {source}", d.display())),
+                };
+                return Err(RunDirError::Create {
+                    path: dir.to_path_buf(),
+                    source,
+                });
             }
         }
     }

@@ -137,7 +137,13 @@ pub fn load(dir: &Path) -> Result<RunReport, ReportError> {
         });
     }
     let summary_path = dir.join("summary.json");
-    let text = match std::fs::read_to_string(&summary_path) {
+    let read =
+        crate::fsutil::read_regular_capped(&summary_path, crate::fsutil::SMALL_FILE_MAX_BYTES)
+            .and_then(|bytes| {
+                String::from_utf8(bytes)
+                    .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))
+            });
+    let text = match read {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(ReportError::NotRunDir {
@@ -187,7 +193,8 @@ fn for_chart(dir: &Path, summary_text: &str) -> Result<RunReport, String> {
 /// Streams `dir`'s samples.csv into `row`, line by line. It is optional: an attempt that died
 /// before its first tick has no rows.
 fn read_samples(dir: &Path, row: impl FnMut(Row)) {
-    if let Ok(file) = std::fs::File::open(dir.join("samples.csv")) {
+    // Streamed, so not capped; but a FIFO or a device there is no run's samples.
+    if let Ok(file) = crate::fsutil::open_regular(&dir.join("samples.csv")) {
         parse_samples(std::io::BufReader::new(file), row);
     }
 }

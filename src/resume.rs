@@ -3,7 +3,9 @@
 //! that is complete, and hand it to the job as `FLAG PATH`.
 //!
 //! "Complete" is judged from outside, as nothing else is known of the file's format: its size
-//! and modification time stayed the same for one `--interval`. A [`Watch`] keeps the looks at
+//! and modification time stayed the same for one `--interval`; and no process of the job had it
+//! open for writing when oomguard stopped the job's processes ([`without_cut`]: a file the stop
+//! cut short stops changing too). A [`Watch`] keeps the looks at
 //! the candidates and says how long to wait before the next one; it is pure (the caller lists
 //! the files with [`Resume::scan`] and does the waiting, during the backoff it waits anyway),
 //! so the rules are table-tested. Where the flag sits in the command, and how it is rewritten,
@@ -56,6 +58,13 @@ impl Resume {
             pattern: pattern.to_string(),
             why: e.msg.to_string(),
         })?;
+        if pattern.trim().is_empty() {
+            // Valid as a glob, and matches nothing ever: the run would never resume.
+            return Err(ResumeError::Pattern {
+                pattern: pattern.to_string(),
+                why: "it is empty".to_string(),
+            });
+        }
         let to_error = |source| ResumeError::Flag {
             flag: flag.to_string(),
             source,
@@ -148,6 +157,42 @@ impl Resume {
                 )
             })
             .collect()
+    }
+}
+
+/// `files` without those a process of the job had open for writing when oomguard stopped it
+/// (`cut`: device and inode, [`crate::supervise::AttemptEnd::writing_at_stop`]): the stop cut
+/// them short, and a cut file stops changing, so it would look complete. The paths left out
+/// come second.
+pub fn without_cut(
+    files: Vec<Candidate>,
+    cut: &std::collections::HashSet<(u64, u64)>,
+) -> (Vec<Candidate>, Vec<PathBuf>) {
+    use std::os::unix::fs::MetadataExt;
+    if cut.is_empty() {
+        return (files, Vec::new());
+    }
+    let (out, kept): (Vec<Candidate>, Vec<Candidate>) = files
+        .into_iter()
+        .partition(|c| std::fs::metadata(&c.path).is_ok_and(|m| cut.contains(&(m.dev(), m.ino()))));
+    (kept, out.into_iter().map(|c| c.path).collect())
+}
+
+/// The relaunch line's note on the files [`without_cut`] left out, or nothing.
+pub fn cut_clause(cut: &[PathBuf]) -> String {
+    match cut {
+        [] => String::new(),
+        [one] => format!(
+            " ({} was being written when oomguard stopped the job: not used)",
+            one.display()
+        ),
+        more => format!(
+            " ({} were being written when oomguard stopped the job: not used)",
+            more.iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 

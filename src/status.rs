@@ -233,7 +233,7 @@ pub fn collect(state_dir: &Path) -> (Vec<JobStatus>, Vec<String>) {
     paths.sort();
     let mut jobs = Vec::new();
     for path in paths {
-        let parsed = fs::read(&path)
+        let parsed = crate::fsutil::read_regular_capped(&path, crate::fsutil::SMALL_FILE_MAX_BYTES)
             .map_err(|e| e.to_string())
             .and_then(|bytes| {
                 jobs::parse(&bytes).map_err(|why| match why {
@@ -446,6 +446,7 @@ mod tests {
             state,
             attempt: 2,
             knobs: KnobValues(vec![("batch".into(), json!(4))]),
+            command: None,
             last_cause: Some("device_oom".into()),
             peaks: None,
             ended_at: None,

@@ -146,6 +146,43 @@ pub struct AttemptEnd {
     pub sigkilled_descendant: Option<u32>,
     /// Why oomguard stopped the job for going quiet, if it did.
     pub quiet_stop: Option<QuietStop>,
+    /// The files (device, inode) a process of the job had open for writing when oomguard
+    /// stopped it (its leftovers after the main process ended, or the job on a soft bound or
+    /// going quiet): a checkpoint among them was cut short and is never resumed from.
+    pub writing_at_stop: HashSet<(u64, u64)>,
+}
+
+/// The files (device, inode) that `pids` hold open for writing, from `/proc/PID/fd` and the
+/// access mode in `/proc/PID/fdinfo` (`flags:` octal; O_WRONLY 1, O_RDWR 2). Pipes and sockets
+/// are files too; they never match a checkpoint, so they are not told apart.
+pub fn open_for_writing(pids: &[u32]) -> HashSet<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut files = HashSet::new();
+    for pid in pids {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue; // gone, or not ours to read
+        };
+        for fd in fds.filter_map(Result::ok) {
+            let flags = std::fs::read_to_string(format!(
+                "/proc/{pid}/fdinfo/{}",
+                fd.file_name().to_string_lossy()
+            ))
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix("flags:"))
+                    .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+            });
+            if flags.is_some_and(|f| f & 0o3 != 0) {
+                if let Ok(meta) = std::fs::metadata(fd.path()) {
+                    if meta.is_file() {
+                        files.insert((meta.dev(), meta.ino()));
+                    }
+                }
+            }
+        }
+    }
+    files
 }
 
 /// The user asked the job to stop (SIGINT, SIGTERM, SIGHUP or SIGQUIT to oomguard).
@@ -415,6 +452,8 @@ struct AttemptState {
     quiet_stop: Option<QuietStop>,
     /// The Slurm steps of the job's `srun`s.
     steps: SrunSteps,
+    /// See [`AttemptEnd::writing_at_stop`].
+    writing_at_stop: HashSet<(u64, u64)>,
 }
 
 /// The Slurm step each of the job's `srun` processes launched, and the steps' memory cgroups on
@@ -456,6 +495,7 @@ impl AttemptState {
             quiet: QuietWatch::new(setup.quiet, Instant::now()),
             quiet_stop: None,
             steps: SrunSteps::default(),
+            writing_at_stop: HashSet::new(),
         }
     }
 }
@@ -973,6 +1013,7 @@ impl Supervisor {
                 "main process ended; stopping {} leftover process(es)",
                 alive.len()
             );
+            state.writing_at_stop.extend(open_for_writing(&alive));
             self.ask_to_stop(job, state, Signal::SIGTERM, true);
             state
                 .kill_at
@@ -1024,6 +1065,7 @@ impl Supervisor {
             stopping,
             observer,
         ) {
+            state.writing_at_stop.extend(open_for_writing(alive));
             self.ask_to_stop(job, state, Signal::SIGTERM, false);
             state
                 .kill_at
@@ -1060,6 +1102,9 @@ impl Supervisor {
             return;
         };
         observer.notice(&Notice::QuietStop(stop.clone()));
+        state
+            .writing_at_stop
+            .extend(open_for_writing(&self.job_processes()));
         self.ask_to_stop(job, state, Signal::SIGTERM, false);
         state
             .kill_at
@@ -1105,6 +1150,7 @@ impl Supervisor {
             pids: state.known,
             sigkilled_descendant: state.sigkilled_descendant,
             quiet_stop: state.quiet_stop,
+            writing_at_stop: state.writing_at_stop,
         }
     }
 

@@ -212,38 +212,55 @@ fn after_oomguard_and_its_guard_are_sigkilled_the_next_start_restores_the_file_f
 }
 
 /// The next run of the same job, after oomguard and its guard were both SIGKILLed with the file
-/// patched, reads the user's values (restored first), not the dead run's.
+/// patched, reads the user's values (restored first), not the dead run's; also when it keeps
+/// its state under another XDG_STATE_HOME (the system unit's and a shell's differ): the file's
+/// own lock names the dead run's journal entry.
 #[test]
 fn the_next_run_after_both_were_killed_starts_from_the_users_values() {
-    let (p, config) = project();
-    let hold = p.sb.path("hold");
-    let mut child = start_holding(&p, &hold, &[]);
-    let guard = guard_of(child.id());
-    kill(guard, Signal::SIGKILL);
-    assert!(wait_until(Duration::from_secs(10), || !alive(guard)));
-    kill(child.id(), Signal::SIGKILL);
-    child.wait().unwrap();
-    assert!(std::fs::read_to_string(&config)
-        .unwrap()
-        .contains("batch_size: 32"));
-    // A fresh record and run directory for the next run (the killed one's are the test's).
-    std::fs::remove_file(p.record()).unwrap();
-    std::fs::remove_dir_all(p.sb.run_dir()).unwrap();
-    let next = p.run(&[BATCH, ACCUM, "--fresh"], &[], &[]);
-    assert_eq!(next.status.code(), Some(0), "{}", stderr_of(&next));
-    assert_eq!(p.seen()[0]["training.batch_size"], json!(64));
-    assert_untouched(&config);
+    for other_state in [false, true] {
+        let (p, config) = project();
+        let hold = p.sb.path("hold");
+        let mut child = start_holding(&p, &hold, &[]);
+        let guard = guard_of(child.id());
+        kill(guard, Signal::SIGKILL);
+        assert!(wait_until(Duration::from_secs(10), || !alive(guard)));
+        kill(child.id(), Signal::SIGKILL);
+        child.wait().unwrap();
+        assert!(std::fs::read_to_string(&config)
+            .unwrap()
+            .contains("batch_size: 32"));
+        // A fresh record and run directory for the next run (the killed one's are the test's).
+        std::fs::remove_file(p.record()).unwrap();
+        std::fs::remove_dir_all(p.sb.run_dir()).unwrap();
+        let mut next = p.command(&[BATCH, ACCUM, "--fresh"], &[], &[]);
+        if other_state {
+            next.env("XDG_STATE_HOME", p.sb.path("state-b"));
+        }
+        let next = next.output().unwrap();
+        let stderr = stderr_of(&next);
+        assert_eq!(next.status.code(), Some(0), "{stderr}");
+        assert_eq!(
+            p.seen()[0]["training.batch_size"],
+            json!(64),
+            "other state dir: {other_state}: {stderr}"
+        );
+        assert_untouched(&config);
+        assert_nothing_beside(&p);
+    }
 }
 
+/// Refused whatever the second one's state directory: the lock is the file's, not the state
+/// directory's (two XDG_STATE_HOME used to let both patch, and leave the file at the first
+/// one's values with the original beside it).
 #[test]
 fn a_second_oomguard_patching_the_same_file_is_refused() {
-    let (p, config) = project();
-    let hold = p.sb.path("hold");
-    let first = start_holding(&p, &hold, &[]);
-    let run2 = p.sb.path("run2");
-    let script = util::fixture("situation_job.py");
-    let second =
-        p.sb.oomguard(&[
+    for other_state in [false, true] {
+        let (p, config) = project();
+        let hold = p.sb.path("hold");
+        let first = start_holding(&p, &hold, &[]);
+        let run2 = p.sb.path("run2");
+        let script = util::fixture("situation_job.py");
+        let mut second = p.sb.oomguard(&[
             "run",
             "--run-dir",
             run2.to_str().unwrap(),
@@ -252,22 +269,25 @@ fn a_second_oomguard_patching_the_same_file_is_refused() {
             "python3",
             &script,
             "rec",
-        ])
-        .current_dir(&p.dir)
-        .output()
-        .unwrap();
-    let stderr = stderr_of(&second);
-    assert_eq!(second.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains(&format!("oomguard {}", first.id())) && stderr.contains("default.yaml"),
-        "{stderr}"
-    );
-    assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(!p.sb.path("run2").exists(), "nothing created");
-    std::fs::write(&hold, "go\n").unwrap();
-    let out = first.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    assert_untouched(&config);
+        ]);
+        if other_state {
+            second.env("XDG_STATE_HOME", p.sb.path("state-b"));
+        }
+        let second = second.current_dir(&p.dir).output().unwrap();
+        let stderr = stderr_of(&second);
+        assert_eq!(second.status.code(), Some(2), "{other_state}: {stderr}");
+        assert!(
+            stderr.contains(&format!("oomguard {}", first.id())) && stderr.contains("default.yaml"),
+            "{stderr}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(!p.sb.path("run2").exists(), "nothing created");
+        std::fs::write(&hold, "go\n").unwrap();
+        let out = first.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        assert_untouched(&config);
+        assert_nothing_beside(&p);
+    }
 }
 
 #[test]
@@ -334,7 +354,7 @@ fn a_bad_file_knob_is_one_line_and_nothing_starts() {
         ),
         (
             "configs/default.yaml:training.optimizer",
-            &["training.optimizer", "`adamw`", "whole number"],
+            &["training.optimizer", "`'adamw'`", "whole number"],
         ),
         (
             "env:OOMGUARD_TEST_NO_SUCH_VAR",
@@ -355,6 +375,42 @@ fn a_bad_file_knob_is_one_line_and_nothing_starts() {
         assert!(!p.sb.run_dir().exists(), "{arg}: a run dir was made");
         assert_untouched(&config);
     }
+}
+
+/// A FIFO where the knob's file should be is one line and exit 2, at once: it used to wait for
+/// a writer forever.
+#[test]
+fn a_fifo_for_a_knob_file_is_refused_at_once() {
+    let p = Project::new();
+    let fifo = p.dir.join("configs/default.yaml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let out = util::output_within(&mut p.command(&[BATCH], &[], &[]), Duration::from_secs(60));
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("configs/default.yaml") && stderr.contains("a FIFO"),
+        "{stderr}"
+    );
+    assert!(!p.record().exists(), "the job ran");
+}
+
+/// A value that is not a whole number is quoted as the file spells it: JSON's `6.4e1` reads
+/// as 64.0, and "`64`, not a whole number" would puzzle.
+#[test]
+fn a_non_integer_value_is_quoted_as_the_file_writes_it() {
+    let p = Project::new();
+    p.write(
+        "configs/train.json",
+        "{\"training\": {\"batch_size\": 6.4e1}}\n",
+    );
+    let out = p.run(
+        &["--batch-arg=configs/train.json:training.batch_size"],
+        &[],
+        &[],
+    );
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("`6.4e1`, not a whole number"), "{stderr}");
 }
 
 /// `--dry-run` prints every attempt down the ladder and starts and writes nothing: no job, no
@@ -435,6 +491,14 @@ fn the_patched_copy_keeps_everything_but_the_value_in_every_format() {
             "TrainConfig.batch_size",
             "# settings\nclass TrainConfig:\n    name = \"run a\"\n    batch_size = 64  # per rank\n\n    lr = 3e-4\n",
             "# settings\nclass TrainConfig:\n    name = \"run a\"\n    batch_size = 32  # per rank\n\n    lr = 3e-4\n",
+        ),
+        // A UTF-8 byte order mark first, which Python skips: the key is found, the mark kept.
+        ("bom.py", "BATCH", "\u{feff}BATCH = 64\n", "\u{feff}BATCH = 32\n"),
+        (
+            "bom_class.py",
+            "TrainConfig.batch_size",
+            "\u{feff}class TrainConfig:\n    batch_size = 64\n",
+            "\u{feff}class TrainConfig:\n    batch_size = 32\n",
         ),
     ];
     for (name, key, text, want) in table {

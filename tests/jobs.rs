@@ -344,6 +344,61 @@ fn job_memory_that_cannot_be_used_costs_one_warning_and_never_stops_the_run() {
     }
 }
 
+/// A FIFO or a symlink to /dev/zero in place of the job's file used to hang oomguard before the
+/// job started (the read waited for a writer, or never ended): it is refused at once, one
+/// warning, and the run goes on; `oomguard status` says what is wrong with it.
+#[test]
+fn a_fifo_or_a_device_in_place_of_the_job_file_never_stops_the_run() {
+    type Block = fn(&Path);
+    let cases: [(Block, &str); 2] = [
+        (
+            |file| {
+                nix::unistd::mkfifo(file, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap()
+            },
+            "a FIFO",
+        ),
+        (
+            |file| std::os::unix::fs::symlink("/dev/zero", file).unwrap(),
+            "a device",
+        ),
+    ];
+    for (block, what) in cases {
+        let p = Project::new();
+        let state = p.sb.path("st");
+        std::fs::create_dir_all(state.join("jobs")).unwrap();
+        block(&state.join("jobs/jb.json"));
+        let state_arg = ["--name", "jb", "--state-dir", state.to_str().unwrap()];
+        let out = util::output_within(
+            &mut job(
+                &p,
+                "run-1",
+                &state_arg,
+                &["--batch_size", "8", "--grad_accum", "1"],
+                &[FITS],
+            ),
+            Duration::from_secs(60),
+        );
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(0), "{what}: {stderr}");
+        let warnings: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("oomguard: warning:"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{stderr}");
+        assert!(
+            warnings[0].contains("jb.json") && warnings[0].contains(what),
+            "{stderr}"
+        );
+        let status = util::output_within(
+            &mut p
+                .sb
+                .oomguard(&["status", "--state-dir", state.to_str().unwrap()]),
+            Duration::from_secs(60),
+        );
+        assert!(stderr_of(&status).contains(what), "{}", stderr_of(&status));
+    }
+}
+
 #[test]
 fn a_bad_name_is_refused_before_anything_starts() {
     let p = Project::new();

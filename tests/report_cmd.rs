@@ -261,6 +261,37 @@ fn report_of_what_is_not_a_run_directory_is_one_line_and_exit_2() {
     }
 }
 
+/// A FIFO in place of summary.json is refused at once (it used to wait for a writer forever);
+/// one in place of samples.csv leaves the report without samples.
+#[test]
+fn report_of_a_run_directory_with_a_fifo_for_a_file_does_not_hang() {
+    let sb = Sandbox::new();
+    let oom = corpus("cuda_oom__v2_0_cuda_OutOfMemoryError_max_split_size.txt");
+    run_job(&sb, &[], "text", Some(&oom), "2").unwrap();
+    let dir = sb.run_dir();
+    let fifo = |path: &Path| {
+        std::fs::remove_file(path).unwrap();
+        nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    };
+    fifo(&dir.join("samples.csv"));
+    let out = util::output_within(
+        &mut sb.oomguard(&["report", dir.to_str().unwrap()]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    fifo(&dir.join("summary.json"));
+    let out = util::output_within(
+        &mut sb.oomguard(&["report", dir.to_str().unwrap()]),
+        Duration::from_secs(60),
+    );
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("summary.json") && stderr.contains("a FIFO"),
+        "{stderr}"
+    );
+}
+
 /// Debian's `chromium`, or another headless-capable Chromium on PATH.
 fn chromium() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;

@@ -332,6 +332,40 @@ fn the_relaunch_waits_within_the_backoff_for_the_newest_to_be_complete() {
     );
 }
 
+/// A setsid saver still writing when the job dies is stopped with the job's leftovers; its file,
+/// cut short, stops changing and would look complete: it is never handed over.
+#[test]
+fn a_checkpoint_cut_short_by_stopping_the_leftovers_is_never_resumed_from() {
+    let sb = Sandbox::new();
+    let f = flags(&["--backoff", "1s", "--interval", "200ms"]);
+    let out = oomguard(
+        &sb,
+        &strs(&f),
+        BATCH,
+        &[("RESUME_WRITE", "1"), ("RESUME_SAVER", "epoch_1_99.pt")],
+    )
+    .output()
+    .unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let cut = std::fs::metadata(sb.path("ckpt/epoch_1_99.pt"))
+        .unwrap()
+        .len();
+    assert!(
+        cut < 4000,
+        "the saver was not cut short ({cut} bytes): {stderr}"
+    );
+    let runs = records(&sb.path("record"));
+    assert_eq!(runs.len(), 2, "{stderr}");
+    assert_eq!(runs[1]["resume"], "ckpt/epoch_1.pt", "{stderr}");
+    assert!(
+        stderr.contains(
+            "resuming from ckpt/epoch_1.pt (ckpt/epoch_1_99.pt was being written when oomguard stopped the job: not used)"
+        ),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn resume_flags_alone_are_usage_errors() {
     // (oomguard's flags, words of the refusal)
@@ -351,6 +385,11 @@ fn resume_flags_alone_are_usage_errors() {
         (
             &["--resume-arg", "--resume", "--checkpoint", "ckpt/[.pt"],
             "--checkpoint `ckpt/[.pt` is not a valid glob",
+        ),
+        // Valid as a glob, but it matches nothing, ever.
+        (
+            &["--resume-arg", "--resume", "--checkpoint", ""],
+            "--checkpoint `` is not a valid glob (it is empty)",
         ),
         (
             &["--resume-arg", "--batch_size", "--checkpoint", "ckpt/*.pt"],

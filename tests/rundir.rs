@@ -8,6 +8,57 @@ use std::path::Path;
 
 use util::{stderr_of, Sandbox};
 
+/// Without a home oomguard can write (HOME below /proc: not even root can make it), the default
+/// run directory cannot be made: the message names that directory, and the parent that failed,
+/// not only the parent. With `--state-dir` and `--run-dir` given, a run that patches a file in
+/// place needs no home at all: its backups go to the state directory.
+#[test]
+fn without_a_writable_home_the_messages_name_the_directory_and_state_dir_is_enough() {
+    let p = util::Project::new();
+    let home = "/proc/oomguard-no-home";
+    let out =
+        p.sb.oomguard(&["run", "--", "true"])
+            .env_remove("XDG_STATE_HOME")
+            .env("HOME", home)
+            .output()
+            .unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot create run directory {home}/.local/state/oomguard/runs: {home}: "
+        )),
+        "{stderr}"
+    );
+    let config = p.write("configs/default.yaml", "training:\n  batch_size: 64\n");
+    let state = p.sb.path("st");
+    let out = p
+        .command(
+            &[
+                "--state-dir",
+                state.to_str().unwrap(),
+                "--batch-arg=configs/default.yaml:training.batch_size",
+            ],
+            &[],
+            &[("JOB_FITS", "s['training.batch_size'] <= 32")],
+        )
+        .env_remove("XDG_STATE_HOME")
+        .env("HOME", home)
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(p.seen()[1]["training.batch_size"], 32, "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "training:\n  batch_size: 64\n"
+    );
+    assert!(
+        state.join("patches").is_dir(),
+        "the backups went to --state-dir"
+    );
+}
+
 /// A directory of the user's with files named like oomguard's: refused, nothing touched.
 #[test]
 fn a_run_dir_holding_files_oomguard_would_write_is_refused_untouched() {

@@ -30,6 +30,19 @@ fn job(
     fits: &str,
     hold: Option<&Path>,
 ) -> Command {
+    job_args(p, run, backoff, extra, fits, hold, &ARGS)
+}
+
+/// [`job`] with the job's own arguments `args` in place of [`ARGS`].
+fn job_args(
+    p: &Project,
+    run: &str,
+    backoff: &str,
+    extra: &[&str],
+    fits: &str,
+    hold: Option<&Path>,
+    args: &[&str],
+) -> Command {
     let script = fixture("situation_job.py");
     let record = p.record();
     let run_dir = p.sb.path(run);
@@ -48,7 +61,7 @@ fn job(
     ];
     all.extend_from_slice(extra);
     all.extend_from_slice(&["--", "python3", &script, record.to_str().unwrap()]);
-    all.extend_from_slice(&ARGS);
+    all.extend_from_slice(args);
     let mut cmd = p.sb.oomguard(&all);
     cmd.current_dir(&p.dir)
         .env_remove("PYTORCH_CUDA_ALLOC_CONF")
@@ -307,6 +320,58 @@ fn a_restarted_job_continues_with_the_values_of_the_attempt_its_killed_oomguard_
     let done = nightly(&p);
     assert_eq!(done["state"], "succeeded", "{done}");
     assert_eq!(done["run_dir"], p.sb.path("run-d").to_str().unwrap());
+}
+
+/// A run killed in attempt 2 (at batch 4, accum 2, stepped down from the command's 8, 1).
+fn killed_in_attempt_2(p: &Project) {
+    let hold = p.sb.path("hold-a");
+    let a = start_holding(
+        job(p, "run-a", "0s", &[], "s['batch_size'] <= 4", Some(&hold)),
+        &hold,
+    );
+    assert_eq!(nightly(p)["knobs"], json!({"batch": 4, "accum": 2}));
+    kill_oomguard(a, &hold);
+}
+
+#[test]
+fn a_dead_run_is_continued_never_above_the_commands_values() {
+    let p = Project::new();
+    killed_in_attempt_2(&p);
+    // The command now asks for batch 2: the dead attempt's 4 is above it, the command wins.
+    let out = job_args(
+        &p,
+        "run-b",
+        "0s",
+        &[],
+        "True",
+        None,
+        &["--batch_size", "2", "--grad_accum", "4"],
+    )
+    .output()
+    .unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(sizes(&p, "run-b"), [(2, 4)], "{stderr}");
+}
+
+#[test]
+fn a_dead_run_of_another_command_is_not_continued() {
+    let p = Project::new();
+    killed_in_attempt_2(&p);
+    // Same --name, a command with one more flag: not the dead run's job, it starts over.
+    let mut args = ARGS.to_vec();
+    args.extend(["--other_model", "big"]);
+    let out = job_args(&p, "run-b", "0s", &[], "s['batch_size'] <= 4", None, &args)
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(sizes(&p, "run-b"), [(8, 1), (4, 2)], "{stderr}");
+    assert!(
+        stderr.contains("died during attempt 2 with another command: not continuing it")
+            && !stderr.contains("continuing with"),
+        "{stderr}"
+    );
 }
 
 /// The variables a hook wrote, from `<dir>/<event>-<attempt>.json`.

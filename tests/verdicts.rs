@@ -320,3 +320,59 @@ fn without_root_a_kill_by_a_cgroup_limit_above_the_job_is_oom_killed() {
     );
     drop(cg);
 }
+
+/// With `--no-cgroup` inside a cgroup whose limit kills the attempt (a Slurm job's, here
+/// `job_<pid>` limited to 64 MiB), the relaunch is decided against that limit: the line names
+/// it, where it used to say the attempt left no limit to estimate from.
+#[test]
+fn with_no_cgroup_the_relaunch_uses_the_limit_above_that_killed_the_attempt() {
+    const SKIP: &str =
+        "SKIPPED with_no_cgroup_the_relaunch_uses_the_limit_above_that_killed_the_attempt";
+    if unsafe { nix::libc::geteuid() } != 0 {
+        eprintln!("{SKIP}: needs root to make the limited cgroup");
+        return;
+    }
+    let cg = match LimitedCgroup::new(&format!("job_{}", std::process::id()), 64 << 20) {
+        Ok(cg) => cg,
+        Err(why) => {
+            eprintln!("{SKIP}: {why}");
+            return;
+        }
+    };
+    let procs = std::ffi::CString::new(
+        cg.dir
+            .join("cgroup.procs")
+            .into_os_string()
+            .into_encoded_bytes(),
+    )
+    .unwrap();
+    let sb = Sandbox::new();
+    let alloc = fixture("alloc.py");
+    let mut cmd = sb.run(
+        &["--max-attempts", "2", "--no-cgroup"],
+        &["python3", &alloc, "--batch_size", "16", "--sample-mb", "16"],
+    );
+    // Between fork and exec: join the limited cgroup ("0" is the writer itself). Only
+    // async-signal-safe calls here: the test harness has other threads.
+    unsafe {
+        cmd.pre_exec(move || {
+            use nix::libc;
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    let stderr = stderr_of(&out);
+    let summary = sb.summary();
+    assert_eq!(summary["attempts"][0]["cause"], "oom_killed", "{stderr}");
+    let relaunch = stderr
+        .lines()
+        .find(|l| l.starts_with("oomguard: attempt 2 in"))
+        .unwrap_or_else(|| panic!("no relaunch line: {stderr}"));
+    assert!(relaunch.contains("limit 64.0 MiB"), "{relaunch}");
+    drop(cg);
+}

@@ -279,10 +279,14 @@ impl KnobSet {
     /// Claims the run's config files: a patched copy for those the command names, in-place
     /// patching (with a durable backup under `state_dir`) for the others. `None` when the run
     /// has no file knobs.
+    ///
+    /// `journal_as_user`: the state directory is the job's user's, so the entries are kept as
+    /// them ([`patch::Patcher::open_as`]).
     pub fn open_files(
         &self,
         state_dir: Option<&Path>,
         run_dir: &Path,
+        journal_as_user: bool,
     ) -> Result<Option<patch::Patcher>, patch::PatchError> {
         if self.files.is_empty() {
             return Ok(None);
@@ -305,7 +309,7 @@ impl KnobSet {
                 (f.path.clone(), mode)
             })
             .collect();
-        patch::Patcher::open(state_dir, run_dir, files).map(Some)
+        patch::Patcher::open_as(state_dir, run_dir, files, journal_as_user).map(Some)
     }
 
     /// Puts each file's text for the next attempt where the job reads it; returns the copies'

@@ -20,6 +20,11 @@
 //! beside it as `<file>.oomguard-original` (`.1`, `.2`, ... rather than overwrite), and a
 //! warning says so.
 //!
+//! The entry's lock is one state directory's; the file's own lock ([`FileLock`], in
+//! `/run/lock/oomguard` and `/tmp/oomguard-locks`) is every oomguard's, whatever its
+//! `XDG_STATE_HOME` or user: a second patcher is refused there, and the lock of a dead owner
+//! names its journal entry, which is finished before anyone reads the file as the original.
+//!
 //! What text to write is the caller's (the editors in [`crate::knobs::file`]); when to write,
 //! and printing the lines returned here, are the run loop's.
 
@@ -67,6 +72,12 @@ pub enum PatchError {
         path: PathBuf,
         pid: u32,
         run_dir: PathBuf,
+    },
+    #[error("{path} holds a patch left by an oomguard that died, and this one cannot undo it ({detail}): run oomguard as the user who owns {journal}, or put the file back from the backup that entry names, then delete the entry")]
+    LeftPatched {
+        path: PathBuf,
+        journal: PathBuf,
+        detail: String,
     },
     #[error("{path} is named twice among the files to patch: give each file one place")]
     Duplicate { path: PathBuf },
@@ -288,6 +299,8 @@ fn readable(path: &Path) -> String {
 struct Owner {
     pid: u32,
     run_dir: PathBuf,
+    /// In a file's machine-wide lock: the journal entry that undoes the owner's edit.
+    journal: Option<PathBuf>,
 }
 
 /// An entry's lock: `flock(LOCK_EX)` on `<key>.lock`, held for as long as this value lives.
@@ -306,15 +319,30 @@ enum TryLock {
 
 impl EntryLock {
     fn try_take(lock_path: &Path) -> Result<TryLock, PatchError> {
+        EntryLock::try_take_in(lock_path, false)
+    }
+
+    /// `shared`: the lock file is in the machine-wide place, where another user may have made
+    /// it: made readable by all (a lock needs only a read descriptor), opened without following
+    /// a symlink, and read-only when it is another user's.
+    fn try_take_in(lock_path: &Path, shared: bool) -> Result<TryLock, PatchError> {
         for _ in 0..16 {
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .open(lock_path)
-                .map_err(io_err("create the lock file", lock_path))?;
+            let open = |write: bool| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(write)
+                    .create(write)
+                    .truncate(false)
+                    .mode(if shared { 0o644 } else { 0o600 })
+                    // Never through a link, wherever it lives: a lock file is ours or refused.
+                    .custom_flags(nix::libc::O_NOFOLLOW)
+                    .open(lock_path)
+            };
+            let file = match open(true) {
+                Err(e) if shared && e.kind() == io::ErrorKind::PermissionDenied => open(false),
+                other => other,
+            }
+            .map_err(io_err("create the lock file", lock_path))?;
             let locked = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(locked) => locked,
                 Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
@@ -346,18 +374,219 @@ impl EntryLock {
     /// Records us as the owner, for the message another oomguard shows when it finds the entry
     /// busy.
     fn record_owner(&mut self, pid: u32, run_dir: &Path) {
+        self.record_owner_of(pid, run_dir, None);
+    }
+
+    /// As [`EntryLock::record_owner`], and in the file's machine-wide lock the journal entry
+    /// that will undo our edit: an oomguard of another state directory finds it there.
+    fn record_owner_of(&mut self, pid: u32, run_dir: &Path, journal: Option<&Path>) {
         let file: &File = &self._lock;
         let _ = file.set_len(0);
         let mut line = format!("{pid}\n").into_bytes();
         line.extend_from_slice(run_dir.as_os_str().as_bytes());
         line.push(b'\n');
+        if let Some(journal) = journal {
+            line.extend_from_slice(journal.as_os_str().as_bytes());
+            line.push(b'\n');
+        }
         let _ = (&*file).write_all(&line);
+    }
+}
+
+/// The machine-wide places where a file's own lock is taken, whatever the state directory
+/// (the system unit's `XDG_STATE_HOME=/var/lib` and a shell's `~/.local/state` are two) or the
+/// user. The lock is taken in each place that can be used: `/run/lock` may be root's alone
+/// (then users meet root in `/tmp`), and a service may have a private `/tmp` (then they meet
+/// in `/run/lock`).
+const FILE_LOCK_DIRS: [&str; 2] = ["/run/lock/oomguard", "/tmp/oomguard-locks"];
+
+/// A file's own lock: `flock` on `<dir>/<parent's device>-<parent's inode>-<name hash>.lock` in
+/// each of [`FILE_LOCK_DIRS`]. Keyed by the directory's identity and the name, not the file's
+/// inode: every patch renames a new inode over the name, and a bind mount or another path to
+/// the directory names the same file.
+struct FileLock {
+    held: Vec<(PathBuf, EntryLock)>,
+}
+
+impl FileLock {
+    /// Takes the lock of `canonical`, or says who holds it. A lock that names a journal entry
+    /// (its owner died with the file patched, maybe under another state directory) has that
+    /// entry finished before the file is read, so no one takes a patch for the original.
+    fn take(
+        canonical: &Path,
+        pid: u32,
+        run_dir: &Path,
+        journal: Option<&Path>,
+    ) -> Result<Result<FileLock, Owner>, PatchError> {
+        let name = FileLock::name(canonical).map_err(io_err("read", canonical))?;
+        let mut held = Vec::new();
+        for dir in FILE_LOCK_DIRS {
+            let dir = Path::new(dir);
+            if !shared_dir(dir) {
+                continue;
+            }
+            let path = dir.join(&name);
+            match EntryLock::try_take_in(&path, true)? {
+                TryLock::Held(owner) => return Ok(Err(owner)),
+                TryLock::Taken(lock) => held.push((path, lock)),
+            }
+        }
+        for (path, _) in &held {
+            let Some(left) = read_owner(path).journal else {
+                continue;
+            };
+            if Some(left.as_path()) == journal || !left.exists() {
+                continue; // ours is finished by the caller; a gone one was finished already
+            }
+            if !trusted_journal(path, &left) {
+                return Err(PatchError::LeftPatched {
+                    path: canonical.to_path_buf(),
+                    journal: left,
+                    detail: "the entry is not this user's".to_string(),
+                });
+            }
+            let names_this_file = load_journal(&left).is_ok_and(|j| j.path.as_path() == canonical);
+            if !names_this_file {
+                continue; // a stale or foreign name: not this file's patch
+            }
+            match restore_entry(&left, Duration::ZERO) {
+                Ok(Some(line)) => tracing::warn!("{line}"),
+                Ok(None) if left.exists() => {
+                    // Its owner holds the entry but not the file's lock: an older oomguard.
+                    let owner = read_owner(path);
+                    return Ok(Err(owner));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    return Err(PatchError::LeftPatched {
+                        path: canonical.to_path_buf(),
+                        journal: left,
+                        detail: e.to_string(),
+                    })
+                }
+            }
+        }
+        let mut lock = FileLock { held };
+        for (_, entry) in &mut lock.held {
+            entry.record_owner_of(pid, run_dir, journal);
+        }
+        Ok(Ok(lock))
+    }
+
+    /// `<parent's device>-<parent's inode>-<name hash>-<readable name>.lock`.
+    fn name(canonical: &Path) -> io::Result<String> {
+        let parent = canonical.parent().unwrap_or(Path::new("/"));
+        let meta = std::fs::metadata(parent)?;
+        Ok(format!(
+            "{:x}-{:x}-{:016x}-{}.lock",
+            meta.dev(),
+            meta.ino(),
+            crate::fsutil::Fnv64::of(canonical.file_name().unwrap_or_default().as_bytes()),
+            readable(canonical)
+        ))
+    }
+
+    /// Finishes the entries that the machine-wide locks of dead owners name: an oomguard with
+    /// another state directory left them. An entry this user cannot read is another user's to
+    /// finish (their next start does it, and whoever patches that file is refused meanwhile).
+    fn recover() -> Vec<String> {
+        let mut lines = Vec::new();
+        for dir in FILE_LOCK_DIRS {
+            let Ok(read) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for path in read.filter_map(|e| e.ok()).map(|e| e.path()) {
+                if path.extension().is_none_or(|e| e != "lock") {
+                    continue;
+                }
+                let Some(journal) = read_owner(&path).journal else {
+                    continue; // a copy's claim, or one with nothing to undo
+                };
+                if !trusted_journal(&path, &journal) {
+                    continue; // another user's to finish (or someone's forgery)
+                }
+                let Ok(TryLock::Taken(lock)) = EntryLock::try_take_in(&path, true) else {
+                    continue; // its owner lives
+                };
+                match restore_entry(&journal, Duration::ZERO) {
+                    Ok(line) => lines.extend(line),
+                    Err(PatchError::Io { source, .. })
+                        if source.kind() == io::ErrorKind::PermissionDenied =>
+                    {
+                        continue
+                    }
+                    Err(e) => lines.push(format!("cannot restore a file left patched: {e}")),
+                }
+                if !journal.exists() {
+                    FileLock {
+                        held: vec![(path, lock)],
+                    }
+                    .release();
+                }
+            }
+        }
+        lines
+    }
+
+    /// Lets go, removing the lock files (under the lock, as [`EntryPaths::remove_all`] does).
+    fn release(self) {
+        for (path, lock) in self.held {
+            let _ = std::fs::remove_file(&path);
+            drop(lock);
+        }
+    }
+}
+
+/// Whether the journal entry a machine-wide lock names may be acted on by us: the lock file,
+/// the entry and its directory are all our own user's. Anyone can write a lock file there naming
+/// any entry; an entry another user wrote names what they like as the file and its backup.
+fn trusted_journal(lock_path: &Path, journal: &Path) -> bool {
+    let me = nix::unistd::geteuid().as_raw();
+    let ours = |path: &Path, dir: bool| {
+        std::fs::symlink_metadata(path)
+            .is_ok_and(|m| m.uid() == me && if dir { m.is_dir() } else { m.is_file() })
+    };
+    ours(lock_path, false)
+        && ours(journal, false)
+        && journal.parent().is_some_and(|dir| ours(dir, true))
+}
+
+/// Makes `dir` (sticky and writable by all, as /tmp: every user's oomguard locks there) unless
+/// it is there; false when it cannot be used (no parent, not a directory, a symlink).
+fn shared_dir(dir: &Path) -> bool {
+    if let Ok(meta) = std::fs::symlink_metadata(dir) {
+        return meta.is_dir();
+    }
+    match std::fs::DirBuilder::new().mode(0o1777).create(dir) {
+        Ok(()) => {
+            // The umask took bits off.
+            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777));
+            true
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
+        }
+        Err(_) => false,
     }
 }
 
 /// The owner a held lock file names, or PID 0 and an empty run dir if it names none yet.
 fn read_owner(lock_path: &Path) -> Owner {
-    let text = std::fs::read(lock_path).unwrap_or_default();
+    // In the machine-wide place anyone may have put anything there: no symlink followed, a
+    // regular file only, a few lines at most.
+    let text = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(lock_path)
+        .and_then(|file| {
+            if !file.metadata()?.is_file() {
+                return Ok(Vec::new());
+            }
+            let mut text = Vec::new();
+            io::Read::read_to_end(&mut io::Read::take(file, 8192), &mut text)?;
+            Ok(text)
+        })
+        .unwrap_or_default();
     let mut lines = text.split(|&b| b == b'\n');
     let pid = lines
         .next()
@@ -368,7 +597,44 @@ fn read_owner(lock_path: &Path) -> Owner {
         .next()
         .map(|l| PathBuf::from(std::ffi::OsStr::from_bytes(l)))
         .unwrap_or_default();
-    Owner { pid, run_dir }
+    let journal = lines
+        .next()
+        .filter(|l| !l.is_empty())
+        .map(|l| PathBuf::from(std::ffi::OsStr::from_bytes(l)));
+    Owner {
+        pid,
+        run_dir,
+        journal,
+    }
+}
+
+/// [`Patcher::recover`] for the entries under one state directory.
+fn recover_in(state_dir: &Path) -> Vec<String> {
+    let dir = patches_dir(state_dir);
+    let Ok(read) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut keys: Vec<String> = read
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter_map(|name| {
+            [".json.tmp", ".json", ".orig", ".lock"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix).map(str::to_string))
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let mut lines = Vec::new();
+    for key in keys {
+        let entry = EntryPaths::new(&dir, &key);
+        match restore_if_abandoned(&entry) {
+            Ok(Restore::Done(Some(line))) => lines.push(line),
+            Ok(Restore::Done(None) | Restore::Held) => {}
+            Err(e) => lines.push(format!("cannot restore a file left patched: {e}")),
+        }
+    }
+    lines
 }
 
 /// What to do with a file whose entry is being finished.
@@ -462,6 +728,8 @@ struct Claimed {
     stat: FileStat,
     entry: EntryPaths,
     lock: Option<EntryLock>,
+    /// The file's own lock (InPlace only), whatever the state directory.
+    file_lock: Option<FileLock>,
     /// Saved to disk once the first edit is on its way.
     journal: Option<Journal>,
     /// The copy, once created (Copy only), as returned to the caller.
@@ -477,38 +745,19 @@ pub struct Patcher {
     run_dir: PathBuf,
     pid: u32,
     files: Vec<Claimed>,
+    /// Whether the entries are kept as the job's user (see [`Patcher::open_as`]).
+    journal_as_user: bool,
 }
 
 impl Patcher {
     /// Before anything else at every `oomguard run` start: restores files (and removes copies)
     /// left by oomguards that died (SIGKILL of oomguard *and* its guard). Returns one line per
     /// thing done (a restore, a copy removed, someone else's edit kept, an entry that could not
-    /// be used). Entries whose owner is alive are left alone.
+    /// be used). Entries whose owner is alive are left alone. Also those of dead oomguards
+    /// with another state directory, found through the files' own locks.
     pub fn recover(state_dir: &Path) -> Vec<String> {
-        let dir = patches_dir(state_dir);
-        let Ok(read) = std::fs::read_dir(&dir) else {
-            return Vec::new();
-        };
-        let mut keys: Vec<String> = read
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().to_str().map(str::to_string))
-            .filter_map(|name| {
-                [".json.tmp", ".json", ".orig", ".lock"]
-                    .iter()
-                    .find_map(|suffix| name.strip_suffix(suffix).map(str::to_string))
-            })
-            .collect();
-        keys.sort();
-        keys.dedup();
-        let mut lines = Vec::new();
-        for key in keys {
-            let entry = EntryPaths::new(&dir, &key);
-            match restore_if_abandoned(&entry) {
-                Ok(Restore::Done(Some(line))) => lines.push(line),
-                Ok(Restore::Done(None) | Restore::Held) => {}
-                Err(e) => lines.push(format!("cannot restore a file left patched: {e}")),
-            }
-        }
+        let mut lines = FileLock::recover();
+        lines.extend(recover_in(state_dir));
         lines
     }
 
@@ -520,11 +769,42 @@ impl Patcher {
         run_dir: &Path,
         files: Vec<(PathBuf, Mode)>,
     ) -> Result<Patcher, PatchError> {
+        Patcher::open_as(state_dir, run_dir, files, false)
+    }
+
+    /// [`Patcher::open`], its entries under `state_dir` kept as the job's user when
+    /// `journal_as_user` (a state directory that is theirs: see [`crate::principal`]), so root
+    /// never writes where the user could point a link.
+    pub fn open_as(
+        state_dir: &Path,
+        run_dir: &Path,
+        files: Vec<(PathBuf, Mode)>,
+        journal_as_user: bool,
+    ) -> Result<Patcher, PatchError> {
+        let mut patcher = crate::principal::as_user_if_or(
+            journal_as_user,
+            || Patcher::open_here(state_dir, run_dir, files),
+            |source| PatchError::Io {
+                action: "act as the job's user for",
+                path: state_dir.to_path_buf(),
+                source,
+            },
+        )?;
+        patcher.journal_as_user = journal_as_user;
+        Ok(patcher)
+    }
+
+    fn open_here(
+        state_dir: &Path,
+        run_dir: &Path,
+        files: Vec<(PathBuf, Mode)>,
+    ) -> Result<Patcher, PatchError> {
         let dir = patches_dir(state_dir);
         let mut patcher = Patcher {
             run_dir: run_dir.to_path_buf(),
             pid: std::process::id(),
             files: Vec::new(),
+            journal_as_user: false,
         };
         if files.is_empty() {
             return Ok(patcher);
@@ -565,6 +845,19 @@ impl Patcher {
         // Whoever patches the file in place holds this entry's lock: for a copy we only look,
         // since what we would read as the original is their patched text.
         let in_place = EntryPaths::new(dir, &in_place_key(&canonical));
+        // First the file's own lock, which every oomguard takes whatever its state directory.
+        let journal = std::path::absolute(&in_place.json).map_err(io_err("find", dir))?;
+        let journal = (mode == Mode::InPlace).then_some(journal.as_path());
+        let file_lock = match FileLock::take(&canonical, self.pid, &self.run_dir, journal)? {
+            Ok(lock) => lock,
+            Err(owner) => {
+                return Err(PatchError::Busy {
+                    path: given,
+                    pid: owner.pid,
+                    run_dir: owner.run_dir,
+                })
+            }
+        };
         let lock = match EntryLock::try_take(&in_place.lock)? {
             TryLock::Held(owner) => {
                 return Err(PatchError::Busy {
@@ -614,7 +907,12 @@ impl Patcher {
         let read = || {
             // The times before our read touches the access time.
             let (meta, bytes) = as_theirs(who.as_ref(), || {
-                Ok((std::fs::metadata(&target)?, std::fs::read(&target)?))
+                let meta = std::fs::metadata(&target)?;
+                let bytes = crate::fsutil::read_regular_capped(
+                    &target,
+                    crate::fsutil::SMALL_FILE_MAX_BYTES,
+                )?;
+                Ok((meta, bytes))
             })
             .map_err(io_err("read", &given))?;
             let text = String::from_utf8(bytes).map_err(|_| PatchError::NotUtf8 {
@@ -622,11 +920,25 @@ impl Patcher {
             })?;
             Ok((meta, text))
         };
-        let (meta, original) = read().inspect_err(|_| {
-            // Nothing was written for this entry: no trace of it stays.
-            let _ = std::fs::remove_file(&entry.lock);
-        })?;
+        let (meta, original) = match read() {
+            Ok(read) => read,
+            Err(e) => {
+                // Nothing was written for this entry: no trace of it stays.
+                let _ = std::fs::remove_file(&entry.lock);
+                file_lock.release();
+                return Err(e);
+            }
+        };
+        // A copy leaves the user's file alone: only an in-place edit keeps the file's lock.
+        let file_lock = match mode {
+            Mode::InPlace => Some(file_lock),
+            Mode::Copy => {
+                file_lock.release();
+                None
+            }
+        };
         Ok(Claimed {
+            file_lock,
             given,
             target,
             mode,
@@ -654,6 +966,20 @@ impl Patcher {
     /// and it is left as they have it. Every write of a `.py` file removes its stale
     /// `__pycache__` files after it.
     pub fn write(&mut self, i: usize, text: &str) -> Result<Option<PathBuf>, PatchError> {
+        let as_user = self.journal_as_user;
+        let run_dir = self.run_dir.clone();
+        crate::principal::as_user_if_or(
+            as_user,
+            || self.write_here(i, text),
+            |source| PatchError::Io {
+                action: "act as the job's user for",
+                path: run_dir,
+                source,
+            },
+        )
+    }
+
+    fn write_here(&mut self, i: usize, text: &str) -> Result<Option<PathBuf>, PatchError> {
         let pid = self.pid;
         let run_dir = self.run_dir.clone();
         let file = &mut self.files[i];
@@ -682,6 +1008,21 @@ impl Patcher {
     /// of the locks. Returns warning lines (someone else's edit kept, original left beside it as
     /// `<file>.oomguard-original`). Idempotent. `Drop` calls it too (the panic path).
     pub fn finish(&mut self) -> Vec<String> {
+        let as_user = self.journal_as_user;
+        let mut lines = Vec::new();
+        let switched = crate::principal::as_user_if(as_user, || {
+            lines = self.finish_here();
+            Ok(())
+        });
+        if let Err(e) = switched {
+            lines.push(format!(
+                "cannot act as the job's user to restore its files: {e}"
+            ));
+        }
+        lines
+    }
+
+    fn finish_here(&mut self) -> Vec<String> {
         let mut lines = Vec::new();
         for file in &mut self.files {
             if file.finished {
@@ -694,12 +1035,17 @@ impl Patcher {
                         // The entry stays on disk with its lock released: the next start retries.
                         lines.push(format!("cannot restore {}: {e}", file.given.display()));
                         file.lock = None;
+                        // Kept: it names the entry, for whoever patches the file next.
+                        drop(file.file_lock.take());
                         file.finished = true;
                         continue;
                     }
                 }
             } else {
                 file.entry.remove_all();
+            }
+            if let Some(file_lock) = file.file_lock.take() {
+                file_lock.release();
             }
             file.lock = None;
             file.finished = true;
@@ -713,6 +1059,7 @@ impl Patcher {
     pub fn abandon(mut self) {
         for file in &mut self.files {
             file.lock = None;
+            drop(file.file_lock.take());
             file.finished = true;
         }
     }
@@ -1083,6 +1430,7 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), PatchError> {
         .create(true)
         .truncate(true)
         .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)
         .map_err(io_err("create", path))?;
     file.write_all(bytes).map_err(io_err("write", path))?;
@@ -1779,5 +2127,57 @@ mod tests {
         std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
         let loaded = load_journal(&path).unwrap();
         assert_eq!(loaded.acting.map(|who| who.uid), Some(65534));
+    }
+
+    #[test]
+    fn a_lock_naming_another_users_entry_is_refused_and_never_acted_on() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED a_lock_naming_another_users_entry_is_refused_and_never_acted_on: needs root to give a file to nobody");
+            return;
+        }
+        let s = Scene::new();
+        let path = s.file("default.yaml", YAML);
+        // A forged entry: it says the file's original is other text, and it is nobody's.
+        let evil = s._tmp.path().join("evil/patches");
+        std::fs::create_dir_all(&evil).unwrap();
+        let backup = evil.join("k.orig");
+        std::fs::write(&backup, "owned: true\n").unwrap();
+        let journal = Journal {
+            version: JOURNAL_VERSION,
+            mode: Mode::InPlace,
+            path: std::fs::canonicalize(&path).unwrap(),
+            backup: Some(backup),
+            copy: None,
+            owner_pid: 1 << 30,
+            run_dir: s.run.clone(),
+            original: FileStat::of(&std::fs::metadata(&path).unwrap()),
+            written: vec![YAML.to_string()],
+            acting: None,
+        };
+        let entry = evil.join("k.json");
+        std::fs::write(&entry, serde_json::to_vec(&journal).unwrap()).unwrap();
+        std::os::unix::fs::chown(&entry, Some(65534), Some(65534)).unwrap();
+        let name = FileLock::name(&std::fs::canonicalize(&path).unwrap()).unwrap();
+        let locks: Vec<PathBuf> = FILE_LOCK_DIRS
+            .iter()
+            .map(Path::new)
+            .filter(|d| shared_dir(d))
+            .map(|d| d.join(&name))
+            .collect();
+        for lock in &locks {
+            std::fs::write(lock, format!("1\n/run\n{}\n", entry.display())).unwrap();
+        }
+        assert!(Patcher::recover(&s.state).is_empty());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), YAML);
+        let refused = s.open(&[(&path, Mode::InPlace)]);
+        for lock in &locks {
+            let _ = std::fs::remove_file(lock);
+        }
+        assert!(
+            matches!(refused, Err(PatchError::LeftPatched { .. })),
+            "{:?}",
+            refused.err()
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), YAML);
     }
 }

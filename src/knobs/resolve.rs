@@ -115,8 +115,10 @@ impl<'a> Reader<'a> {
         if let Some(&i) = self.by_path.get(&canonical) {
             return Ok(i);
         }
-        let bytes = crate::principal::as_user(|| std::fs::read(&canonical))
-            .map_err(|e| fail(format!("cannot read config file {shown}: {e}")))?;
+        let bytes = crate::principal::as_user(|| {
+            crate::fsutil::read_regular_capped(&canonical, crate::fsutil::SMALL_FILE_MAX_BYTES)
+        })
+        .map_err(|e| fail(format!("cannot read config file {shown}: {e}")))?;
         let text = String::from_utf8(bytes)
             .map_err(|_| fail(format!("config file {shown} is not UTF-8 text")))?;
         let in_command = argv::find_path(self.request.command, &canonical, self.request.cwd);
@@ -128,6 +130,13 @@ impl<'a> Reader<'a> {
         });
         self.by_path.insert(canonical, self.files.len() - 1);
         Ok(self.files.len() - 1)
+    }
+
+    /// The value at `key` in file `i` as the file spells it (`6.4e1`, `0x40`), for messages.
+    fn file_text(&self, i: usize, key: &str) -> Option<String> {
+        let f = &self.files[i];
+        let found = file::locate(f.format, &f.text, key).ok()?;
+        f.text.get(found.span).map(str::to_string)
     }
 
     /// The value at `key` in file `i`.
@@ -147,8 +156,15 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A knob's value that must be a whole number of at least `min`.
-fn count(value: &Value, min: u64, label: &str, who: &str) -> Result<u64, KnobError> {
+/// A knob's value that must be a whole number of at least `min`. `written`: the value as its
+/// file spells it, quoted in the message (JSON's `6.4e1` reads as 64, which would puzzle).
+fn count(
+    value: &Value,
+    min: u64,
+    label: &str,
+    who: &str,
+    written: Option<&str>,
+) -> Result<u64, KnobError> {
     match value {
         Value::Int(n) if *n >= min => Ok(*n),
         other => Err(KnobError::Knob {
@@ -157,7 +173,10 @@ fn count(value: &Value, min: u64, label: &str, who: &str) -> Result<u64, KnobErr
                 "{label} is {}, not a whole number{}: oomguard steps an integer",
                 match other {
                     Value::Unset => "not set".to_string(),
-                    v => format!("`{v}`"),
+                    v => format!(
+                        "`{}`",
+                        written.map_or_else(|| v.to_string(), str::to_string)
+                    ),
                 },
                 if min > 0 {
                     format!(" of at least {min}")
@@ -299,7 +318,7 @@ fn named_place(
             let who = format!("{flag} env:{name}");
             let value = match env_value(name, &who)? {
                 Value::Unset if unset_ok => None,
-                v => Some(count(&v, 1, name, &who)?),
+                v => Some(count(&v, 1, name, &who, None)?),
             };
             Ok(Some((Place::Env(name.to_string()), value)))
         }
@@ -307,7 +326,7 @@ fn named_place(
             let who = format!("{flag} {path}:{key}");
             let i = reader.file(Path::new(path), &who)?;
             let value = reader.file_value(i, key, &who)?;
-            let n = count(&value, 1, key, &who)?;
+            let n = count(&value, 1, key, &who, reader.file_text(i, key).as_deref())?;
             let place = Place::File {
                 file: i,
                 key: key.to_string(),
@@ -448,7 +467,12 @@ fn config_knob(
         }
     };
     if integer {
-        count(&original, 0, &label_of(&place, &reader.files), &who)?;
+        let written = match &place {
+            Place::File { file, key } => reader.file_text(*file, key),
+            _ => None,
+        };
+        let label = label_of(&place, &reader.files);
+        count(&original, 0, &label, &who, written.as_deref())?;
     }
     Ok(Knob {
         name: spec.name.clone(),
@@ -641,7 +665,7 @@ mod tests {
             ),
             (
                 "configs/default.yaml:training.lr",
-                &["training.lr", "`0.0003`", "not a whole number"],
+                &["training.lr", "`3e-4`", "not a whole number"],
             ),
             (
                 "configs/default.yaml:training.pin_memory",

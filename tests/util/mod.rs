@@ -202,6 +202,27 @@ impl Project {
     }
 }
 
+/// Runs `cmd` to its end and returns its output; panics (after killing it) if it has not ended
+/// within `timeout`: for what must never hang (a FIFO where a file should be).
+pub fn output_within(cmd: &mut Command, timeout: Duration) -> std::process::Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let pid = child.id();
+    // The child's output is small: its pipes do not fill before it ends.
+    if !wait_until(timeout, || child.try_wait().expect("wait").is_some()) {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "{cmd:?} (PID {pid}) still ran after {timeout:?}: {}",
+            stderr_of(&out)
+        );
+    }
+    child.wait_with_output().unwrap()
+}
+
 /// Lets a job blocked reading the FIFO `hold` go on. The job may not have opened it yet (it
 /// says it is about to, then opens): a non-blocking open fails (ENXIO) until it does, so the
 /// open is polled rather than missed or left hanging.

@@ -246,7 +246,8 @@ fn tokenize(text: &str) -> Result<Vec<Line>, EditError> {
     let mut indent = 0;
     let mut brackets: Vec<(u8, usize)> = Vec::new();
     let mut at_line_start = true;
-    let mut i = 0;
+    // A UTF-8 byte order mark opens the file, as Python's tokenizer skips it (PEP 263).
+    let mut i = if text.starts_with('\u{feff}') { 3 } else { 0 };
     while i < bytes.len() {
         if at_line_start {
             // Measure the indentation; a blank or comment-only line is no logical line.
@@ -1629,6 +1630,25 @@ class EvalConfig:
                 "import types\nk = 'c'\nd = {}\nd[k] = 1\nd[k], = [2]\nns = types.SimpleNamespace()\nns.k = 2\n",
             ),
         ]
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped_as_python_does() {
+        for (text, key) in [
+            ("\u{feff}BATCH = 64\n", "BATCH"),
+            (
+                "\u{feff}class TrainConfig:\n    batch_size = 64\n",
+                "TrainConfig.batch_size",
+            ),
+            ("\u{feff}# settings\nBATCH = 64\n", "BATCH"),
+        ] {
+            let found = locate(text, key).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(&text[found.span.clone()], "64", "{text:?}");
+            assert_eq!(
+                found.line,
+                text.lines().position(|l| l.contains("64")).unwrap() + 1
+            );
+        }
     }
 
     #[test]
