@@ -44,8 +44,9 @@ pub struct Evidence {
     /// PyTorch's reserved-but-unallocated memory and the allocation that failed, where the
     /// first is at least the second (fragmentation).
     pub fragmented: Option<(u64, u64)>,
-    /// The memory held on the last plateau before the attempt's final climb (the fixed part,
-    /// seen before the first step), in this evidence's memory; `None` where no plateau showed.
+    /// The memory held on the lowest plateau before the attempt's peak (the fixed part seen
+    /// before the first step, an estimate that may be too low, never too high), in this
+    /// evidence's memory; `None` where no plateau showed.
     pub fixed_bytes: Option<u64>,
 }
 
