@@ -18,6 +18,12 @@
 //! Pareto front of failures against batch kept; and the second run of each job, started by
 //! the real `jobs::start_from` from what worked in the first. Under `cargo test` (no
 //! `--bench`) the bound searches a 4-value grid as a smoke check.
+//!
+//! Real timelines are a class of their own: the recordings the replay test plays
+//! (tests/fixtures/replay/: the Hugging Face GPT-2 run on an H200, the modelled step-wise
+//! ResNet-50 climb), each recorded attempt's GPU samples at 1 s through the real `fit::Ramp`
+//! and its recorded message through the real parser; a batch the recording lacks fits or dies
+//! by the job's line (fixed + per sample × batch from the recorded peaks).
 
 use std::time::Duration;
 
@@ -695,7 +701,158 @@ fn second_run(jobs: &[Job]) {
     }
 }
 
+/// A recorded GPU job (tests/fixtures/replay/) and the line that stands for the batches it
+/// did not record.
+struct Recorded {
+    name: &'static str,
+    file: &'static str,
+    start: u64,
+    /// Whether the batch has an accumulation partner (the effective batch kept).
+    partner: bool,
+    fixed_mib: u64,
+    per_sample_mib: u64,
+}
+
+/// The real jobs: GPT-2's line from its run at 64 (118,108 MiB peak, 518 MiB before the
+/// step), ResNet-50's from the model in its recording.
+const RECORDED: [Recorded; 2] = [
+    Recorded {
+        name: "GPT-2 124M, seq 1024, H200 (recorded)",
+        file: "hf-gpt2-seq1024-h200.json",
+        start: 256,
+        partner: true,
+        fixed_mib: 518,
+        per_sample_mib: 1837,
+    },
+    Recorded {
+        name: "ResNet-50 step-wise climb, H200 (modelled)",
+        file: "resnet50-stepwise-h200-modelled.json",
+        start: 4096,
+        partner: false,
+        fixed_mib: 636,
+        per_sample_mib: 78,
+    },
+];
+
+/// One recorded job under `strategy`: the batches tried, the last one the one that fitted.
+fn replay_recorded(job: &Recorded, strategy: Strategy) -> Vec<u64> {
+    const MIB: u64 = 1 << 20;
+    let path = format!(
+        "{}/tests/fixtures/replay/{}",
+        env!("CARGO_MANIFEST_DIR"),
+        job.file
+    );
+    let text = std::fs::read_to_string(&path).expect("the recordings are in the repository");
+    let recording: serde_json::Value = serde_json::from_str(&text).expect("a recording is JSON");
+    let total_mib = recording["total_mib"].as_u64().expect("total_mib");
+    let mut rules = rules();
+    let original = if job.partner {
+        vec![Value::Int(job.start), Value::Int(1)]
+    } else {
+        rules.truncate(1);
+        rules[0].partner = None;
+        vec![Value::Int(job.start)]
+    };
+    let limits = Limits {
+        max_attempts: 30,
+        retries: 0,
+        backoff: Duration::ZERO,
+        backoff_max: Duration::ZERO,
+    };
+    let mut plan = StepPlan {
+        strategy,
+        margin: 0.10,
+        evidence: Vec::new(),
+        past: Vec::new(),
+        allocator_hint: false,
+    };
+    let (mut history, mut values, mut tried) = (Vec::new(), original.clone(), Vec::new());
+    loop {
+        let batch = batch_of(&values);
+        tried.push(batch);
+        let need_mib = job.fixed_mib + job.per_sample_mib * batch;
+        let recorded = &recording["batches"][batch.to_string()];
+        let (samples, message): (Vec<Option<u64>>, String) = match recorded["stderr"].as_str() {
+            Some(message) => (
+                recorded["gpu_mib"]
+                    .as_array()
+                    .expect("gpu_mib")
+                    .iter()
+                    .map(serde_json::Value::as_u64)
+                    .collect(),
+                message.to_string(),
+            ),
+            None if recorded.is_object() || need_mib <= total_mib => return tried,
+            // Not recorded and over the card by the job's line: the weights held, the step's
+            // activations the allocation that fails.
+            None => (
+                vec![Some(job.fixed_mib); 3],
+                cuda_message(
+                    (total_mib * MIB) as f64,
+                    (job.fixed_mib * MIB) as f64,
+                    ((need_mib - job.fixed_mib) * MIB) as f64,
+                ),
+            ),
+        };
+        let mut ramp = fit::Ramp::default();
+        for (k, mib) in samples.iter().enumerate() {
+            if let Some(mib) = mib {
+                ramp.feed(k as f64 * INTERVAL_S, mib * MIB);
+            }
+        }
+        let mut evidence = fit::observe(&fit::Observed {
+            cause: Some(Cause::DeviceOom),
+            tail: &message,
+            ..fit::Observed::default()
+        });
+        if let Some(evidence) = evidence.as_mut() {
+            let peak = samples.iter().flatten().max().map(|mib| mib * MIB);
+            fit::attach_fixed(evidence, &ramp, peak);
+        }
+        history.push((Cause::DeviceOom, values.clone()));
+        plan.evidence.push(evidence);
+        match policy::decide_with(&history, &rules, &original, &limits, &plan) {
+            Decision::Relaunch(next) => values = next.values,
+            Decision::Stop { .. } => return tried,
+        }
+        if tried.len() > 30 {
+            return tried;
+        }
+    }
+}
+
+/// The real timelines, a class of their own: failed attempts, the final batch against the
+/// largest that fits (by `best`'s rule), and the batches tried.
+fn real_timelines() {
+    println!();
+    println!("Real timelines (tests/fixtures/replay/, through the real Ramp, parser and policy):");
+    println!("| job | strategy | failed attempts | final / largest feasible | batches tried |");
+    println!("|---|---|---:|---:|---|");
+    for job in &RECORDED {
+        // The largest batch that fits by the job's line, and with a partner the rule `best`
+        // applies: a divisor of the effective batch within `fit::DIVISOR_SLACK` of it.
+        let fits = (143_155 - job.fixed_mib) / job.per_sample_mib;
+        let largest = match (1..=fits).rev().find(|b| job.start % b == 0) {
+            Some(d) if job.partner && d as f64 >= (1.0 - fit::DIVISOR_SLACK) * fits as f64 => d,
+            _ => fits,
+        };
+        for (name, strategy) in [("halve", Strategy::Halve), ("fit", Strategy::Fit)] {
+            let tried = replay_recorded(job, strategy);
+            let last = *tried.last().expect("at least one attempt");
+            let steps: Vec<String> = tried.iter().map(u64::to_string).collect();
+            println!(
+                "| {} | {name} | {} | {:.0}% | {} |",
+                job.name,
+                tried.len() - 1,
+                100.0 * last as f64 / largest as f64,
+                steps.join(" → ")
+            );
+        }
+    }
+}
+
 fn main() {
+    real_timelines();
     // Under `cargo test` (no `--bench`) the bound searches a small grid: a smoke check.
     let full = std::env::args().any(|a| a == "--bench");
     let jobs = family();

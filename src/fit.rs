@@ -7,9 +7,14 @@
 //!
 //! The fixed part of the line (weights, optimizer state, CUDA context) shows in the memory
 //! sampled before the first training step: [`Ramp`] follows an attempt's samples in constant
-//! memory and finds the last plateau before the final climb. With it, one failure whose bound
-//! carries scale gives the line through `(0, fixed)`, and a bare bound (a kill at the limit)
-//! at least caps the next batch.
+//! memory and finds the lowest plateau before the peak, an estimate that can be too low but
+//! not too high. With it, one failure whose bound carries scale gives the line through
+//! `(0, fixed)`, and a bare bound (a kill at the limit) at least caps the next batch.
+//!
+//! A failure's number is a lower bound ("at least"): it moves the batch below half of the
+//! last one only where the need it implies at half, with the fixed part as small as the
+//! evidence allows, is already over the limit ([`need_at_least`]); otherwise the caller
+//! halves.
 //!
 //! Pure numbers in, a batch out: [`observe`] turns one attempt's numbers into [`Evidence`],
 //! [`estimate`] fits the line. Which knob moves, and what happens when there is no estimate
@@ -39,8 +44,9 @@ pub struct Evidence {
     /// PyTorch's reserved-but-unallocated memory and the allocation that failed, where the
     /// first is at least the second (fragmentation).
     pub fragmented: Option<(u64, u64)>,
-    /// The memory held on the last plateau before the attempt's final climb (the fixed part,
-    /// seen before the first step), in this evidence's memory; `None` where no plateau showed.
+    /// The memory held on the lowest plateau before the attempt's peak (the fixed part seen
+    /// before the first step, an estimate that may be too low, never too high), in this
+    /// evidence's memory; `None` where no plateau showed.
     pub fixed_bytes: Option<u64>,
 }
 
@@ -97,7 +103,9 @@ pub fn observe(o: &Observed) -> Option<Evidence> {
         (_, Some(("--max-rss", value, limit))) => {
             failure(Memory::Host, value, (limit, "--max-rss"))
         }
-        (Cause::DeviceOom, _) => {
+        // A job stopped for hanging after an out-of-memory error (one rank died, the others
+        // wait) shows the same message, sizes and all.
+        (Cause::DeviceOom | Cause::HungAfterOom, _) => {
             let numbers = oom_numbers::parse(o.tail)?;
             let need = numbers.need_bytes()?;
             let card = numbers.limit_bytes().map(|l| (l, "GPU"));
@@ -164,6 +172,9 @@ pub struct Request<'a> {
     pub effective: Option<u64>,
     /// The fixed part seen before the first step ([`Ramp`]), in this memory.
     pub fixed_bytes: Option<u64>,
+    /// Where halving the last batch goes ([`halve`]): a batch below it needs evidence that it
+    /// cannot fit.
+    pub halved: u64,
 }
 
 /// The batch to try next and why.
@@ -291,15 +302,104 @@ pub fn estimate(req: &Request) -> Result<Estimate, String> {
     } else {
         String::new()
     };
+    let head = format!(
+        "{} {}, {basis}, per sample ≈ {}{fixed_part}",
+        req.limit_name,
+        gib(limit),
+        gib(per_sample)
+    );
+    let below_half = below_half(req, batch, &head)?;
     Ok(Estimate {
         batch,
-        reason: format!(
-            "{} {}, {basis}, per sample ≈ {}{fixed_part}: trying {batch}",
-            req.limit_name,
-            gib(limit),
-            gib(per_sample)
-        ),
+        reason: format!("{head}{below_half}: trying {batch}"),
     })
+}
+
+/// Lets a batch below [`Request::halved`] through only where the evidence shows that the
+/// halved batch cannot fit either: what it needs at least ([`need_at_least`], with the fixed
+/// part as small as the evidence allows) is above the limit. Returns the clause saying so for
+/// the relaunch line (empty at or above half), or why the caller halves instead.
+fn below_half(req: &Request, batch: u64, head: &str) -> Result<String, String> {
+    if batch >= req.halved {
+        return Ok(String::new());
+    }
+    let fixed = req
+        .fixed_bytes
+        .filter(|&f| f < req.limit_bytes)
+        .unwrap_or(0);
+    let need = need_at_least(req.points, fixed, req.halved);
+    let at_half = format!("at {} it needs at least {}", req.halved, human_bytes(need));
+    if need > req.limit_bytes {
+        Ok(format!(", so {at_half}, over the {}", req.limit_name))
+    } else {
+        Err(format!(
+            "{head}: {at_half}, which is within the {}, so the evidence does not show that half cannot fit",
+            req.limit_name
+        ))
+    }
+}
+
+/// The least `batch` can need, from the points alone: memory grows with the batch and is
+/// `fixed + per_sample × batch` with the fixed part at least `fixed_bytes`. A failure's bound
+/// at a larger batch scales down through `(0, fixed)`; one at a smaller batch holds as it is;
+/// a success below and a failure above draw a line whose slope is at least the true one.
+/// Bounds are not ordered by batch (a death later in a step shows more at a smaller batch),
+/// so each counts on its own and the largest holds.
+pub fn need_at_least(points: &[Point], fixed_bytes: u64, batch: u64) -> u64 {
+    let fixed = fixed_bytes as f64;
+    let at = batch as f64;
+    let mut need = fixed;
+    for p in points {
+        let bytes = p.bytes as f64;
+        if p.batch <= batch {
+            // Fitted or not, at least what a smaller batch showed.
+            need = need.max(bytes);
+            continue;
+        }
+        if !p.failed {
+            continue;
+        }
+        need = need.max(fixed + (bytes - fixed).max(0.0) * at / p.batch as f64);
+        for s in points
+            .iter()
+            .filter(|s| !s.failed && s.batch < batch && s.bytes < p.bytes)
+        {
+            let slope = (bytes - s.bytes as f64) / (p.batch - s.batch) as f64;
+            need = need.max(s.bytes as f64 + slope * (batch - s.batch) as f64);
+        }
+    }
+    need as u64
+}
+
+/// Where halving takes a batch of `now`: the largest divisor of the effective batch from half
+/// down to a quarter (so batch × accumulation stays exact: 100 → 50 → 25 → 10, not 12 with an
+/// effective batch of 108), else half; never below `min`.
+pub fn halve(now: u64, effective: Option<u64>, min: u64) -> u64 {
+    let half = (now / 2).max(min);
+    let Some(effective) = effective.filter(|e| *e > 0) else {
+        return half;
+    };
+    let quarter = now.div_ceil(4).max(min).max(1);
+    if quarter > half {
+        return half;
+    }
+    // A divisor d in [quarter, half] is effective / k for k in [effective / half, effective /
+    // quarter]: walk whichever range is shorter, so a batch near u64::MAX costs a few steps.
+    const STEPS: u64 = 1 << 16;
+    let first_k = effective.div_ceil(half);
+    let last_k = effective / quarter;
+    let found = if half - quarter <= last_k.saturating_sub(first_k) {
+        (quarter..=half)
+            .rev()
+            .take(STEPS as usize)
+            .find(|d| effective % d == 0)
+    } else {
+        (first_k..=last_k)
+            .take(STEPS as usize)
+            .find(|k| effective % k == 0)
+            .map(|k| effective / k)
+    };
+    found.unwrap_or(half)
 }
 
 /// A bare bound with the fixed part known: the attempt died, so `fixed + per_sample × batch >
@@ -337,12 +437,11 @@ fn bare_with_fixed(
         req.min
     };
     let batch = prefer_divisor(candidate, req.effective, req.min);
+    let head = format!("{head}, so at most {} fits", at_most.max(0.0) as u64);
+    let below_half = below_half(req, batch, &head)?;
     Ok(Estimate {
         batch,
-        reason: format!(
-            "{head}, so at most {} fits: trying {batch}",
-            at_most.max(0.0) as u64
-        ),
+        reason: format!("{head}{below_half}: trying {batch}"),
     })
 }
 
@@ -360,8 +459,6 @@ pub const PLATEAU_BAND_MIN_BYTES: u64 = 4 << 20;
 /// A plateau at or above this share of the attempt's peak is where the job trained (or died
 /// training), not what it held before its first step.
 pub const PLATEAU_PEAK_SHARE: f64 = 0.9;
-/// Plateaus kept while the attempt runs (each one under every later one; the oldest goes).
-const PLATEAUS_KEPT: usize = 8;
 
 /// A run of samples within the band.
 #[derive(Debug, Clone, Copy)]
@@ -397,27 +494,31 @@ impl Level {
 }
 
 /// Follows one memory series of an attempt (GPU bytes, or the job's host bytes) and finds the
-/// fixed part: the last plateau before the final climb. Fed one sample at a time, it keeps a
-/// few numbers, not the timeline.
+/// fixed part: the lowest plateau memory left for a higher peak. Fed one sample at a time, it
+/// keeps a few numbers, not the timeline.
 ///
-/// A plateau is [`PLATEAU_SAMPLES`] samples (or [`PLATEAU_S`]) within [`PLATEAU_BAND`]; the
-/// latest one counts, including the one where the samples end (a kill's climb can fall between
-/// two ticks); one at [`PLATEAU_PEAK_SHARE`] of the peak or above is training, not loading,
-/// and does not count. A timeline that only climbs has none.
+/// A plateau is [`PLATEAU_SAMPLES`] samples (or [`PLATEAU_S`]) within [`PLATEAU_BAND`]. The
+/// estimate must never be too high, since a fixed part that is too high makes the fit cut
+/// too deep, so three kinds of plateau do not count: one at or after the highest sample (a
+/// real job keeps its memory for a few ticks after a CUDA out-of-memory error while Python
+/// unwinds: GPT-2 on an H200 held 131.2 GiB twice after dying at 128); a higher plateau
+/// where a lower one came before (a long forward pass climbs in steps: ResNet-50 held 636 MiB,
+/// then 15.2 GiB and 64.6 GiB for three ticks each on its way to 138 GiB); and one at
+/// [`PLATEAU_PEAK_SHARE`] of the peak or above (training, not loading). A timeline that only
+/// climbs has none.
 #[derive(Debug, Clone, Default)]
 pub struct Ramp {
     current: Option<Level>,
-    /// Plateaus memory has left, oldest first, each below the next: a later plateau at
-    /// or below an earlier one makes the earlier one useless (the answer is the latest one
-    /// under a threshold).
-    plateaus: Vec<u64>,
+    /// The lowest plateau memory has left so far.
+    lowest_left_bytes: Option<u64>,
+    /// [`Self::lowest_left_bytes`] when the highest sample came: the plateaus before the peak.
+    before_peak_bytes: Option<u64>,
     peak_bytes: u64,
 }
 
 impl Ramp {
     /// Takes in one sample.
     pub fn feed(&mut self, time_s: f64, bytes: u64) {
-        self.peak_bytes = self.peak_bytes.max(bytes);
         match &mut self.current {
             Some(level) if level.admits(bytes) => {
                 level.last_s = time_s;
@@ -427,32 +528,31 @@ impl Ramp {
             }
             current => {
                 // Kept whether memory rose or fell after it: a fall (a checkpoint loaded on the
-                // host and freed, the sample after a kill) is followed by whatever comes next,
-                // and a lower plateau later replaces it.
+                // host and freed) is followed by whatever comes next, and only the lowest
+                // plateau is kept.
                 if let Some(level) = current.filter(Level::is_plateau) {
-                    self.plateaus.retain(|&p| p < level.high_bytes);
-                    if self.plateaus.len() == PLATEAUS_KEPT {
-                        self.plateaus.remove(0);
-                    }
-                    self.plateaus.push(level.high_bytes);
+                    self.lowest_left_bytes = Some(
+                        self.lowest_left_bytes
+                            .map_or(level.high_bytes, |low| low.min(level.high_bytes)),
+                    );
                 }
                 *current = Some(Level::start(time_s, bytes));
             }
         }
+        if bytes > self.peak_bytes {
+            self.peak_bytes = bytes;
+            self.before_peak_bytes = self.lowest_left_bytes;
+        }
     }
 
-    /// The fixed part: the latest plateau under [`PLATEAU_PEAK_SHARE`] of the peak, the peak
-    /// being the highest sample or `known_peak_bytes` (a cgroup's high-water mark, the limit
-    /// at a kill), whichever is higher. `None` when no plateau showed.
+    /// The fixed part: the lowest plateau memory left before its highest sample, if under
+    /// [`PLATEAU_PEAK_SHARE`] of the peak (the highest sample or `known_peak_bytes`, a cgroup's
+    /// high-water mark or the limit at a kill, whichever is higher). `None` when no plateau
+    /// showed before the peak.
     pub fn fixed_bytes(&self, known_peak_bytes: Option<u64>) -> Option<u64> {
         let peak = self.peak_bytes.max(known_peak_bytes.unwrap_or(0));
-        let below = |p: &u64| (*p as f64) < peak as f64 * PLATEAU_PEAK_SHARE;
-        let open = self
-            .current
-            .filter(Level::is_plateau)
-            .map(|l| l.high_bytes)
-            .filter(below);
-        open.or_else(|| self.plateaus.iter().rev().copied().find(below))
+        self.before_peak_bytes
+            .filter(|&p| (p as f64) < peak as f64 * PLATEAU_PEAK_SHARE)
     }
 }
 
@@ -493,6 +593,9 @@ mod tests {
             min: 1,
             effective,
             fixed_bytes: None,
+            // The line's arithmetic, unguarded: `halving_needs_evidence_to_go_below_half`
+            // tests the guard.
+            halved: 1,
         }
     }
 
@@ -576,6 +679,98 @@ mod tests {
     }
 
     #[test]
+    fn halving_needs_evidence_to_go_below_half() {
+        let guarded = |points: &[Point], fixed_gib: Option<u64>, halved: u64| {
+            estimate(&Request {
+                fixed_bytes: fixed_gib.map(|f| f * GIB),
+                halved,
+                ..request(points, 80 * GIB, Some(128))
+            })
+        };
+        // 160 GiB at 64: at 32 at least 80 GiB with no fixed part, not over the card: halve.
+        let why = guarded(&[fail(64, 160 * GIB)], None, 32).unwrap_err();
+        assert!(
+            why.ends_with("at 32 it needs at least 80.0 GiB, which is within the GPU, so the evidence does not show that half cannot fit"),
+            "{why}"
+        );
+        // 200 GiB at 64: at 32 at least 100 GiB, over the card: the estimate goes below half.
+        let e = guarded(&[fail(64, 200 * GIB)], None, 32).unwrap();
+        assert_eq!(e.batch, 16, "{}", e.reason);
+        assert!(
+            e.reason
+                .contains(", so at 32 it needs at least 100.0 GiB, over the GPU: trying 16"),
+            "{}",
+            e.reason
+        );
+        // The recorded GPT-2 run: 155 GiB at least at 128 with 518 MiB seen before the first
+        // step; the line says 103, snapped to 64 (divides 256), which is half: no guard needed.
+        let h200 = 150_110_011_392;
+        let e = estimate(&Request {
+            fixed_bytes: Some(518 * MIB),
+            halved: 64,
+            ..request(
+                &[fail(256, 143_821 * MIB), fail(128, 158_669 * MIB)],
+                h200,
+                Some(256),
+            )
+        })
+        .unwrap();
+        assert_eq!(e.batch, 64, "{}", e.reason);
+        // With the post-OOM hold taken for the fixed part (131.2 GiB, as before the fix) the
+        // line said 1; the guard alone keeps it at half: at 64 the bound with that fixed part
+        // is 143 GiB, which is over the card, so the guard must be fed a fixed part that is
+        // never too high (the Ramp's).
+        let too_high = estimate(&Request {
+            fixed_bytes: Some(134_310 * MIB),
+            halved: 64,
+            ..request(
+                &[fail(256, 143_821 * MIB), fail(128, 158_669 * MIB)],
+                h200,
+                Some(256),
+            )
+        })
+        .unwrap();
+        assert_eq!(too_high.batch, 1, "{}", too_high.reason);
+        // A bare bound with a fixed part near the budget capped 64 at 12 (under half); the
+        // bound at 32 is 70 + 10 / 2 = 75 GiB, within the card: halve.
+        let why = guarded(&[fail(64, 80 * GIB)], Some(70), 32).unwrap_err();
+        assert!(
+            why.contains("so at most 12 fits: at 32 it needs at least 75.0 GiB"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn need_at_least_from_the_points() {
+        let success = |batch, bytes| Point {
+            batch,
+            bytes,
+            failed: false,
+        };
+        // (points, fixed GiB, batch, GiB)
+        type Row = (Vec<Point>, u64, u64, u64);
+        let table: Vec<Row> = vec![
+            (vec![], 3, 10, 3),
+            // Scaled through (0, fixed): 10 + 90 / 2.
+            (vec![fail(64, 100 * GIB)], 10, 32, 55),
+            // A bound at a smaller batch holds as it is; bounds are not ordered by batch.
+            (vec![fail(64, 100 * GIB), fail(16, 120 * GIB)], 0, 32, 120),
+            // A success below and a failure above: 60 + (100 − 60) × 16 / 32 = 80, above the
+            // failure's own 100 × 48 / 64 = 75.
+            (vec![fail(64, 100 * GIB), success(32, 60 * GIB)], 0, 48, 80),
+            // A success above says nothing of a lower bound.
+            (vec![success(64, 100 * GIB)], 0, 32, 0),
+        ];
+        for (points, fixed, batch, want) in table {
+            assert_eq!(
+                need_at_least(&points, fixed * GIB, batch),
+                want * GIB,
+                "{points:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_success_and_a_failure_fix_the_line() {
         let points = [
             fail(64, 70 * GIB),
@@ -615,6 +810,12 @@ mod tests {
         );
         assert_eq!(e.limit.unwrap().1, "GPU");
         assert!(e.bytes > 110 * GIB && e.bytes < 111 * GIB, "{}", e.bytes);
+        // A job stopped hanging after that message: the same sizes.
+        let hung = observe(&Observed {
+            cause: Some(Cause::HungAfterOom),
+            ..o
+        });
+        assert_eq!(hung, Some(e.clone()));
         // --max-gpu below the card is the limit.
         let e = observe(&Observed {
             max_gpu_bytes: Some(40 * GIB),
@@ -675,8 +876,7 @@ mod tests {
     fn the_fixed_part_from_the_timeline() {
         // (what, samples in GiB, known peak in GiB, fixed in GiB)
         type Row = (&'static str, Vec<f64>, Option<f64>, Option<f64>);
-        let table: Vec<Row> =
-            vec![
+        let table: Vec<Row> = vec![
             (
                 "load, plateau, then the step's climb",
                 vec![0.5, 5.0, 10.0, 20.0, 20.0, 20.0, 20.0, 30.0, 40.0, 60.0],
@@ -684,16 +884,22 @@ mod tests {
                 Some(20.0),
             ),
             (
-                "a kill: the climb fell between two ticks, the plateau is where the samples end",
+                "a kill: the samples end on their highest level, which may be the death's hold",
                 vec![1.0, 10.0, 20.0, 20.0, 20.0],
                 Some(40.0),
-                Some(20.0),
+                None,
             ),
             (
                 "a kill, then the emptied cgroup's last sample",
                 vec![1.0, 10.0, 20.0, 20.0, 20.0, 0.01],
                 Some(40.0),
-                Some(20.0),
+                None,
+            ),
+            (
+                "a kill after a plateau the memory left",
+                vec![1.0, 10.0, 10.0, 10.0, 20.0, 20.0],
+                Some(40.0),
+                Some(10.0),
             ),
             (
                 "loaded on the host, freed, then the step: the later, lower plateau",
@@ -726,14 +932,16 @@ mod tests {
                 None,
             ),
             (
-                "DataLoader workers fork after the load: the later plateau",
+                "DataLoader workers fork after the load: the lower plateau (never too high)",
                 vec![1.0, 8.0, 8.0, 8.0, 11.0, 11.0, 11.0, 25.0, 40.0],
                 None,
-                Some(11.0),
+                Some(8.0),
             ),
             (
                 "a success: trained at its peak with dips, the plateau before the climb",
-                vec![1.0, 12.0, 12.0, 12.0, 30.0, 30.0, 28.5, 28.5, 28.5, 30.0, 30.0, 30.0],
+                vec![
+                    1.0, 12.0, 12.0, 12.0, 30.0, 30.0, 28.5, 28.5, 28.5, 30.0, 30.0, 30.0,
+                ],
                 None,
                 Some(12.0),
             ),
@@ -767,14 +975,104 @@ mod tests {
     }
 
     #[test]
-    fn the_ramp_keeps_a_few_numbers() {
-        // A long run of steps and plateaus keeps at most PLATEAUS_KEPT levels.
+    fn a_long_climb_in_steps_keeps_its_lowest_plateau() {
         let mut ramp = Ramp::default();
         for k in 0..10_000u64 {
-            ramp.feed(k as f64, (k / 3) * 100 * MIB);
+            ramp.feed(k as f64, (1 + k / 3) * 100 * MIB);
         }
-        assert!(ramp.plateaus.len() <= PLATEAUS_KEPT);
-        assert!(ramp.fixed_bytes(None).is_some());
+        assert_eq!(ramp.fixed_bytes(None), Some(100 * MIB));
+    }
+
+    /// A timeline at `--interval 1s` in MiB, `None` where the process was not yet listed.
+    fn ramp_of_mib(mib: &[Option<u64>]) -> Ramp {
+        let mut ramp = Ramp::default();
+        for (k, m) in mib.iter().enumerate() {
+            if let Some(m) = m {
+                ramp.feed(k as f64, m * MIB);
+            }
+        }
+        ramp
+    }
+
+    /// The fixed part of real timelines (tests/fixtures/replay/): it may be too low, never
+    /// too high.
+    #[test]
+    fn the_fixed_part_of_recorded_timelines() {
+        // (what, GPU MiB at 1 s, the message's need in MiB, the fixed part in MiB)
+        type Row = (&'static str, Vec<Option<u64>>, u64, Option<u64>);
+        let table: Vec<Row> = vec![
+            (
+                "GPT-2 at 128 on an H200: the 131.2 GiB held after the OOM is no fixed part",
+                vec![
+                    None,
+                    None,
+                    Some(518),
+                    Some(518),
+                    Some(1048),
+                    Some(134310),
+                    Some(133542),
+                    Some(133542),
+                ],
+                158_669,
+                Some(518),
+            ),
+            (
+                "GPT-2 at 256: the context appears, the weights load, the step dies",
+                vec![
+                    Some(14),
+                    Some(518),
+                    Some(518),
+                    Some(518),
+                    Some(1908),
+                    Some(140744),
+                    Some(140744),
+                ],
+                143_872,
+                Some(518),
+            ),
+            (
+                "ResNet-50 at 4096 (modelled from the issue): a forward pass climbing in steps",
+                [
+                    vec![Some(636); 17],
+                    vec![Some(15_565); 3],
+                    vec![Some(25_293), Some(37_888), Some(53_248)],
+                    vec![Some(66_150); 3],
+                    vec![Some(141_312)],
+                ]
+                .concat(),
+                150_000,
+                Some(636),
+            ),
+            (
+                "GPT-2 at 64, the clean case: loaded, then trains at its peak",
+                [
+                    vec![Some(518), Some(518), Some(2444), Some(105_540)],
+                    vec![Some(118_106); 4],
+                    vec![Some(118_108); 22],
+                ]
+                .concat(),
+                0,
+                Some(518),
+            ),
+        ];
+        for (what, mib, need_mib, want_mib) in table {
+            let ramp = ramp_of_mib(&mib);
+            let mut evidence = Evidence {
+                memory: Memory::Gpu,
+                failed: need_mib > 0,
+                bytes: need_mib * MIB,
+                limit: None,
+                fragmented: None,
+                fixed_bytes: None,
+            };
+            let peak = mib.iter().flatten().max().map(|m| m * MIB);
+            if evidence.failed {
+                attach_fixed(&mut evidence, &ramp, peak);
+                assert_eq!(evidence.fixed_bytes, want_mib.map(|m| m * MIB), "{what}");
+            } else {
+                assert_eq!(ramp.fixed_bytes(peak), want_mib.map(|m| m * MIB), "{what}");
+            }
+        }
     }
 
     #[test]

@@ -770,6 +770,11 @@ async fn attempt_loop(
             resumed_from: ladder.resume_from.as_deref(),
             hint: ladder.hint_pending.take(),
         };
+        // The card NVML showed the job on, in every save of summary.json (the run's last
+        // save comes before `run` regains the observer).
+        if let Some(limits) = summary.limits.as_mut() {
+            limits.gpu_total_bytes = observer.gpu_capacity_bytes;
+        }
         record(summary, run_dir, &report, knobs, &ran, &verdict, &end);
         let recorded = summary
             .attempts()

@@ -402,14 +402,14 @@ fn strategy_step(
     plan: &StepPlan,
 ) -> (u64, Option<String>) {
     let min = knob.min;
-    let halved = (now / 2).max(min);
+    let halved = fit::halve(now, knob.effective, min);
     match plan.strategy {
         Strategy::Halve => (halved, None),
         Strategy::Factor(f) => {
             let to = ((now as f64 * f).floor() as u64).min(now - 1).max(min);
             (to, None)
         }
-        Strategy::Fit => match fit_step(knob, history, plan) {
+        Strategy::Fit => match fit_step(knob, halved, history, plan) {
             Ok(estimate) => (estimate.batch, Some(estimate.reason)),
             Err(why) => (halved, Some(format!("halving: {why}"))),
         },
@@ -428,6 +428,7 @@ struct Knob {
 /// run's, and earlier runs' of the same job at the same other settings.
 fn fit_step(
     knob: &Knob,
+    halved: u64,
     history: &[(Cause, Vec<Value>)],
     plan: &StepPlan,
 ) -> Result<fit::Estimate, String> {
@@ -479,6 +480,7 @@ fn fit_step(
         min,
         effective,
         fixed_bytes: fixed_seen(last, &plan.evidence),
+        halved,
     })
 }
 
@@ -601,7 +603,22 @@ mod tests {
                 true,
             ),
             ((u64::MAX, u64::MAX), (3, u64::MAX), (1, u64::MAX), false),
-            ((u64::MAX, 1), (u64::MAX, 1), (u64::MAX / 2, 3), true),
+            // u64::MAX is divisible by 3: a third, exact, found in a few steps.
+            ((u64::MAX, 1), (u64::MAX, 1), (u64::MAX / 3, 3), false),
+            // Halving takes the largest divisor of the effective batch from half down to a
+            // quarter: 100 → 50 → 25 → 10 × 10, not 12 × 9 (108).
+            ((100, 1), (100, 1), (50, 2), false),
+            ((100, 1), (50, 2), (25, 4), false),
+            ((100, 1), (25, 4), (10, 10), false),
+            ((100, 1), (10, 10), (5, 20), false),
+            ((120, 1), (120, 1), (60, 2), false),
+            ((96, 1), (24, 4), (12, 8), false),
+            // 127 is prime: no divisor from 32 to 63, so half, inexact.
+            ((127, 1), (127, 1), (63, 3), true),
+            // 36 at 18: 9 divides 36.
+            ((36, 1), (18, 2), (9, 4), false),
+            // 81 at 81: 27 (a third) before 40.
+            ((81, 1), (81, 1), (27, 3), false),
         ];
         for &(original, current, want, note) in table {
             for cause in default_causes() {

@@ -54,7 +54,8 @@ fn batches(seen: &[Value]) -> Vec<(u64, Option<u64>)> {
 
 /// Memory 3 GiB + 0.5 GiB × batch on a 24 GiB card; 120 × 1 in the command. Halving needs
 /// 120 ✗, 60 ✗, 30; the fit reads the first message and goes to 40 × 3 (the estimate 41,
-/// 40 the nearest divisor of 120 below it).
+/// 40 the nearest divisor of 120 below it), below half because the message shows that 60
+/// needs at least 31.5 GiB.
 #[test]
 fn fit_reaches_a_batch_that_fits_in_fewer_attempts_than_halving_with_the_effective_batch_exact() {
     let args = ["--batch_size", "120", "--gradient_accumulation_steps", "1"];
@@ -74,7 +75,8 @@ fn fit_reaches_a_batch_that_fits_in_fewer_attempts_than_halving_with_the_effecti
     assert!(
         stderr.contains(
             "attempt 2 in 0.0s: --batch_size 120→40, --gradient_accumulation_steps 1→3 \
-             (GPU 24.0 GiB, need at 120 ≈ 63.0 GiB, per sample ≈ 537.6 MiB: trying 40)"
+             (GPU 24.0 GiB, need at 120 ≈ 63.0 GiB, per sample ≈ 537.6 MiB, so at 60 it needs \
+             at least 31.5 GiB, over the GPU: trying 40)"
         ),
         "{stderr}"
     );

@@ -181,6 +181,16 @@ fn a_job_silent_after_an_oom_is_stopped_and_relaunched_smaller() {
             && evidence.contains("CUDA out of memory. Tried to allocate 86.00 MiB"),
         "{evidence}"
     );
+    // The fit reads the message's sizes as it does a device_oom's (issue 17).
+    let relaunch = err
+        .lines()
+        .find(|l| l.contains("attempt 2 in"))
+        .unwrap_or_else(|| panic!("no relaunch line: {err}"));
+    assert!(
+        relaunch.contains("need at 8 ≥")
+            && !relaunch.contains("no out-of-memory message with sizes"),
+        "{relaunch}"
+    );
     let seen = record(&rec);
     assert_eq!(seen.len(), 2, "{seen:?}");
     let hung_pid = seen[0]["pid"].as_u64().unwrap() as u32;
