@@ -605,7 +605,9 @@ const MEMORY_PHRASES: &[&str] = &[
     "cudnn_status_not_supported",
     "would exceed allowed memory",
     "no available memory",
-    "kv cache",
+    // Not "kv cache" alone: vLLM names its KV cache size at every start.
+    "stored in kv cache",
+    "available kv cache memory",
     "not enough memory",
     "no executable batch size",
     "failed to cuda",
@@ -627,7 +629,7 @@ const MEMORY_PHRASES: &[&str] = &[
     "memory usage threshold",
     "ray-oom-prevention",
     "memory budget",
-    "1455",
+    "error 1455",
     "paging file",
     "页面文件太小",
     "/dev/shm",
@@ -1556,6 +1558,8 @@ mod prescreen_tests {
         // (output, whether it may show a memory error)
         let table = [
             ("ready 4242\n", false),
+            ("INFO 05-01 12:00:00 gpu_executor.py:122] # GPU blocks: 7436, GPU KV cache size: 118976 tokens\n", false),
+            ("step 1455 | loss 1.9\n", false),
             (
                 "step 100 | loss 2.31 | mem 12.3G | max_memory_allocated 10.2 GiB\n",
                 false,
