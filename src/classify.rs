@@ -698,6 +698,10 @@ fn quiet_verdict(ending: Ending, stop: &QuietStop) -> Verdict {
 /// and went on from, nor one followed by a fatal error of its own), a killed DataLoader worker,
 /// or the kernel's or Slurm's OOM kill. Returns its line. What `--hang-timeout` waits on after.
 pub fn memory_error_shown(text: &str) -> Option<String> {
+    // Most silent jobs printed nothing of the kind: the table's regexes stay uncompiled.
+    if !scan::may_show_memory_error(text) {
+        return None;
+    }
     match read_text(text).sign? {
         Sign::Memory(_, f) | Sign::Worker(f) | Sign::OomKillText(f) => Some(f.line),
         Sign::CaughtOom { .. } | Sign::ShellKill(_) | Sign::LauncherKill(_) => None,

@@ -116,10 +116,11 @@ pub struct RunArgs {
     /// Sample the job's memory this often (at least 50ms, at most 1h).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_interval)]
     pub interval: Duration,
-    /// Read the tree's PSS (smaps_rollup, whose cost grows with the job's memory) for the
-    /// record at most this often; `0` never. A --max-rss bound without a cgroup still reads it
-    /// on the ticks where RSS reaches the bound.
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    /// Also read the tree's PSS (smaps_rollup, whose cost grows with the job's memory) at most
+    /// this often, on a clock; `0` (the default) no clock. Without a cgroup PSS is read anyway
+    /// on the first tick, where the tree's RSS moved by more than 5% since the last read, and
+    /// (--max-rss) on the ticks where RSS reaches the bound.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_duration)]
     pub pss_interval: Duration,
     /// Hard memory limit of each attempt, in its own memory cgroup (e.g. 12G): the kernel's OOM
     /// killer acts inside the cgroup only, and the death is attributed exactly. At least 32M.

@@ -26,7 +26,7 @@ pub struct RunSettings {
     pub grace: Duration,
     /// How often the job's memory is sampled.
     pub interval: Duration,
-    /// `--pss-interval`: how often PSS is read for the record (zero: never).
+    /// `--pss-interval`: how often PSS is also read on a clock (zero: no clock; see `sampler`).
     pub pss_interval: Duration,
     pub cgroup: CgroupPlan,
     /// Soft bounds that stop the job gracefully.

@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde_json::Value;
-use util::{alive, causes, fixture, stderr_of, wait_until, Sandbox};
+use util::{alive, causes, fixture, release_fifo, stderr_of, wait_until, Sandbox};
 
 /// A real PyTorch 2.5 out-of-memory traceback (RLinf issue #255) from the corpus: a worker that
 /// ran out of memory while its main process waits on it.
@@ -331,4 +331,48 @@ fn a_silent_job_busy_on_the_cpu_is_not_stalled() {
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("no CPU time"), "{err}");
     assert_eq!(causes(&sb.summary()), ["ok"]);
+}
+
+/// oomguard's peak resident set (VmHWM), in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("oomguard runs");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in kB")
+}
+
+#[test]
+fn reading_a_silent_job_without_an_oom_leaves_oomguard_as_small_as_before() {
+    // (issue 21) The hang watch reads a job's output once it has been silent for
+    // --hang-timeout. Output that shows no memory error at all (a step line that mentions
+    // memory, as training logs do) is turned away before the classifier's signature table is
+    // compiled, which otherwise kept about 13 MiB of heap for the rest of the run. Measured
+    // against the same run without the watch, while the job still runs (its end is classified,
+    // which compiles the table, rightly).
+    let peak = |hang: &str| {
+        let sb = Sandbox::new();
+        let fifo = sb.path("hold");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let job =
+            "echo 'step 10 | loss 2.31 | mem 1.2G | max_memory_allocated 1.0 GiB'; exec cat \"$0\"";
+        let mut running = Running::start(sb.run(
+            &["--interval", "100ms", "--no-cgroup", "--hang-timeout", hang],
+            &["sh", "-c", job, fifo.to_str().unwrap()],
+        ));
+        // 2 s of ticks: the job has been silent for 1 s, and the watch has read it.
+        running.wait_ticks(&sb, 20);
+        let peak_kib = peak_rss_kib(running.child.id());
+        release_fifo(&fifo);
+        let out = running.finish();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        peak_kib
+    };
+    let unwatched_kib = peak("0");
+    let watched_kib = peak("1s");
+    assert!(
+        watched_kib < unwatched_kib + 4096,
+        "peak RSS {watched_kib} KiB with the hang watch, {unwatched_kib} KiB without"
+    );
 }
