@@ -922,8 +922,8 @@ pub(crate) fn scan_positions_without(text: &str, without: Option<&str>) -> Vec<(
     }
 
     let mut found: Vec<(usize, usize, String)> = Vec::new(); // (line, family, evidence)
-    // The class a family's match on line `i` speaks for: its own, or what the lines around
-    // it say (see [`Nearby`]).
+                                                             // The class a family's match on line `i` speaks for: its own, or what the lines around
+                                                             // it say (see [`Nearby`]).
     let class_at = |idx: usize, i: usize| -> Family {
         let s = &SIGNATURES[idx];
         let Some(n) = s.nearby else {
@@ -943,7 +943,7 @@ pub(crate) fn scan_positions_without(text: &str, without: Option<&str>) -> Vec<(
             .find_map(says)
             .unwrap_or(s.class)
     };
-                                                             // The families of the patterns that match `text`, each once, in table order.
+    // The families of the patterns that match `text`, each once, in table order.
     let families_matching = |text: &str| -> Vec<(usize, usize)> {
         let mut out: Vec<(usize, usize)> = Vec::new(); // (family, pattern)
         for pat in c.set.matches(text).iter() {
