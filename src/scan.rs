@@ -1,7 +1,8 @@
 //! Turns the text a training job printed (or a kernel / scheduler log) into *findings*: lines that
 //! carry a known out-of-memory or kill signature, each tagged with the class of failure it
 //! speaks for and the name of the signature family that matched. The families are data: one
-//! table (`SIGNATURES`) of name, class, patterns and veto.
+//! table (`SIGNATURES`) of name, class, patterns, veto and, for a message that names no
+//! device, the patterns of the lines around it that decide its class.
 //!
 //! This module only recognises text. It never decides why an attempt ended: weighing findings
 //! against the exit status and the kernel's counters is `classify`'s job, and reading logs,
