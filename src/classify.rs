@@ -27,7 +27,7 @@ pub enum Cause {
     HostOom,
     /// A DataLoader worker was killed (SIGKILL/SIGBUS) or shared memory ran out under it.
     WorkerKilled,
-    /// The kernel's (or Slurm's) OOM enforcement killed the job.
+    /// The kernel's (or Slurm's, or another scheduler's) OOM enforcement killed the job.
     OomKilled,
     /// The job died of SIGKILL and nothing says who sent it.
     Killed,
@@ -319,6 +319,23 @@ fn collateral_error() -> &'static Regex {
     })
 }
 
+/// Errors that report a model load which failed, as the wrappers of an inference engine raise
+/// them after the engine's own allocation failure: LangChain's `ValidationError: 1 validation
+/// error for LlamaCpp` ("Could not load Llama model from path: ..."), llama-cpp-python's
+/// `ValueError: Failed to load model from file: ...` / `Failed to create llama_context`, and
+/// the `'Llama' object has no attribute 'ctx'` of the half-built object. After an
+/// out-of-memory error they are its aftermath (the load that failed is the one that ran out),
+/// not a fatal error of their own, as a peer's collateral errors are not.
+fn load_failure_aftermath() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(
+            r"(?i)\bvalidation errors? for LlamaCpp|\bcould not load \w+ model\b|\bfailed to (?:load model|create llama_context)\b|\b(?:error|unable to) load(?:ing)? model\b|'(?:Llama|LlamaCppModel)' object has no attribute",
+        )
+        .expect("load failure pattern compiles")
+    })
+}
+
 /// Python's banners between a chained exception and the one raised while handling it.
 fn is_chain_marker(line: &str) -> bool {
     line.starts_with("During handling of the above exception")
@@ -327,11 +344,13 @@ fn is_chain_marker(line: &str) -> bool {
 
 /// Whether a (prefix-stripped) line says the job is dying of an error of its own that is not
 /// about memory: an exception line that does not merely wrap another, or an `error:` /
-/// `fatal:` exit message, and not the collateral damage of a peer's death.
+/// `fatal:` exit message, and not the collateral damage of a peer's death nor a wrapper's
+/// report that the model load failed.
 fn is_fatal_error(line: &str) -> bool {
     (exception_line().is_match(line) || exit_message().is_match(line))
         && !wrapper_exception().is_match(line)
         && !collateral_error().is_match(line)
+        && !load_failure_aftermath().is_match(line)
         && scan::scan(line).is_empty()
 }
 
@@ -993,6 +1012,21 @@ mod tests {
         ("[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB -- skipping batch\n[rank0]: epoch 3\n[rank1]: error: checkpoint dir /ckpt is not writable", "failed"),
         // Two ranks: one survived its OOM, the other died of its own.
         ("[default1]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB -- skipping\n[default0]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n[default1]:error: checkpoint dir /ckpt is not writable", "device_oom"),
+        // A wrapper's report that the model load failed is the aftermath of the engine's OOM...
+        ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144.00 MiB on device 4: cudaMalloc failed: out of memory\nllama_new_context_with_model: failed to allocate compute buffers\nTraceback (most recent call last):\n  File \"demo.py\", line 19, in <module>\npydantic_core._pydantic_core.ValidationError: 1 validation error for LlamaCpp\n  Value error, Could not load Llama model from path: /m.gguf. Received error Failed to create llama_context [type=value_error, input_value={...}, input_type=dict]", "device_oom"),
+        ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 7825.94 MiB on device 0: cudaMalloc failed: out of memory\nllama_model_load: error loading model: failed to allocate buffer\nllama_load_model_from_file: failed to load model\nValueError: Failed to load model from file: /m.gguf", "device_oom"),
+        // ...but with no OOM before it, a failed load is no memory sign at all.
+        ("llama_load_model_from_file: failed to load model\nValueError: Failed to load model from file: /m.gguf", "none"),
+        // An OOM the job survived, then an error of its own that is not about loading: failed.
+        ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9866.00 MiB on device 1: cudaMalloc failed: out of memory\nllama_context: compute buffer allocation failed, retrying without pipeline parallelism\nKeyError: 'prompt'", "failed"),
+        // Schedulers and notebooks that kill from outside.
+        ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.\nExited with exit code 143.", "oom_killed"),
+        ("TERM_RUNLIMIT: job killed after reaching LSF run time limit.\nExited with exit code 140.", "none"),
+        ("Exited with exit code 143.", "none"),
+        ("Your session crashed after using all available RAM.", "oom_killed"),
+        // Triton's shared-memory limit is not an OOM; a real allocation failure after it is.
+        ("No valid triton configs. OutOfMemoryError: out of resource: triton_mm Required: 294912 Hardware limit:232448 Reducing block sizes or `num_stages` may help.", "none"),
+        ("No valid triton configs. OutOfMemoryError: out of resource: triton_mm Required: 294912 Hardware limit:232448\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "device_oom"),
     ];
 
     /// Rank-tagged output: the first rank to die of an OOM is the one named.

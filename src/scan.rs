@@ -1,7 +1,8 @@
 //! Turns the text a training job printed (or a kernel / scheduler log) into *findings*: lines that
 //! carry a known out-of-memory or kill signature, each tagged with the class of failure it
 //! speaks for and the name of the signature family that matched. The families are data: one
-//! table (`SIGNATURES`) of name, class, patterns and veto.
+//! table (`SIGNATURES`) of name, class, patterns, veto and, for a message that names no
+//! device, the patterns of the lines around it that decide its class.
 //!
 //! This module only recognises text. It never decides why an attempt ended: weighing findings
 //! against the exit status and the kernel's counters is `classify`'s job, and reading logs,
@@ -37,7 +38,8 @@ pub enum Family {
     /// A PyTorch DataLoader worker died of SIGKILL or SIGBUS, or shared memory (`/dev/shm`)
     /// filled up under the workers.
     WorkerKilled,
-    /// The kernel's OOM killer (or a container runtime reporting it) killed a process.
+    /// The kernel's OOM killer (or a container runtime reporting it) killed a process, or a
+    /// scheduler or hosted notebook (YARN, LSF, Colab, Kaggle) killed the job for its memory.
     KernelOomKill,
     /// Slurm's memory enforcement (cgroup or job accounting) killed the job or step.
     SlurmOom,
@@ -89,6 +91,17 @@ pub(crate) struct Signature {
     veto: Option<&'static str>,
     /// Anchored patterns that must see a whole line: not tried on glued neighbours.
     whole_line: bool,
+    /// For a message that does not say which memory ran out: the lines around it that do
+    /// decide the class instead of `class`.
+    nearby: Option<&'static Nearby>,
+}
+
+/// Where a family's class comes from the lines around its match: the nearest line (the
+/// matched one first, then outwards, earlier before later) within `lines` that matches one of
+/// `by` gives its class; with none, the family's own class stands.
+pub(crate) struct Nearby {
+    lines: usize,
+    by: &'static [(&'static str, Family)],
 }
 
 const fn sig(name: &'static str, class: Family, patterns: &'static [&'static str]) -> Signature {
@@ -99,6 +112,7 @@ const fn sig(name: &'static str, class: Family, patterns: &'static [&'static str
         patterns,
         veto: None,
         whole_line: false,
+        nearby: None,
     }
 }
 
@@ -132,6 +146,30 @@ const HINT_VETO: &str = r"(?i)\b(?:avoid|prevent|if you|when you|reduce the chan
 
 /// TensorFlow names the allocator and device; CPU ones mean host RAM, not the accelerator.
 const TF_CPU: &str = r"(?i)device:CPU|allocator[ (]+cpu\b";
+
+/// ONNX Runtime's arena failure names no device; its verbose log names the arena it extends
+/// ("Extending BFCArena for Cuda.", "Reserving memory in BFCArena for Cpu size: ...") and
+/// errors name the execution provider. Pinned staging buffers (`CudaPinned`) are host RAM.
+const ORT_PROVIDER: Nearby = Nearby {
+    lines: 30,
+    by: &[
+        (
+            r"(?i)\bBFCArena for (?:Cpu|CudaPinned|HipPinned)\b|\bCPUExecutionProvider\b",
+            HostOom,
+        ),
+        (
+            r"(?i)\bBFCArena for (?:Cuda|Hip)\b|\b(?:CUDA|ROCM|MIGraphX|TensorRT|Dml)ExecutionProvider\b",
+            DeviceOom,
+        ),
+    ],
+};
+
+/// The GPU backends a ggml buffer is named after ("CUDA0", "ROCm0", "SYCL0", "Vulkan0", ...).
+macro_rules! ggml_gpu_buffer {
+    () => {
+        r"(?:CUDA|ROCm|SYCL|Vulkan|Metal|MUSA|CANN|OpenCL)\d*"
+    };
+}
 
 /// The signature table: every family is tested on every line. Order matters only between
 /// families of one class matching the same line: the first names the finding, so specific
@@ -204,6 +242,57 @@ pub(crate) const SIGNATURES: &[Signature] = &[
             r"(?i)Not enough memory to handle \d+ prefill tokens|Not enough memory\. Please try to increase --mem-fraction-static",
         ],
     ),
+    // Chainer's trainer reporting CuPy's memory pool before CuPy 8 (cupy/cuda/memory.pyx):
+    // "Exception in main training loop: out of memory to allocate 747110400 bytes (total
+    // 5722942464 bytes)", CuPy 7's "Out of memory allocating 255,688,704 bytes (allocated so
+    // far: 3,670,475,776 bytes)." The exception class comes last, after a traceback that
+    // excerpts cut.
+    sig(
+        "cupy_pool_oom",
+        DeviceOom,
+        &[
+            r"(?i)\bout of memory to allocate \d+ bytes\b|\bOut of memory allocating [\d,]+ bytes \(allocated so far\b",
+        ],
+    ),
+    // ONNX Runtime's arena (core/framework/bfc_arena.cc): "onnxruntime::BFCArena::
+    // AllocateRawInternal Failed to allocate memory for requested buffer of size 285081600".
+    // The CUDA execution provider's arena is the GPU's, the CPU one's host RAM; the message
+    // says neither, so the provider named around it decides, else the GPU (the arena that
+    // runs out in practice).
+    Signature {
+        nearby: Some(&ORT_PROVIDER),
+        ..sig(
+            "onnxruntime_arena_oom",
+            DeviceOom,
+            &[r"\bFailed to allocate memory for requested buffer of size\b"],
+        )
+    },
+    // TensorRT's builder and runtime: "[TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::145]
+    // Error Code 2: OutOfMemory (Requested size was 3356491776 bytes.)", TensorRT 7's
+    // "../rtSafe/WeightsPtr.cpp (92) - OutOfMemory Error in allocate: 0" and "Out of memory
+    // error during getBestTactic". A skipped tactic ("Skipping tactic 3 due to insufficient
+    // memory") is a warning the build survives.
+    sig(
+        "tensorrt_out_of_memory",
+        DeviceOom,
+        &[
+            r"\bError Code \d+: (?:OutOfMemory\b|Cuda Runtime \(out of memory\))|\bOutOfMemory Error in \w+|\bOut of memory error during getBestTactic\b",
+        ],
+    ),
+    // llama.cpp / ggml (ggml-cuda.cu, ggml-alloc.c): "ggml_backend_cuda_buffer_type_alloc_buffer:
+    // allocating 144.00 MiB on device 4: cudaMalloc failed: out of memory", then
+    // "ggml_gallocr_reserve_n: failed to allocate CUDA4 buffer of size 150995968" and
+    // "llama_model_load: error loading model: unable to allocate CUDA0 buffer". A CPU buffer
+    // ("failed to allocate CPU buffer") is host RAM and not this family.
+    sig(
+        "ggml_backend_alloc_failed",
+        DeviceOom,
+        &[concat!(
+            r"\bggml_backend_\w+_buffer_type_alloc_buffer: allocating [^\n]{0,80}?failed: out of memory|\b(?:failed|unable) to allocate ",
+            ggml_gpu_buffer!(),
+            r" buffer\b"
+        )],
+    ),
     // fairseq / ParlAI catching an OOM: "| WARNING: ran out of memory, skipping batch",
     // "ran out of memory on GPU #2, skipping batch" (whether the job went on is `classify`'s).
     sig(
@@ -269,12 +358,16 @@ pub(crate) const SIGNATURES: &[Signature] = &[
     ),
     // Exception classes: torch.OutOfMemoryError / torch.cuda.OutOfMemoryError (Jupyter prints
     // the bare class name), cupy.cuda.memory.OutOfMemoryError. Java's and Ray's classes of the
-    // same name are about host memory and live in the host section.
+    // same name are about host memory and live in the host section. Triton's "out of resource"
+    // is one kernel asking for more shared memory than a multiprocessor has, a compile-time
+    // limit and no allocation: TorchInductor's autotuner prints it as "No valid triton configs.
+    // OutOfMemoryError: out of resource: triton_mm Required: 294912 Hardware limit:232448",
+    // drops that candidate and goes on.
     sig_unless(
         "oom_exception_class",
         DeviceOom,
         &[r"\bOutOfMemoryError\b"],
-        r"java\.lang\.OutOfMemoryError|ray\.exceptions\.OutOfMemoryError",
+        r"java\.lang\.OutOfMemoryError|ray\.exceptions\.OutOfMemoryError|OutOfMemoryError: out of resource\b|No valid triton configs",
     ),
     // Anything else that names a GPU/CUDA source or device next to "out of memory": Caffe2's
     // "event_gpu.cc:17: out of memory", "THCudaCheck FAIL ... error=2 : out of memory",
@@ -472,6 +565,21 @@ pub(crate) const SIGNATURES: &[Signature] = &[
         "yarn_container_memory",
         KernelOomKill,
         &[r"Container killed by YARN for exceeding memory limits"],
+    ),
+    // IBM Spectrum LSF's job report when its memory limit stopped the job: "TERM_MEMLIMIT: job
+    // killed after reaching LSF memory usage limit." then "Exited with exit code 143." (LSF sends
+    // SIGTERM first; TERM_RUNLIMIT and TERM_THREADLIMIT are other limits).
+    sig("lsf_term_memlimit", KernelOomKill, &[r"\bTERM_MEMLIMIT\b"]),
+    // Hosted notebooks that restart a kernel which filled the VM's RAM: Google Colab "Your
+    // session crashed after using all available RAM.", Kaggle "Your notebook tried to allocate
+    // more memory than is available. It has restarted." (Colab's bare "Your session crashed."
+    // says no why.)
+    sig(
+        "notebook_ram_exhausted",
+        KernelOomKill,
+        &[
+            r"(?i)\bsession crashed after using all available RAM\b|\bnotebook tried to allocate more memory than is available\b",
+        ],
     ),
     // systemd-oomd: "systemd-oomd[672]: Killed /user.slice/... due to memory pressure".
     sig(
@@ -742,6 +850,8 @@ struct Compiled {
     each: Vec<Regex>,
     /// Each family's veto.
     vetoes: Vec<Option<Regex>>,
+    /// Each family's [`Nearby`] patterns, with the class each gives.
+    nearby: Vec<Vec<(Regex, Family)>>,
     prefix: Regex,
     shell_kill: Regex,
 }
@@ -764,6 +874,16 @@ fn compiled() -> &'static Compiled {
             vetoes: SIGNATURES
                 .iter()
                 .map(|s| s.veto.map(|v| Regex::new(v).expect("veto compiles")))
+                .collect(),
+            nearby: SIGNATURES
+                .iter()
+                .map(|s| {
+                    s.nearby.map_or_else(Vec::new, |n| {
+                        n.by.iter()
+                            .map(|(p, class)| (Regex::new(p).expect("nearby compiles"), *class))
+                            .collect()
+                    })
+                })
                 .collect(),
             prefix: Regex::new(PREFIX).expect("prefix pattern compiles"),
             shell_kill: Regex::new(&format!("{SHELL_JOB_KILLED}|{SHELL_PID_KILLED}"))
@@ -893,7 +1013,28 @@ pub(crate) fn scan_positions_without(text: &str, without: Option<&str>) -> Vec<(
     }
 
     let mut found: Vec<(usize, usize, String)> = Vec::new(); // (line, family, evidence)
-                                                             // The families of the patterns that match `text`, each once, in table order.
+                                                             // The class a family's match on line `i` speaks for: its own, or what the lines around
+                                                             // it say (see [`Nearby`]).
+    let class_at = |idx: usize, i: usize| -> Family {
+        let s = &SIGNATURES[idx];
+        let Some(n) = s.nearby else {
+            return s.class;
+        };
+        let says = |j: usize| {
+            let text = lines[j].text;
+            c.nearby[idx]
+                .iter()
+                .find(|(re, _)| re.is_match(text))
+                .map(|(_, class)| *class)
+        };
+        (0..=n.lines)
+            .flat_map(|d| [i.checked_sub(d), (d > 0).then_some(i + d)])
+            .flatten()
+            .filter(|&j| j < lines.len())
+            .find_map(says)
+            .unwrap_or(s.class)
+    };
+    // The families of the patterns that match `text`, each once, in table order.
     let families_matching = |text: &str| -> Vec<(usize, usize)> {
         let mut out: Vec<(usize, usize)> = Vec::new(); // (family, pattern)
         for pat in c.set.matches(text).iter() {
@@ -982,7 +1123,7 @@ pub(crate) fn scan_positions_without(text: &str, without: Option<&str>) -> Vec<(
         .filter_map(|(i, idx, line)| {
             let s = &SIGNATURES[idx];
             let finding = Finding {
-                family: s.class,
+                family: class_at(idx, i),
                 name: s.name,
                 line,
             };
@@ -1155,6 +1296,19 @@ mod tests {
         ("  exitcode  : -6 (pid: 4242)", &[]),
         ("Signal 6 (SIGABRT) received by PID 4242", &[]),
         ("Signal 9 (SIGKILL) received by PID 4242", &[KilledBySigkill]),
+        // ONNX Runtime: the arena named around the failure decides; none named is the GPU's.
+        ("Non-zero status code returned while running Conv node. Status Message: bfc_arena.cc:330 onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size 285081600", &[DeviceOom]),
+        ("[I:onnxruntime:, bfc_arena.cc:306 AllocateRawInternal] Extending BFCArena for Cpu. bin_num:12 (requested) num_bytes: 1440744\n[E:onnxruntime:, sequential_executor.cc:339] Non-zero status code returned while running Conv node. Status Message: bfc_arena.cc:330 onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size 285081600", &[HostOom]),
+        ("[I:onnxruntime:, bfc_arena.cc:306 AllocateRawInternal] Extending BFCArena for Cpu. bin_num:12\n[I:onnxruntime:, bfc_arena.cc:306 AllocateRawInternal] Extending BFCArena for Cuda. bin_num:20\n[E:onnxruntime:] Non-zero status code returned while running MatMul node. Status Message: onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size 8388608000", &[DeviceOom]),
+        ("onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size 939524096\nproviders: ['CPUExecutionProvider']", &[HostOom]),
+        // Triton's per-kernel shared-memory limit is no allocation failure, unless one follows.
+        ("select_algorithm.py:3213 [1/0] No valid triton configs. OutOfMemoryError: out of resource: triton_mm Required: 294912 Hardware limit:232448 Reducing block sizes or `num_stages` may help.", &[]),
+        ("triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 131072, Hardware limit: 101376. Reducing block sizes or `num_stages` may help.", &[]),
+        ("No valid triton configs. OutOfMemoryError: out of resource: triton_mm Required: 294912 Hardware limit:232448\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", &[DeviceOom]),
+        ("cupy.cuda.memory.OutOfMemoryError: out of memory to allocate 1073741824 bytes (total 12373894656 bytes)", &[DeviceOom]),
+        // Schedulers: the LSF limit that is memory, not the others; exit 143 alone says nothing.
+        ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.\nExited with exit code 143.", &[KernelOomKill]),
+        ("TERM_THREADLIMIT: job killed after reaching LSF thread limit.\nExited with exit code 143.", &[]),
         // A traceback's echoed source line is code, not an event.
         ("  File \"train.py\", line 12, in step\n    except torch.cuda.OutOfMemoryError:\nValueError: bad shape", &[]),
     ];
@@ -1223,6 +1377,12 @@ mod tests {
         ("cuda_lib_alloc_failed", "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm`"),
         ("cudnn_status_not_supported", "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a non-contiguous input.", "UserWarning: Plan failed with a cudnnException: CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR: cudnnFinalize Descriptor Failed cudnn_status: CUDNN_STATUS_NOT_SUPPORTED (Triggered internally at Conv_v8.cpp:919.)"),
         ("cuda_malloc_async_exceeded", "torch.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)", "Allocation on device 0 took 3 ms"),
+        ("cupy_pool_oom", "Exception in main training loop: out of memory to allocate 747110400 bytes (total 5722942464 bytes)", "Exception in main training loop: total 5722942464 bytes allocated so far"),
+        ("onnxruntime_arena_oom", "onnxruntime::BFCArena::AllocateRawInternal Failed to allocate memory for requested buffer of size 285081600", "[I:onnxruntime:log, bfc_arena.cc:306 AllocateRawInternal] Extending BFCArena for Cuda. bin_num:9 (requested) num_bytes: 160000"),
+        ("tensorrt_out_of_memory", "[TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::145] Error Code 2: OutOfMemory (no further information)", "[TRT] [E] 2: [myelinBuilderUtils.cpp::getMyelinSupportType::1270] Error Code 2: Internal Error (ForeignNode does not support data-dependent shape)"),
+        ("ggml_backend_alloc_failed", "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144.00 MiB on device 4: cudaMalloc failed: out of memory", "alloc_tensor_range: failed to allocate CPU buffer of size 437944320"),
+        ("lsf_term_memlimit", "TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.", "TERM_RUNLIMIT: job killed after reaching LSF run time limit."),
+        ("notebook_ram_exhausted", "Your session crashed after using all available RAM.", "Your session crashed for an unknown reason."),
         ("vllm_kv_cache_oom", "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.", "INFO 11-18 18:07:26 worker.py:232] Memory profiling results: total_gpu_memory=79.15GiB; the KV cache blocks use 60.1GiB"),
         ("serve_warmup_oom", "RuntimeError: Not enough memory to handle 4096 prefill tokens. You need to decrease `--max-batch-prefill-tokens`", "INFO text_generation_router: Setting max batch total tokens to 4096 prefill tokens"),
         ("trainer_oom_skipping_batch", "| WARNING: ran out of memory, skipping batch", "| WARNING: ran out of patience, skipping evaluation"),

@@ -94,6 +94,48 @@ fn a_ddp_oom_with_collateral_errors_is_device_oom_for_run_and_classify() {
     assert_eq!(json["class"], "device_oom", "{json}");
 }
 
+/// Issue 20: llama.cpp fails to allocate its compute buffers on the GPU and the Python wrapper
+/// then raises its own error for the same failed load ("ValueError: Failed to load model from
+/// file"). That error is the OOM's aftermath, not a fatal error of its own: the attempt is
+/// device_oom and is relaunched smaller, and `classify` reads its log the same way.
+#[test]
+fn a_wrappers_failed_load_after_ggmls_oom_is_device_oom() {
+    let sb = Sandbox::new();
+    let out = sb
+        .run(
+            &[],
+            &[
+                "python3",
+                &fixture("verdict_llama_load_oom.py"),
+                "--batch_size",
+                "8",
+                "--fits",
+                "4",
+            ],
+        )
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let summary = sb.summary();
+    assert_eq!(causes(&summary), ["device_oom", "ok"], "{summary:#}");
+    let evidence = evidence(&summary, 0);
+    assert!(
+        evidence.contains("failed to allocate CUDA0 buffer"),
+        "{evidence}"
+    );
+    let log = sb.run_dir().join("attempt-1.log");
+    assert!(std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("ValueError: Failed to load model from file"));
+    let classified = sb
+        .oomguard(&["classify", "--json", log.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let json: Value = serde_json::from_slice(&classified.stdout).expect("one JSON line");
+    assert_eq!(json["class"], "device_oom", "{json}");
+}
+
 /// Item 8: a process that calls `exit(137)` itself was not killed by anyone.
 #[test]
 fn a_jobs_own_exit_137_is_failed_with_its_status() {
