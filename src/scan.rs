@@ -723,6 +723,9 @@ const MEMORY_PHRASES: &[&str] = &[
     "exceeded vmem",
     "oom when allocating",
     "exhausted",
+    // ONNX Runtime's arenas, ggml's buffers (issue 20's families).
+    "bfcarena",
+    "failed to allocate",
     // Host memory.
     "cpuallocator",
     "12 vs 0",
@@ -771,6 +774,11 @@ const MEMORY_PHRASES: &[&str] = &[
     "memory limit",
     "cancelled at",
     "srun: error",
+    // LSF's and the notebooks' kills.
+    "term_memlimit",
+    "memory usage limit",
+    "all available ram",
+    "more memory than is available",
 ];
 
 /// Whether `text` may show a memory finding at all (see [`MEMORY_PHRASES`]): false means no
