@@ -172,19 +172,19 @@ fn identity(
     }
     let name = std::ffi::CString::new(account.name.as_bytes())
         .expect("a passwd entry's name has no NUL byte");
-    // The user's own groups, with its passwd group: `gid` is added below only after the
-    // caller has decided the file may choose it (see `prepare`).
-    let mut groups = nix::unistd::getgrouplist(&name, account.gid).map_err(|e| {
-        job.error(
-            user.line,
-            format!("cannot list the groups of user {:?}: {e}", user.value),
-            "check the group database (`id USER`)",
-        )
-    })?;
-    let member = groups.contains(&gid);
-    if !member {
-        groups.push(gid);
-    }
+    let list = |base: Gid| {
+        nix::unistd::getgrouplist(&name, base).map_err(|e| {
+            job.error(
+                user.line,
+                format!("cannot list the groups of user {:?}: {e}", user.value),
+                "check the group database (`id USER`)",
+            )
+        })
+    };
+    // Whether `gid` is one the user has anyway: its passwd group or one it is a member of.
+    let member = list(account.gid)?.contains(&gid);
+    // As initgroups(3) would set them for the job's primary group.
+    let groups = list(gid)?;
     Ok((
         Some(RunAs {
             name: account.name,

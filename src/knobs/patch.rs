@@ -159,6 +159,10 @@ struct Journal {
     /// and a later run restore as them too. Absent in entries of earlier builds.
     #[serde(default)]
     acting: Option<ActingUser>,
+    /// Whether the entry itself was written by a user (its file is not root's): then even its
+    /// backup is read as that user, so an entry they edited cannot name a file of root's.
+    #[serde(skip)]
+    users_entry: bool,
 }
 
 /// Whom a root oomguard touches the user's file as ([`crate::principal`]), kept in the journal.
@@ -1093,6 +1097,7 @@ impl Claimed {
                 original: self.stat,
                 written: vec![text.to_string()],
                 acting: self.who.clone(),
+                users_entry: false,
             };
             save_journal(&self.entry, &journal)?;
             self.journal = Some(journal);
@@ -1149,6 +1154,7 @@ impl Claimed {
             original: self.stat,
             written: Vec::new(),
             acting: self.who.clone(),
+            users_entry: false,
         });
         if !journal.written.iter().any(|w| w == text) {
             journal.written.push(text.to_string());
@@ -1288,7 +1294,9 @@ fn finish_in_place(journal: &Journal) -> Result<Finished, PatchError> {
             path: journal.path.clone(),
             detail: "an in-place entry without a backup".to_string(),
         })?;
-    let original = std::fs::read(backup).map_err(io_err("read the backup", backup))?;
+    let backup_reader = journal.acting.as_ref().filter(|_| journal.users_entry);
+    let original = as_theirs(backup_reader, || std::fs::read(backup))
+        .map_err(io_err("read the backup", backup))?;
     let path = &journal.path;
     let who = journal.acting.as_ref();
     let current = read_if_exists(who, path)?;
@@ -1400,6 +1408,7 @@ fn load_journal(path: &Path) -> Result<Journal, PatchError> {
         // An entry a user could have written speaks only for that user: whatever it says, its
         // files are touched as them, so it cannot make root write where they could not.
         journal.acting = ActingUser::of_uid(owner);
+        journal.users_entry = true;
         if journal.acting.is_none() && nix::unistd::Uid::effective().is_root() {
             return Err(PatchError::Journal {
                 path: path.to_path_buf(),
@@ -2116,6 +2125,7 @@ mod tests {
             original: FileStat::of(&std::fs::metadata(dir.path()).unwrap()),
             written: Vec::new(),
             acting: None,
+            users_entry: false,
         };
         let path = dir.path().join("entry.json");
         std::fs::write(&path, serde_json::to_vec(&journal).unwrap()).unwrap();
@@ -2126,6 +2136,8 @@ mod tests {
         );
         std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
         let loaded = load_journal(&path).unwrap();
+        // Its backup too is read as the user: an entry they edited cannot name root's file.
+        assert!(loaded.users_entry);
         assert_eq!(loaded.acting.map(|who| who.uid), Some(65534));
     }
 
@@ -2153,6 +2165,7 @@ mod tests {
             original: FileStat::of(&std::fs::metadata(&path).unwrap()),
             written: vec![YAML.to_string()],
             acting: None,
+            users_entry: false,
         };
         let entry = evil.join("k.json");
         std::fs::write(&entry, serde_json::to_vec(&journal).unwrap()).unwrap();
