@@ -76,6 +76,26 @@ impl std::fmt::Display for ChainKill {
     }
 }
 
+impl ChainKill {
+    /// The limit that killed, named for people (`Slurm job 14's memory limit`), as the fit's
+    /// lines name a limit: text that lives for the run (one per distinct name, kept once).
+    pub fn limit_name(&self) -> Option<&'static str> {
+        static NAMES: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+        let (holder, _) = self.limit.as_ref()?;
+        let kind = limit_kind(holder);
+        let mut names = NAMES
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(&known) = names.iter().find(|&&n| n == kind) {
+            return Some(known);
+        }
+        // A handful per run at most (each cgroup that held a limit), so kept rather than freed.
+        let kept: &'static str = Box::leak(kind.into_boxed_str());
+        names.push(kept);
+        Some(kept)
+    }
+}
+
 /// What kind of limit a cgroup's path says it is, for people: systemd names its units and
 /// slices (`MemoryMax=`), Slurm its jobs (`job_4242`), container runtimes their containers.
 fn limit_kind(path: &str) -> String {

@@ -31,6 +31,9 @@ pub enum Memory {
     Host,
 }
 
+/// The name of the limit of oomguard's own attempt cgroup (`--memory-max`) in the fit's lines.
+pub const CGROUP_LIMIT: &str = "cgroup limit";
+
 /// What one attempt showed about its memory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evidence {
@@ -59,8 +62,11 @@ pub struct Observed<'a> {
     pub peak_cgroup_bytes: Option<u64>,
     /// The tree's peak PSS (or RSS): what `--max-rss` reads without a cgroup.
     pub peak_host_bytes: Option<u64>,
-    /// `--memory-max`.
+    /// `--memory-max`, else the limit that killed further up (a Slurm job's, a unit's).
     pub cgroup_limit_bytes: Option<u64>,
+    /// That limit's name for people where it is not oomguard's own attempt cgroup's
+    /// (`Slurm job 14's memory limit`); `None`: `cgroup limit`.
+    pub cgroup_limit_name: Option<&'static str>,
     pub max_gpu_bytes: Option<u64>,
     /// The soft bound that stopped the attempt: its flag, the value seen, the bound.
     pub memory_stop: Option<(&'a str, u64, u64)>,
@@ -129,7 +135,8 @@ pub fn observe(o: &Observed) -> Option<Evidence> {
             // The kill came at the limit: the peak is at least the limit, whatever was sampled
             // (without an attempt cgroup, the tree's own peak is what was sampled).
             let peak = o.peak_cgroup_bytes.or(o.peak_host_bytes)?.max(limit);
-            failure(Memory::Host, peak, (limit, "cgroup limit"))
+            let name = o.cgroup_limit_name.unwrap_or(CGROUP_LIMIT);
+            failure(Memory::Host, peak, (limit, name))
         }
         _ => None,
     }

@@ -682,7 +682,8 @@ impl Ladder {
         };
         let (series, peak_bytes) = match (evidence.memory, evidence.limit) {
             (fit::Memory::Gpu, _) => (&ramp.gpu, end.peaks.gpu_bytes),
-            (fit::Memory::Host, Some((_, "cgroup limit"))) => {
+            // A kill at a cgroup's limit, oomguard's own or one further up.
+            (fit::Memory::Host, Some((_, name))) if name != "--max-rss" => {
                 (&ramp.cgroup, end.peaks.cgroup_bytes)
             }
             // A soft bound (`--max-rss`): its own units; the evidence holds the value it saw.
@@ -1133,15 +1134,19 @@ fn earlier_runs(job: &jobs::JobRun, knobs: &KnobSet) -> Vec<(Vec<Value>, fit::Ev
 fn observed<'a>(settings: &RunSettings, cause: Cause, end: &'a AttemptEnd) -> fit::Observed<'a> {
     // `--memory-max`, else the limit that killed the attempt further up (a Slurm job's, a
     // unit's: the kernel's counter there moved), also with `--no-cgroup`.
-    let chain_limit_bytes = || {
-        let kill = end.kernel.cgroup_chain_kill.as_ref()?;
-        kill.limit.as_ref().map(|(_, bytes)| *bytes)
-    };
-    let cgroup_limit_bytes = match settings.cgroup {
+    let chain = end.kernel.cgroup_chain_kill.as_ref();
+    let own_limit_bytes = match settings.cgroup {
         config::CgroupPlan::Required(limits) => limits.memory_max_bytes,
         _ => None,
-    }
-    .or_else(chain_limit_bytes);
+    };
+    let chain_limit_bytes = chain.and_then(|kill| kill.limit.as_ref().map(|(_, bytes)| *bytes));
+    let cgroup_limit_bytes = own_limit_bytes.or(chain_limit_bytes);
+    // Named as the user knows it where it is not oomguard's own (`Slurm job 14's memory limit`),
+    // with or without an attempt cgroup of oomguard's inside it.
+    let cgroup_limit_name = match own_limit_bytes {
+        Some(_) => None,
+        None => chain.and_then(|kill| kill.limit_name()),
+    };
     fit::Observed {
         cause: Some(cause),
         tail: &end.tail,
@@ -1149,6 +1154,7 @@ fn observed<'a>(settings: &RunSettings, cause: Cause, end: &'a AttemptEnd) -> fi
         peak_cgroup_bytes: end.peaks.cgroup_bytes,
         peak_host_bytes: end.peaks.pss_bytes.or(end.peaks.rss_bytes),
         cgroup_limit_bytes,
+        cgroup_limit_name,
         max_gpu_bytes: settings.bounds.max_gpu_bytes,
         memory_stop: end
             .memory_stop

@@ -63,35 +63,7 @@ fn a_survived_oom_then_an_exit_message_is_failed_and_not_relaunched() {
 /// (relaunched smaller, then it fits) and under `classify` on the same attempt-1.log.
 #[test]
 fn a_ddp_oom_with_collateral_errors_is_device_oom_for_run_and_classify() {
-    let sb = Sandbox::new();
-    let out = sb
-        .run(
-            &[],
-            &[
-                "python3",
-                &fixture("verdict_ddp_oom.py"),
-                "--batch_size",
-                "8",
-                "--fits",
-                "4",
-            ],
-        )
-        .output()
-        .unwrap();
-    let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let summary = sb.summary();
-    assert_eq!(causes(&summary), ["device_oom", "ok"], "{summary:#}");
-    let evidence = evidence(&summary, 0);
-    assert!(evidence.contains("torch.OutOfMemoryError"), "{evidence}");
-    let log = sb.run_dir().join("attempt-1.log");
-    let classified = sb
-        .oomguard(&["classify", "--json", log.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(classified.status.code(), Some(0));
-    let json: Value = serde_json::from_slice(&classified.stdout).expect("one JSON line");
-    assert_eq!(json["class"], "device_oom", "{json}");
+    device_oom_for_run_and_classify("verdict_ddp_oom.py", "torch.OutOfMemoryError", "");
 }
 
 /// Issue 20: llama.cpp fails to allocate its compute buffers on the GPU and the Python wrapper
@@ -100,38 +72,34 @@ fn a_ddp_oom_with_collateral_errors_is_device_oom_for_run_and_classify() {
 /// device_oom and is relaunched smaller, and `classify` reads its log the same way.
 #[test]
 fn a_wrappers_failed_load_after_ggmls_oom_is_device_oom() {
+    device_oom_for_run_and_classify(
+        "verdict_llama_load_oom.py",
+        "failed to allocate CUDA0 buffer",
+        "ValueError: Failed to load model from file",
+    );
+}
+
+/// Runs `fixture` (`--batch_size 8 --fits 4`): its first attempt must be device_oom with
+/// `evidence_words` in the evidence (and `log_words` in attempt-1.log), the second fit, and
+/// `classify` on attempt-1.log must say device_oom too.
+fn device_oom_for_run_and_classify(fixture_name: &str, evidence_words: &str, log_words: &str) {
     let sb = Sandbox::new();
-    let out = sb
-        .run(
-            &[],
-            &[
-                "python3",
-                &fixture("verdict_llama_load_oom.py"),
-                "--batch_size",
-                "8",
-                "--fits",
-                "4",
-            ],
-        )
-        .output()
-        .unwrap();
+    let job = fixture(fixture_name);
+    let args = ["python3", &job, "--batch_size", "8", "--fits", "4"];
+    let out = sb.run(&[], &args).output().unwrap();
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let summary = sb.summary();
     assert_eq!(causes(&summary), ["device_oom", "ok"], "{summary:#}");
     let evidence = evidence(&summary, 0);
-    assert!(
-        evidence.contains("failed to allocate CUDA0 buffer"),
-        "{evidence}"
-    );
+    assert!(evidence.contains(evidence_words), "{evidence}");
     let log = sb.run_dir().join("attempt-1.log");
-    assert!(std::fs::read_to_string(&log)
-        .unwrap()
-        .contains("ValueError: Failed to load model from file"));
+    assert!(std::fs::read_to_string(&log).unwrap().contains(log_words));
     let classified = sb
         .oomguard(&["classify", "--json", log.to_str().unwrap()])
         .output()
         .unwrap();
+    assert_eq!(classified.status.code(), Some(0));
     let json: Value = serde_json::from_slice(&classified.stdout).expect("one JSON line");
     assert_eq!(json["class"], "device_oom", "{json}");
 }
@@ -365,7 +333,8 @@ fn without_root_a_kill_by_a_cgroup_limit_above_the_job_is_oom_killed() {
 
 /// With `--no-cgroup` inside a cgroup whose limit kills the attempt (a Slurm job's, here
 /// `job_<pid>` limited to 64 MiB), the relaunch is decided against that limit: the line names
-/// it, where it used to say the attempt left no limit to estimate from.
+/// it as the user knows it ("Slurm job N's memory limit"), where it used to say the attempt
+/// left no limit to estimate from.
 #[test]
 fn with_no_cgroup_the_relaunch_uses_the_limit_above_that_killed_the_attempt() {
     const SKIP: &str =
@@ -415,6 +384,8 @@ fn with_no_cgroup_the_relaunch_uses_the_limit_above_that_killed_the_attempt() {
         .lines()
         .find(|l| l.starts_with("oomguard: attempt 2 in"))
         .unwrap_or_else(|| panic!("no relaunch line: {stderr}"));
-    assert!(relaunch.contains("limit 64.0 MiB"), "{relaunch}");
+    // Named as the user knows it, not as "cgroup limit".
+    let named = format!("Slurm job {}'s memory limit 64.0 MiB", std::process::id());
+    assert!(relaunch.contains(&named), "{relaunch}");
     drop(cg);
 }
