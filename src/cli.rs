@@ -650,6 +650,18 @@ impl RunArgs {
         )
         .map_err(UsageError::Job)?;
         job.state_dir_is_users = state_dir_is_users;
+        // A name chosen in a job file its user could write is that user's: kept apart from the
+        // same name of anyone else's (root's state directory holds every user's jobs), so one
+        // user's runs never read or write another's job memory.
+        if let (crate::runas::Writers::User, Some(who)) =
+            (job_context.writers, job_context.run_as.as_ref())
+        {
+            job.name = format!(
+                "{}.{}",
+                crate::fsutil::file_safe(&who.name, &['-', '_']),
+                job.name
+            );
+        }
         let resume = match (self.resume_arg.as_deref(), self.checkpoint.as_deref()) {
             (Some(flag), Some(pattern)) => Some(crate::resume::Resume::new(
                 &self.command,

@@ -702,3 +702,26 @@ fn a_workdir_the_user_cannot_reach_is_refused() {
         "the job ran in root's directory"
     );
 }
+
+/// A job name chosen in a job file its user could write is that user's: nobody naming another's
+/// job (`name = "bobs-job"`) keeps its memory apart in root's state directory, and bob's stays
+/// as it was.
+#[test]
+fn a_job_name_in_a_users_file_never_reaches_another_users_job_memory() {
+    let Some(w) = World::new("a_job_name_in_a_users_file_never_reaches_another_users_job_memory")
+    else {
+        return;
+    };
+    let jobs = w.path("rootstate/oomguard/jobs");
+    std::fs::create_dir_all(&jobs).unwrap();
+    let bobs = jobs.join("bobs-job.json");
+    std::fs::write(&bobs, "{}\n").unwrap();
+    let job = w.nobody_file(
+        &w.path("nobody/job.toml"),
+        "name = \"bobs-job\"\nuser = \"nobody\"\ncommand = [\"true\"]\n",
+    );
+    let out = w.run(&["--config", job.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    assert_eq!(read(&bobs), "{}\n", "bob's job memory was touched");
+    assert!(jobs.join("nobody.bobs-job.json").exists());
+}
