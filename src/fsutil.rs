@@ -52,9 +52,14 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
 /// The bytes of the regular file at `path` ([`open_regular`]), refused (`InvalidData`) when
 /// longer than `max_bytes`: a file grown without bound is not read into memory.
 pub fn read_regular_capped(path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
-    let file = open_regular(path)?;
+    read_capped(open_regular(path)?, max_bytes)
+}
+
+/// Everything `reader` gives, refused (`InvalidData`) when longer than `max_bytes`.
+pub fn read_capped(reader: impl Read, max_bytes: u64) -> io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
-    file.take(max_bytes.saturating_add(1))
+    reader
+        .take(max_bytes.saturating_add(1))
         .read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max_bytes {
         return Err(io::Error::new(
@@ -63,6 +68,25 @@ pub fn read_regular_capped(path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
         ));
     }
     Ok(bytes)
+}
+
+/// Creates a new file at the first free `name(n)` for n in 0..100 with `options` (which must ask
+/// for `create_new`: a file or link someone put at a name is never opened, only skipped).
+/// Returns its path and handle.
+pub fn create_new_numbered(
+    options: &std::fs::OpenOptions,
+    name: impl Fn(u32) -> std::path::PathBuf,
+) -> io::Result<(std::path::PathBuf, File)> {
+    let mut last = None;
+    for n in 0..100u32 {
+        let path = name(n);
+        match options.open(&path) {
+            Ok(file) => return Ok((path, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.expect("the loop ran at least once"))
 }
 
 /// 64-bit FNV-1a. Its values end up in file names other oomguard builds must find again (job

@@ -303,10 +303,10 @@ impl Pending {
 fn hook_group(said: Option<u32>, wrapper: u32) -> Option<Pid> {
     let pid = said.filter(|&pid| pid > 1)?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // `pid (comm) state ppid pgrp ...`: the name may hold spaces and parentheses.
-    let mut after = stat.rsplit_once(')')?.1.split_whitespace().skip(1);
-    let ppid: u32 = after.next()?.parse().ok()?;
-    let pgrp: u32 = after.next()?.parse().ok()?;
+    // After the name: state, ppid, pgrp.
+    let fields = crate::status::stat_fields(&stat);
+    let ppid: u32 = fields.get(1)?.parse().ok()?;
+    let pgrp: u32 = fields.get(2)?.parse().ok()?;
     (ppid == wrapper && pgrp == pid).then(|| Pid::from_raw(pid as i32))
 }
 

@@ -418,28 +418,20 @@ pub fn write_atomically(path: &Path, bytes: &[u8], as_user: bool) -> std::io::Re
     let name = path
         .file_name()
         .expect("MetricsPlan checked that the textfile has a file name");
+    let mut options = std::fs::OpenOptions::new();
+    options
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW);
     crate::principal::as_user_if(as_user, || {
-        let mut last = None;
-        for n in 0..100u32 {
+        let (temp, file) = crate::fsutil::create_new_numbered(&options, |n| {
             let mut temp_name = std::ffi::OsString::from(".");
             temp_name.push(name);
             temp_name.push(format!(".{}.{n}.tmp", std::process::id()));
-            let temp = path.with_file_name(temp_name);
-            let created = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o644)
-                .custom_flags(nix::libc::O_NOFOLLOW)
-                .open(&temp);
-            match created {
-                Ok(file) => {
-                    return crate::fsutil::write_then_rename(file, &temp, path, bytes, false)
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.expect("the loop ran at least once"))
+            path.with_file_name(temp_name)
+        })?;
+        crate::fsutil::write_then_rename(file, &temp, path, bytes, false)
     })
 }
 

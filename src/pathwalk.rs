@@ -19,7 +19,7 @@
 use std::collections::VecDeque;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
@@ -79,7 +79,7 @@ pub fn read(path: &Path) -> io::Result<(Vec<u8>, Opened)> {
         if kind != SFlag::S_IFREG && kind != SFlag::S_IFIFO {
             return Err(not_a_file(path));
         }
-        let bytes = read_capped(file)?;
+        let bytes = crate::fsutil::read_capped(file, MAX_BYTES)?;
         let opened = Opened {
             resolved: path.to_path_buf(),
             steps: Vec::new(),
@@ -88,7 +88,7 @@ pub fn read(path: &Path) -> io::Result<(Vec<u8>, Opened)> {
         return Ok((bytes, opened));
     }
     let (file, opened) = open(path)?;
-    Ok((read_capped(file)?, opened))
+    Ok((crate::fsutil::read_capped(file, MAX_BYTES)?, opened))
 }
 
 /// The descriptor number of `/dev/fd/N` or `/proc/self/fd/N`.
@@ -161,12 +161,14 @@ fn walk(path: &Path, stop_at_missing: bool) -> io::Result<(Vec<Step>, End)> {
     let mut todo: VecDeque<OsString> = components(&absolute);
     let root = open_path(None, OsStr::new("/"))?;
     let mut steps = vec![step_of(&root, PathBuf::from("/"), false)?];
-    // The directories walked so far: `..` goes back one of them, never through a link.
-    let mut dirs: Vec<(OwnedFd, PathBuf)> = vec![(root, PathBuf::from("/"))];
+    // The directories walked so far, each with whether it is sticky: `..` goes back one of
+    // them, never through a link.
+    let root_sticky = steps[0].mode & 0o1000 != 0;
+    let mut dirs: Vec<(OwnedFd, PathBuf, bool)> = vec![(root, PathBuf::from("/"), root_sticky)];
     let mut links = 0;
     while let Some(name) = todo.pop_front() {
-        let (dir, dir_path) = dirs.last().expect("the root is never popped");
-        let dir_sticky = steps_mode(&steps, dir_path) & 0o1000 != 0;
+        let (dir, dir_path, dir_sticky) = dirs.last().expect("the root is never popped");
+        let dir_sticky = *dir_sticky;
         if name == ".." {
             if dirs.len() > 1 {
                 dirs.pop();
@@ -198,8 +200,9 @@ fn walk(path: &Path, stop_at_missing: bool) -> io::Result<(Vec<Step>, End)> {
                 }
             }
             Kind::Dir => {
+                let sticky = step.mode & 0o1000 != 0;
                 steps.push(step);
-                dirs.push((fd, here));
+                dirs.push((fd, here, sticky));
             }
             Kind::File if todo.is_empty() => {
                 steps.push(step);
@@ -209,15 +212,6 @@ fn walk(path: &Path, stop_at_missing: bool) -> io::Result<(Vec<Step>, End)> {
         }
     }
     Ok((steps, End::Dir))
-}
-
-/// The mode recorded for the directory at `path` (the last step with that path).
-fn steps_mode(steps: &[Step], path: &Path) -> u32 {
-    steps
-        .iter()
-        .rev()
-        .find(|s| s.path == path)
-        .map_or(0, |s| s.mode)
 }
 
 fn not_a_file(path: &Path) -> io::Error {
@@ -264,19 +258,6 @@ fn step_of(fd: &OwnedFd, path: PathBuf, in_sticky_dir: bool) -> io::Result<Step>
         mode: st.st_mode & 0o7777,
         in_sticky_dir,
     })
-}
-
-/// Reads at most [`MAX_BYTES`]; more is an error rather than a cut file.
-fn read_capped(file: File) -> io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    file.take(MAX_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_BYTES {
-        return Err(io::Error::other(format!(
-            "larger than {} MiB: a job file is a few lines of TOML",
-            MAX_BYTES >> 20
-        )));
-    }
-    Ok(bytes)
 }
 
 #[cfg(test)]

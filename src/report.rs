@@ -909,22 +909,13 @@ impl RunDir {
     /// that was already there, whoever put it there.
     fn create_temp(&self) -> io::Result<(PathBuf, File)> {
         let pid = std::process::id();
-        let mut last = None;
-        for n in 0..100u32 {
-            let tmp = self.at(&format!(".summary.json.{pid}.{n}.tmp"));
-            let created = crate::principal::as_user_if(self.as_user, || {
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&tmp)
-            });
-            match created {
-                Ok(file) => return Ok((tmp, file)),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.expect("the loop ran at least once"))
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        crate::principal::as_user_if(self.as_user, || {
+            crate::fsutil::create_new_numbered(&options, |n| {
+                self.at(&format!(".summary.json.{pid}.{n}.tmp"))
+            })
+        })
     }
 }
 

@@ -132,7 +132,7 @@ pub fn judge(recorded: &ProcessId, here: &Here, stat: Option<&str>) -> Liveness 
 
 /// The fields of /proc/PID/stat after the command name, which is in parentheses and may hold
 /// spaces and parentheses itself: `1234 (python3 (x)) S 1 1234 ...` gives `["S", "1", ...]`.
-fn stat_fields(stat: &str) -> Vec<&str> {
+pub(crate) fn stat_fields(stat: &str) -> Vec<&str> {
     stat.rsplit_once(')')
         .map(|(_, rest)| rest.split_whitespace().collect())
         .unwrap_or_default()
