@@ -712,31 +712,22 @@ mod tests {
         // The recorded GPT-2 run: 155 GiB at least at 128 with 518 MiB seen before the first
         // step; the line says 103, snapped to 64 (divides 256), which is half: no guard needed.
         let h200 = 150_110_011_392;
-        let e = estimate(&Request {
-            fixed_bytes: Some(518 * MIB),
-            halved: 64,
-            ..request(
-                &[fail(256, 143_821 * MIB), fail(128, 158_669 * MIB)],
-                h200,
-                Some(256),
-            )
-        })
-        .unwrap();
+        let gpt2 = [fail(256, 143_821 * MIB), fail(128, 158_669 * MIB)];
+        let with_fixed = |fixed_bytes: u64| {
+            estimate(&Request {
+                fixed_bytes: Some(fixed_bytes),
+                halved: 64,
+                ..request(&gpt2, h200, Some(256))
+            })
+            .unwrap()
+        };
+        let e = with_fixed(518 * MIB);
         assert_eq!(e.batch, 64, "{}", e.reason);
         // With the post-OOM hold taken for the fixed part (131.2 GiB, as before the fix) the
         // line said 1; the guard alone keeps it at half: at 64 the bound with that fixed part
         // is 143 GiB, which is over the card, so the guard must be fed a fixed part that is
         // never too high (the Ramp's).
-        let too_high = estimate(&Request {
-            fixed_bytes: Some(134_310 * MIB),
-            halved: 64,
-            ..request(
-                &[fail(256, 143_821 * MIB), fail(128, 158_669 * MIB)],
-                h200,
-                Some(256),
-            )
-        })
-        .unwrap();
+        let too_high = with_fixed(134_310 * MIB);
         assert_eq!(too_high.batch, 1, "{}", too_high.reason);
         // A bare bound with a fixed part near the budget capped 64 at 12 (under half); the
         // bound at 32 is 70 + 10 / 2 = 75 GiB, within the card: halve.

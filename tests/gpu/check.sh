@@ -15,46 +15,17 @@ set -uo pipefail
 
 cd "$(dirname "$0")/../.." || exit 2
 
-say() { printf 'check.sh: %s\n' "$*" >&2; }
-cannot_run() {
-    say "cannot run here: $*"
-    exit 2
-}
-
-# (1) What the check needs.
-command -v nvidia-smi >/dev/null 2>&1 ||
-    cannot_run "nvidia-smi not found: this check needs an NVIDIA GPU and its driver"
-nvidia-smi -L >/dev/null 2>&1 ||
-    cannot_run "nvidia-smi fails: $(nvidia-smi -L 2>&1 | head -n 1)"
-command -v python3 >/dev/null 2>&1 || cannot_run "python3 not found"
-python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1 ||
-    cannot_run "python3 cannot use CUDA through torch (python3 -c 'import torch; assert torch.cuda.is_available()' fails)"
-if [ -n "${OOMGUARD_BIN:-}" ]; then
-    [ -x "$OOMGUARD_BIN" ] || cannot_run "OOMGUARD_BIN=$OOMGUARD_BIN is not an executable file"
-else
-    command -v cargo >/dev/null 2>&1 || cannot_run "cargo not found (or set OOMGUARD_BIN to a built oomguard)"
-fi
-
-say "GPUs:"
-nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader >&2
+name=check.sh
+# shellcheck source=tests/gpu/common.sh
+. tests/gpu/common.sh
 
 # A busy GPU would make batch 8 (half the card) fail for reasons of its own.
 busy=$(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -i 0 |
     awk -F', *' '{ if ($1 > $2 / 10) print $1 " MiB of " $2 " MiB" }')
 [ -z "$busy" ] || say "warning: GPU 0 already has $busy in use; batch 8 may not fit"
 
-# (2) Build, unless a binary was given.
-if [ -n "${OOMGUARD_BIN:-}" ]; then
-    bin=$OOMGUARD_BIN
-    say "using $bin ($("$bin" --version))"
-else
-    cargo build --release || { say "FAIL: cargo build --release failed"; exit 1; }
-    bin=target/release/oomguard
-fi
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/oomguard-gpu-check.XXXXXX") || exit 2
-cleanup() { [ "${keep:-0}" = 1 ] || rm -rf "$tmp"; }
-trap cleanup EXIT
+# (2) Build, unless a binary was given; the temporary directory.
+gpu_build
 
 # (3) The job.
 cat >"$tmp/oom_job.py" <<'PY'

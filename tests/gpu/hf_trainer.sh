@@ -25,30 +25,12 @@ set -uo pipefail
 
 cd "$(dirname "$0")/../.." || exit 2
 
-say() { printf 'hf_trainer.sh: %s\n' "$*" >&2; }
-cannot_run() {
-    say "cannot run here: $*"
-    exit 2
-}
-
-# (1) What the check needs.
-command -v nvidia-smi >/dev/null 2>&1 ||
-    cannot_run "nvidia-smi not found: this check needs an NVIDIA GPU and its driver"
-nvidia-smi -L >/dev/null 2>&1 ||
-    cannot_run "nvidia-smi fails: $(nvidia-smi -L 2>&1 | head -n 1)"
-command -v python3 >/dev/null 2>&1 || cannot_run "python3 not found"
-python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1 ||
-    cannot_run "python3 cannot use CUDA through torch (python3 -c 'import torch; assert torch.cuda.is_available()' fails)"
+name=hf_trainer.sh
+# shellcheck source=tests/gpu/common.sh
+. tests/gpu/common.sh
 python3 -c 'import transformers, accelerate' >/dev/null 2>&1 ||
     cannot_run "python3 cannot import transformers and accelerate (pip install transformers accelerate)"
-if [ -n "${OOMGUARD_BIN:-}" ]; then
-    [ -x "$OOMGUARD_BIN" ] || cannot_run "OOMGUARD_BIN=$OOMGUARD_BIN is not an executable file"
-else
-    command -v cargo >/dev/null 2>&1 || cannot_run "cargo not found (or set OOMGUARD_BIN to a built oomguard)"
-fi
 
-say "GPUs:"
-nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader >&2
 total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | tr -d ' ')
 case "$total_mib" in
 '' | *[!0-9]*) cannot_run "cannot read GPU 0's memory from nvidia-smi (got '$total_mib')" ;;
@@ -72,18 +54,8 @@ print(b)" "$total_mib")
 fi
 say "command batch: $start (GPU 0: $total_mib MiB)"
 
-# (2) Build, unless a binary was given.
-if [ -n "${OOMGUARD_BIN:-}" ]; then
-    bin=$(realpath "$OOMGUARD_BIN") || exit 2
-    say "using $bin ($("$bin" --version))"
-else
-    cargo build --release || { say "FAIL: cargo build --release failed"; exit 1; }
-    bin=$PWD/target/release/oomguard
-fi
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/oomguard-hf-trainer.XXXXXX") || exit 2
-cleanup() { [ "${keep:-0}" = 1 ] || rm -rf "$tmp"; }
-trap cleanup EXIT
+# (2) Build, unless a binary was given; the temporary directory.
+gpu_build
 cp tests/gpu/hf_gpt2_job.py "$tmp/job.py" || exit 2
 # The job's memory (what worked) lives under XDG_STATE_HOME: this check's own.
 export XDG_STATE_HOME="$tmp/state"
