@@ -34,6 +34,9 @@ pub enum Memory {
 /// The name of the limit of oomguard's own attempt cgroup (`--memory-max`) in the fit's lines.
 pub const CGROUP_LIMIT: &str = "cgroup limit";
 
+/// The name of the soft host bound in the fit's lines (and what tells it from a cgroup's).
+pub const MAX_RSS: &str = "--max-rss";
+
 /// What one attempt showed about its memory.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Evidence {
@@ -106,9 +109,7 @@ pub fn observe(o: &Observed) -> Option<Evidence> {
             value.max(o.peak_gpu_bytes.unwrap_or(0)),
             (limit, "--max-gpu"),
         ),
-        (_, Some(("--max-rss", value, limit))) => {
-            failure(Memory::Host, value, (limit, "--max-rss"))
-        }
+        (_, Some(("--max-rss", value, limit))) => failure(Memory::Host, value, (limit, MAX_RSS)),
         // A job stopped for hanging after an out-of-memory error (one rank died, the others
         // wait) shows the same message, sizes and all.
         (Cause::DeviceOom | Cause::HungAfterOom, _) => {

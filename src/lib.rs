@@ -682,9 +682,14 @@ impl Ladder {
         };
         let (series, peak_bytes) = match (evidence.memory, evidence.limit) {
             (fit::Memory::Gpu, _) => (&ramp.gpu, end.peaks.gpu_bytes),
-            // A kill at a cgroup's limit, oomguard's own or one further up.
-            (fit::Memory::Host, Some((_, name))) if name != "--max-rss" => {
-                (&ramp.cgroup, end.peaks.cgroup_bytes)
+            // A kill at a cgroup's limit, oomguard's own or one further up, read through the
+            // attempt cgroup where there is one; without one (`--no-cgroup` under a Slurm job's
+            // limit) the tree's own reading is all there is.
+            (fit::Memory::Host, Some((_, name))) if name != fit::MAX_RSS => {
+                match end.peaks.cgroup_bytes {
+                    Some(peak) => (&ramp.cgroup, Some(peak)),
+                    None => (&ramp.judged, end.peaks.pss_bytes.or(end.peaks.rss_bytes)),
+                }
             }
             // A soft bound (`--max-rss`): its own units; the evidence holds the value it saw.
             (fit::Memory::Host, _) => (&ramp.judged, None),

@@ -15,6 +15,7 @@
 use std::cmp::Ordering;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -153,6 +154,7 @@ impl Resume {
                         path,
                         modified,
                         size_bytes: meta.len(),
+                        file_id: (meta.dev(), meta.ino()),
                     },
                 )
             })
@@ -168,13 +170,12 @@ pub fn without_cut(
     files: Vec<Candidate>,
     cut: &std::collections::HashSet<(u64, u64)>,
 ) -> (Vec<Candidate>, Vec<PathBuf>) {
-    use std::os::unix::fs::MetadataExt;
     if cut.is_empty() {
         return (files, Vec::new());
     }
-    let (out, kept): (Vec<Candidate>, Vec<Candidate>) = files
-        .into_iter()
-        .partition(|c| std::fs::metadata(&c.path).is_ok_and(|m| cut.contains(&(m.dev(), m.ino()))));
+    // By the identity the look saw (as the job's user): no path is looked up again.
+    let (out, kept): (Vec<Candidate>, Vec<Candidate>) =
+        files.into_iter().partition(|c| cut.contains(&c.file_id));
     (kept, out.into_iter().map(|c| c.path).collect())
 }
 
@@ -215,6 +216,8 @@ pub struct Candidate {
     pub path: PathBuf,
     pub modified: SystemTime,
     pub size_bytes: u64,
+    /// Device and inode, as the look saw them.
+    pub file_id: (u64, u64),
 }
 
 /// Newest first: by modification time, then (written within one timestamp tick) by name with
@@ -533,6 +536,7 @@ mod tests {
             path: name.into(),
             modified: SystemTime::UNIX_EPOCH + Duration::from_secs(modified_s),
             size_bytes,
+            file_id: (0, 0),
         }
     }
 

@@ -11,8 +11,10 @@
 //! steps runs `scontrol` (a round trip to slurmctld), so callers ask only when a new srun
 //! appears, and again when a step was not found yet.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
@@ -45,26 +47,77 @@ pub fn steps_of(srun_pids: &[u32]) -> Vec<(u32, Step)> {
     if srun_pids.is_empty() {
         return Vec::new();
     }
-    let Ok(out) = Command::new("scontrol")
-        .args(["show", "step", "-o"])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-    else {
+    let mut scontrol = Command::new("scontrol");
+    scontrol.args(["show", "step", "-o"]);
+    let Some((_, out)) = run_bounded(scontrol) else {
         return Vec::new();
     };
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    parse_steps(&String::from_utf8_lossy(&out.stdout), &host, srun_pids)
+    let host = crate::status::Here::read().host.unwrap_or_default();
+    parse_steps(&String::from_utf8_lossy(&out), &host, srun_pids, &owner_of)
+}
+
+/// The uid that owns process `pid` here.
+fn owner_of(pid: u32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}"))
+        .ok()
+        .map(|m| m.uid())
+}
+
+/// The longest a Slurm client command may take: slurmctld down or slow must not hold the run
+/// loop (and a user's stop) for its `MessageTimeout` on every call.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs a Slurm client command to its end or [`CLIENT_TIMEOUT`], whichever comes first (then it
+/// is killed): whether it succeeded and what it printed; `None` where it could not start or
+/// timed out.
+fn run_bounded(mut command: Command) -> Option<(bool, Vec<u8>)> {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut stdout = child.stdout.take()?;
+    // Read on a thread: a long listing fills the pipe before the command can exit.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stdout.read_to_end(&mut bytes);
+        let _ = tx.send(bytes);
+    });
+    match rx.recv_timeout(CLIENT_TIMEOUT) {
+        Ok(bytes) => Some((child.wait().ok()?.success(), bytes)),
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            tracing::warn!(
+                "{:?} gave no answer within {}s: Slurm left out this time",
+                command.get_program(),
+                CLIENT_TIMEOUT.as_secs()
+            );
+            None
+        }
+    }
 }
 
 /// The steps of `scontrol show step -o`'s output launched by one of `pids` on `host` (the short
-/// host name; a fully qualified one matches by its first label), with the srun's PID. A line:
+/// host name; a fully qualified one matches by its first label), with the srun's PID; only
+/// steps whose `UserId` is the uid that owns that srun here (`owner_of`). A process of any name
+/// can be called `srun`, and a PID seen here may be another's in srun's own PID namespace: the
+/// step must also be its owner's, or oomguard (as root) would signal someone else's tasks. A
+/// line:
 ///
 /// ```text
 /// StepId=5.0 UserId=0 StartTime=2026-11-26T14:32:46 TimeLimit=UNLIMITED State=RUNNING
 /// Partition=debug NodeList=vm Nodes=1 CPUs=2 Tasks=2 Name=sleep ... SrunHost:Pid=vm:15241
 /// ```
-pub fn parse_steps(text: &str, host: &str, pids: &[u32]) -> Vec<(u32, Step)> {
+pub fn parse_steps(
+    text: &str,
+    host: &str,
+    pids: &[u32],
+    owner_of: &dyn Fn(u32) -> Option<u32>,
+) -> Vec<(u32, Step)> {
     let short = |h: &str| h.split('.').next().unwrap_or(h).to_string();
     let host = short(host.trim());
     let mut steps = Vec::new();
@@ -84,6 +137,16 @@ pub fn parse_steps(text: &str, host: &str, pids: &[u32]) -> Vec<(u32, Step)> {
             continue;
         };
         if short(srun_host) != host || !pids.contains(&srun_pid) {
+            continue;
+        }
+        // `UserId=1000` or `UserId=alice(1000)`.
+        let user = field("UserId=").and_then(|u| {
+            let digits = u
+                .rsplit_once('(')
+                .map_or(u.as_str(), |(_, n)| n.trim_end_matches(')'));
+            digits.parse::<u32>().ok()
+        });
+        if user.is_none() || user != owner_of(srun_pid) {
             continue;
         }
         // A heterogeneous job's step reads `5+0.0`; its components are steps of their own.
@@ -106,14 +169,9 @@ pub fn signal_steps(steps: &[Step], signal: Signal) -> bool {
     }
     let name = signal.as_str().trim_start_matches("SIG");
     let ids: Vec<String> = steps.iter().map(Step::to_string).collect();
-    let ok = Command::new("scancel")
-        .arg(format!("--signal={name}"))
-        .args(&ids)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
+    let mut scancel = Command::new("scancel");
+    scancel.arg(format!("--signal={name}")).args(&ids);
+    let ok = run_bounded(scancel).is_some_and(|(ok, _)| ok);
     if ok {
         tracing::info!(
             "sent {signal} to the tasks of Slurm step(s) {}",
@@ -153,14 +211,12 @@ pub fn step_memory_cgroup(root: &Path, step: Step) -> Option<(PathBuf, bool)> {
 /// The memory the tasks of `step` use now, summed over them, as `sstat` reports it from Slurm's
 /// accounting (sampled every `JobAcctGatherFrequency`); `None` where sstat fails.
 pub fn step_memory_bytes(step: Step) -> Option<u64> {
-    let out = Command::new("sstat")
+    let mut sstat = Command::new("sstat");
+    sstat
         .args(["-n", "-P", "--noconvert", "-o", "TRESUsageInTot", "-j"])
-        .arg(step.to_string())
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    parse_tres_mem(&String::from_utf8_lossy(&out.stdout))
+        .arg(step.to_string());
+    let (_, out) = run_bounded(sstat)?;
+    parse_tres_mem(&String::from_utf8_lossy(&out))
 }
 
 /// The `mem=` of sstat's `TRESUsageInTot` (bytes with `--noconvert`; a K/M/G/T suffix
@@ -224,12 +280,25 @@ StepId=9.batch UserId=0 State=RUNNING Name=batch
             ("vm", &[], vec![]),
             ("other", &[15241], vec![]),
         ];
+        let root = |_| Some(0);
         for (host, pids, want) in table {
-            assert_eq!(&parse_steps(SHOW, host, pids), want, "{host} {pids:?}");
+            assert_eq!(
+                &parse_steps(SHOW, host, pids, &root),
+                want,
+                "{host} {pids:?}"
+            );
         }
         assert_eq!(
-            parse_steps("No job steps in the system\n", "vm", &[1]),
+            parse_steps("No job steps in the system\n", "vm", &[1], &root),
             vec![]
+        );
+        // An srun of another user's here (or a PID that is another's in srun's namespace): its
+        // step is never ours to signal.
+        assert_eq!(parse_steps(SHOW, "vm", &[15241], &|_| Some(1000)), vec![]);
+        let named = SHOW.replace("UserId=0", "UserId=alice(1000)");
+        assert_eq!(
+            parse_steps(&named, "vm", &[15241], &|_| Some(1000)),
+            vec![(15241, step(5, 0))]
         );
         assert_eq!(step(42, 3).to_string(), "42.3");
     }

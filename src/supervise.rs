@@ -462,6 +462,10 @@ struct AttemptState {
 struct SrunSteps {
     /// srun PIDs seen, with their step once `scontrol` listed it.
     by_srun: HashMap<u32, Option<Step>>,
+    /// Processes found not to be srun, with when first seen: their name is read again only
+    /// while they are young (a fork execs srun at once) or the attempt's main process (it may
+    /// exec srun at any time), so a tick does not read every process's name.
+    not_srun: HashMap<u32, Instant>,
     /// When `scontrol` was last asked: a step not listed yet (srun still allocating) is asked
     /// about again at most every [`STEP_LOOKUP`].
     asked: Option<Instant>,
@@ -476,6 +480,16 @@ struct SrunSteps {
 /// How often `sstat` is asked about steps whose cgroup cannot be read here: a round trip to
 /// each node's slurmd, whose own figures move every `JobAcctGatherFrequency` (30 s by default).
 const SSTAT_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a new process's name is looked at again for `srun` (see [`SrunSteps::not_srun`]).
+const NAME_SETTLES: Duration = Duration::from_secs(2);
+
+impl SrunSteps {
+    /// The steps found so far, without asking Slurm.
+    fn known(&self) -> Vec<Step> {
+        self.by_srun.values().flatten().copied().collect()
+    }
+}
 
 /// How often `scontrol` is asked again about an srun whose step it did not list.
 const STEP_LOOKUP: Duration = Duration::from_secs(1);
@@ -620,16 +634,33 @@ impl Supervisor {
 
     /// The Slurm steps of the job's live `srun`s, asking `scontrol` about sruns not seen before
     /// (and, at most every [`STEP_LOOKUP`], about those it did not list yet), with the srun PIDs.
-    fn srun_steps(&self, state: &mut AttemptState, pids: &[u32]) -> (Vec<Step>, Vec<u32>) {
+    fn srun_steps(
+        &self,
+        state: &mut AttemptState,
+        pids: &[u32],
+        main_pid: u32,
+    ) -> (Vec<Step>, Vec<u32>) {
         if !self.slurm {
             return (Vec::new(), Vec::new());
         }
-        let sruns: Vec<u32> = pids
-            .iter()
-            .copied()
-            .filter(|pid| slurm::is_srun(*pid))
-            .collect();
         let known = &mut state.steps;
+        known.not_srun.retain(|pid, _| pids.contains(pid));
+        let mut sruns = Vec::new();
+        for &pid in pids {
+            let settled = known
+                .not_srun
+                .get(&pid)
+                .is_some_and(|seen| seen.elapsed() >= NAME_SETTLES && pid != main_pid);
+            if settled {
+                continue;
+            }
+            if known.by_srun.contains_key(&pid) || slurm::is_srun(pid) {
+                known.not_srun.remove(&pid);
+                sruns.push(pid);
+            } else {
+                known.not_srun.entry(pid).or_insert_with(Instant::now);
+            }
+        }
         known.by_srun.retain(|pid, _| sruns.contains(pid));
         let by_srun = &known.by_srun;
         known
@@ -669,7 +700,7 @@ impl Supervisor {
                 }
             }
         }
-        let steps = known.by_srun.values().flatten().copied().collect();
+        let steps = known.known();
         (steps, sruns)
     }
 
@@ -685,7 +716,7 @@ impl Supervisor {
         signal: Signal,
         whole_tree: bool,
     ) {
-        let (steps, sruns) = self.srun_steps(state, &self.job_processes());
+        let (steps, sruns) = self.srun_steps(state, &self.job_processes(), job.pgid);
         if steps.is_empty() {
             for signal in [signal, Signal::SIGCONT] {
                 if whole_tree {
@@ -707,9 +738,9 @@ impl Supervisor {
 
     /// Kills everything of the job: its tree, its attempt cgroup, and its srun steps' tasks.
     fn kill_job(&self, job: &StartedJob, state: &mut AttemptState) {
-        let (steps, _) = self.srun_steps(state, &self.job_processes());
-        slurm::signal_steps(&steps, Signal::SIGKILL);
+        // Our own processes first, and no new lookup: Slurm's answer may be slow to come.
         self.signal_all(job.pgid, Signal::SIGKILL);
+        slurm::signal_steps(&state.steps.known(), Signal::SIGKILL);
         if let Some(cg) = &job.cgroup {
             let _ = cg.kill_all();
         }
@@ -879,9 +910,8 @@ impl Supervisor {
             Signal::SIGCHLD => {}
             Signal::SIGINT if state.user_stop.is_some() => {
                 tracing::info!("second SIGINT: killing the job's processes");
-                let (steps, _) = self.srun_steps(state, &self.job_processes());
-                slurm::signal_steps(&steps, Signal::SIGKILL);
                 self.signal_all(pgid, Signal::SIGKILL);
+                slurm::signal_steps(&state.steps.known(), Signal::SIGKILL);
             }
             signal if is_user_stop(signal) => {
                 self.ask_to_stop(job, state, signal, false);
@@ -1041,7 +1071,7 @@ impl Supervisor {
         // An srun's tasks run in its step's cgroup, not below oomguard: they are what the
         // bounds and peaks judge (the step's counters stand for the attempt cgroup's, which
         // holds srun alone).
-        self.srun_steps(state, alive);
+        self.srun_steps(state, alive, job.pgid);
         let steps = &state.steps.cgroups;
         let mut sample = if steps.is_empty() {
             self.sampler.sample(job.attempt, alive, job.cgroup.as_ref())

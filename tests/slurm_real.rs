@@ -128,10 +128,8 @@ fn max_rss_around_srun_judges_the_tasks_and_stops_them_gracefully() {
     // The peak is the tasks' (600 MiB together), not srun's.
     let peak = summary["attempts"][0]["peak_rss_bytes"]
         .as_u64()
-        .or_else(|| summary["attempts"][0]["peak_mem_bytes"].as_u64());
-    if let Some(peak) = peak {
-        assert!(peak > 500 << 20, "peak {peak} is srun's: {stderr}");
-    }
+        .expect("the attempt has a peak RSS");
+    assert!(peak > 500 << 20, "peak {peak} is srun's: {stderr}");
     let seen = events(&record);
     assert_eq!(count(&seen, "saved"), 2, "{seen:?}\n{stderr}");
     assert_eq!(count(&seen, "done"), 0, "{seen:?}\n{stderr}");

@@ -63,7 +63,7 @@ fn a_survived_oom_then_an_exit_message_is_failed_and_not_relaunched() {
 /// (relaunched smaller, then it fits) and under `classify` on the same attempt-1.log.
 #[test]
 fn a_ddp_oom_with_collateral_errors_is_device_oom_for_run_and_classify() {
-    device_oom_for_run_and_classify("verdict_ddp_oom.py", "torch.OutOfMemoryError", "");
+    device_oom_for_run_and_classify("verdict_ddp_oom.py", "torch.OutOfMemoryError", None);
 }
 
 /// Issue 20: llama.cpp fails to allocate its compute buffers on the GPU and the Python wrapper
@@ -75,14 +75,18 @@ fn a_wrappers_failed_load_after_ggmls_oom_is_device_oom() {
     device_oom_for_run_and_classify(
         "verdict_llama_load_oom.py",
         "failed to allocate CUDA0 buffer",
-        "ValueError: Failed to load model from file",
+        Some("ValueError: Failed to load model from file"),
     );
 }
 
 /// Runs `fixture` (`--batch_size 8 --fits 4`): its first attempt must be device_oom with
 /// `evidence_words` in the evidence (and `log_words` in attempt-1.log), the second fit, and
 /// `classify` on attempt-1.log must say device_oom too.
-fn device_oom_for_run_and_classify(fixture_name: &str, evidence_words: &str, log_words: &str) {
+fn device_oom_for_run_and_classify(
+    fixture_name: &str,
+    evidence_words: &str,
+    log_words: Option<&str>,
+) {
     let sb = Sandbox::new();
     let job = fixture(fixture_name);
     let args = ["python3", &job, "--batch_size", "8", "--fits", "4"];
@@ -94,7 +98,9 @@ fn device_oom_for_run_and_classify(fixture_name: &str, evidence_words: &str, log
     let evidence = evidence(&summary, 0);
     assert!(evidence.contains(evidence_words), "{evidence}");
     let log = sb.run_dir().join("attempt-1.log");
-    assert!(std::fs::read_to_string(&log).unwrap().contains(log_words));
+    if let Some(words) = log_words {
+        assert!(std::fs::read_to_string(&log).unwrap().contains(words));
+    }
     let classified = sb
         .oomguard(&["classify", "--json", log.to_str().unwrap()])
         .output()

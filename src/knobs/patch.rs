@@ -338,8 +338,8 @@ impl EntryLock {
                     .create(write)
                     .truncate(false)
                     .mode(if shared { 0o644 } else { 0o600 })
-                    // Never through a link, wherever it lives: a lock file is ours or refused.
-                    .custom_flags(nix::libc::O_NOFOLLOW)
+                    // Never through a link, and never waiting on a FIFO put at its name.
+                    .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
                     .open(lock_path)
             };
             let file = match open(true) {
@@ -347,6 +347,16 @@ impl EntryLock {
                 other => other,
             }
             .map_err(io_err("create the lock file", lock_path))?;
+            // A lock file is a plain file with one name: anything else at its name (a hard link
+            // to another file, which recording the owner would overwrite) was put there.
+            let meta = file.metadata().map_err(io_err("stat", lock_path))?;
+            if !meta.is_file() || meta.nlink() != 1 {
+                return Err(PatchError::Io {
+                    action: "use the lock file",
+                    path: lock_path.to_path_buf(),
+                    source: io::Error::other("it is not a plain file of its own; remove it"),
+                });
+            }
             let locked = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(locked) => locked,
                 Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
@@ -558,8 +568,15 @@ fn trusted_journal(lock_path: &Path, journal: &Path) -> bool {
 /// Makes `dir` (sticky and writable by all, as /tmp: every user's oomguard locks there) unless
 /// it is there; false when it cannot be used (no parent, not a directory, a symlink).
 fn shared_dir(dir: &Path) -> bool {
+    // One made by another user is theirs to empty and refill: only root's (sticky, as made
+    // below) or our own is used.
+    let usable = |meta: &std::fs::Metadata| {
+        meta.is_dir()
+            && (meta.uid() == nix::unistd::geteuid().as_raw()
+                || (meta.uid() == 0 && meta.mode() & 0o1000 != 0))
+    };
     if let Ok(meta) = std::fs::symlink_metadata(dir) {
-        return meta.is_dir();
+        return usable(&meta);
     }
     match std::fs::DirBuilder::new().mode(0o1777).create(dir) {
         Ok(()) => {
@@ -568,7 +585,7 @@ fn shared_dir(dir: &Path) -> bool {
             true
         }
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
+            std::fs::symlink_metadata(dir).is_ok_and(|m| usable(&m))
         }
         Err(_) => false,
     }
@@ -1295,8 +1312,10 @@ fn finish_in_place(journal: &Journal) -> Result<Finished, PatchError> {
             detail: "an in-place entry without a backup".to_string(),
         })?;
     let backup_reader = journal.acting.as_ref().filter(|_| journal.users_entry);
-    let original = as_theirs(backup_reader, || std::fs::read(backup))
-        .map_err(io_err("read the backup", backup))?;
+    let original = as_theirs(backup_reader, || {
+        crate::fsutil::read_regular_capped(backup, crate::fsutil::SMALL_FILE_MAX_BYTES)
+    })
+    .map_err(io_err("read the backup", backup))?;
     let path = &journal.path;
     let who = journal.acting.as_ref();
     let current = read_if_exists(who, path)?;
@@ -1384,13 +1403,14 @@ fn keep_beside(
 }
 
 fn load_journal(path: &Path) -> Result<Journal, PatchError> {
-    let file = File::open(path).map_err(io_err("read the journal entry", path))?;
+    // Owner and bytes from the one descriptor; a FIFO or a device there is no entry.
+    let file = crate::fsutil::open_regular(path).map_err(io_err("read the journal entry", path))?;
     let owner = file
         .metadata()
         .map_err(io_err("read the journal entry", path))?
         .uid();
-    let mut text = Vec::new();
-    io::Read::read_to_end(&mut &file, &mut text).map_err(io_err("read the journal entry", path))?;
+    let text = crate::fsutil::read_capped(file, crate::fsutil::SMALL_FILE_MAX_BYTES)
+        .map_err(io_err("read the journal entry", path))?;
     let mut journal: Journal = serde_json::from_slice(&text).map_err(|e| PatchError::Journal {
         path: path.to_path_buf(),
         detail: e.to_string(),
@@ -1454,7 +1474,9 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 
 /// The file's bytes, or None if it does not exist.
 fn read_if_exists(who: Option<&ActingUser>, path: &Path) -> Result<Option<Vec<u8>>, PatchError> {
-    match as_theirs(who, || std::fs::read(path)) {
+    match as_theirs(who, || {
+        crate::fsutil::read_regular_capped(path, crate::fsutil::SMALL_FILE_MAX_BYTES)
+    }) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io_err("read", path)(e)),
