@@ -14,20 +14,33 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use util::{bin, causes, fixture, kill, stderr_of, wait_until, Sandbox};
 
-/// Why the tests cannot use Slurm here, or `None` where its node answers idle or busy.
+/// Why the tests cannot use Slurm here, or `None` where its node answers within 30 s in a state
+/// that takes jobs. "comp" counts: the node is up and still cleaning after an earlier test's job
+/// (the tests run in parallel), and srun simply waits for it. A node that is down, drained or not
+/// responding (a `*` after its state) is given those 30 s to come back, then the test skips.
 fn slurm_missing() -> Option<String> {
     if std::env::var_os("SLURM_CONF").is_none() {
         return Some("SLURM_CONF is not set (start Slurm with tests/slurm/start.sh)".into());
     }
-    let out = match Command::new("sinfo").args(["-h", "-o", "%t"]).output() {
-        Ok(out) => out,
-        Err(e) => return Some(format!("sinfo cannot run: {e}")),
-    };
-    let state = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let up = ["idle", "mix", "alloc"]
-        .iter()
-        .any(|s| state.starts_with(s));
-    (!up).then(|| format!("Slurm's node is not up (sinfo: '{state}')"))
+    let mut state = String::new();
+    let mut failed = None;
+    let up = wait_until(Duration::from_secs(30), || {
+        match Command::new("sinfo").args(["-h", "-o", "%t"]).output() {
+            Ok(out) => state = String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            Err(e) => failed = Some(format!("sinfo cannot run: {e}")),
+        }
+        failed.is_some() || node_takes_jobs(&state)
+    });
+    failed.or_else(|| (!up).then(|| format!("Slurm's node is not up (sinfo: '{state}')")))
+}
+
+/// Whether sinfo's short state says the node takes jobs: idle, mixed, allocated or completing,
+/// and responding (no `*` flag).
+fn node_takes_jobs(state: &str) -> bool {
+    !state.contains('*')
+        && ["idle", "mix", "alloc", "comp"]
+            .iter()
+            .any(|s| state.starts_with(s))
 }
 
 macro_rules! need_slurm {
