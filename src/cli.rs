@@ -1194,7 +1194,7 @@ mod tests {
         assert_eq!(run.command[4].as_bytes(), b"caf\xff");
         let settings = run.validate().unwrap();
         assert_eq!(
-            settings.knobs.int_of("batch", &settings.knobs.originals()),
+            settings.knobs.batch_of(&settings.knobs.originals()),
             Some(8)
         );
     }

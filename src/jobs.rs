@@ -1316,8 +1316,8 @@ mod tests {
             let start = start_from(&last(remembered), &knobs);
             let got = start.as_ref().map(|s| {
                 (
-                    knobs.int_of("batch", &s.values).unwrap(),
-                    knobs.int_of("accum", &s.values).unwrap(),
+                    knobs.batch_of(&s.values).unwrap(),
+                    knobs.accum_of(&s.values).unwrap(),
                 )
             });
             assert_eq!(got, *want, "{command:?} from {remembered:?}");
@@ -1441,8 +1441,8 @@ mod tests {
             assert_eq!(continue_from(&dead, &set, &other), None, "{command:?}");
             let got = start.as_ref().map(|s| {
                 (
-                    set.int_of("batch", &s.values).unwrap(),
-                    set.int_of("accum", &s.values).unwrap(),
+                    set.batch_of(&s.values).unwrap(),
+                    set.accum_of(&s.values).unwrap(),
                 )
             });
             assert_eq!(got, *want, "{command:?} from {knobs:?}");

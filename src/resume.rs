@@ -199,7 +199,7 @@ pub fn cut_clause(cut: &[PathBuf]) -> String {
 
 /// The end of the part holding the batch knob, where it is a flag of the command.
 fn batch_part_end(command: &[OsString], knobs: &KnobSet) -> Option<usize> {
-    let batch = &knobs.knobs[knobs.index("batch")?];
+    let batch = &knobs.knobs[knobs.batch()?];
     let index = match &batch.place {
         knobs::Place::Argv(Place::Flag { sites, .. }) => match sites.first()? {
             Site::Separate(i) | Site::Joined(i) => *i,

@@ -249,10 +249,11 @@ fn remote_step_bytes(steps: &mut SrunSteps) -> Option<u64> {
     steps.sstat.and_then(|(_, bytes)| bytes)
 }
 
-/// `now + d`, or a far-off instant where that would overflow (`--grace 500000000000years`).
-fn deadline_after(d: Duration) -> TokioInstant {
-    let now = TokioInstant::now();
-    now.checked_add(d).unwrap_or_else(|| now + FAR)
+/// `now + d`, or a far-off instant where that would overflow (`--grace 500000000000years`),
+/// as a std or a tokio instant.
+pub fn deadline_after<I: From<Instant>>(d: Duration) -> I {
+    let now = Instant::now();
+    I::from(now.checked_add(d).unwrap_or_else(|| now + FAR))
 }
 
 /// Further away than any wait oomguard takes; stands for "never".
@@ -892,7 +893,7 @@ impl Supervisor {
         state: &AttemptState,
         ticker: &mut tokio::time::Interval,
     ) -> Wake {
-        let far = deadline_after(FAR);
+        let far: TokioInstant = deadline_after(FAR);
         tokio::select! {
             signal = self.signals.next() => Wake::Signal(signal),
             Some(()) = job.closed_rx.recv(), if job.open_pipes > 0 => Wake::PipeClosed,

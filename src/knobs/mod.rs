@@ -22,6 +22,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::policy::Rule;
+use crate::report::{FinalSizes, KnobValues};
 
 /// A knob's value, typed as JSON types it in summary.json.
 #[derive(Debug, Clone, PartialEq)]
@@ -185,6 +186,51 @@ pub struct AttemptInput {
     pub env: Vec<(String, OsString)>,
 }
 
+/// The knobs with one set of values: the one form the run carries them in, rendered for each
+/// reader (summary.json and the job's file, the service manager's status line, the sizes).
+#[derive(Clone, Copy)]
+pub struct KnobsAt<'a> {
+    pub knobs: &'a KnobSet,
+    pub values: &'a [Value],
+}
+
+impl KnobsAt<'_> {
+    /// Every knob's value, by name, as summary.json and the job's file type them.
+    pub fn json(&self) -> KnobValues {
+        KnobValues(
+            self.knobs
+                .knobs
+                .iter()
+                .zip(self.values)
+                .map(|(k, v)| (k.name.clone(), v.to_json()))
+                .collect(),
+        )
+    }
+
+    /// Each knob's name and value as text, for the service manager's status line.
+    pub fn text(&self) -> Vec<(String, String)> {
+        self.knobs
+            .knobs
+            .iter()
+            .zip(self.values)
+            .map(|(knob, value)| (knob.name.clone(), value.to_string()))
+            .collect()
+    }
+
+    /// The batch and accumulation, as summary.json's `final` has them.
+    pub fn sizes(&self) -> FinalSizes {
+        FinalSizes {
+            batch_size: self.knobs.batch_of(self.values),
+            accum: self.knobs.accum_of(self.values),
+        }
+    }
+}
+
+/// The name of the batch knob (`--batch-arg`, or the `[[knob]]` of that name).
+pub const BATCH: &str = "batch";
+/// The name of the gradient-accumulation knob (`--accum-arg`).
+pub const ACCUM: &str = "accum";
+
 impl KnobSet {
     pub fn rules(&self) -> Vec<Rule> {
         self.knobs.iter().map(|k| k.rule.clone()).collect()
@@ -199,10 +245,32 @@ impl KnobSet {
         self.knobs.iter().position(|k| k.name == name)
     }
 
-    /// The integer value of the knob named `name` in `values` (summary.json's `batch_size` and
-    /// `accum` read `batch` and `accum`).
-    pub fn int_of(&self, name: &str, values: &[Value]) -> Option<u64> {
-        values.get(self.index(name)?)?.as_int()
+    /// These knobs with `values`.
+    pub fn at<'a>(&'a self, values: &'a [Value]) -> KnobsAt<'a> {
+        KnobsAt {
+            knobs: self,
+            values,
+        }
+    }
+
+    /// The batch knob's index: the knob oomguard halves on an out-of-memory death.
+    pub fn batch(&self) -> Option<usize> {
+        self.index(BATCH)
+    }
+
+    /// The accumulation knob's index: the batch's partner that keeps the effective batch.
+    pub fn accum(&self) -> Option<usize> {
+        self.index(ACCUM)
+    }
+
+    /// The batch knob's integer value in `values` (summary.json's `batch_size`).
+    pub fn batch_of(&self, values: &[Value]) -> Option<u64> {
+        values.get(self.batch()?)?.as_int()
+    }
+
+    /// The accumulation knob's integer value in `values` (summary.json's `accum`).
+    pub fn accum_of(&self, values: &[Value]) -> Option<u64> {
+        values.get(self.accum()?)?.as_int()
     }
 
     /// The batch knob halves without a partner to keep the effective batch: the user should
@@ -211,7 +279,7 @@ impl KnobSet {
         self.automatic
             && !self.kept_by_job
             && self
-                .index("batch")
+                .batch()
                 .is_some_and(|i| self.knobs[i].rule.partner.is_none())
     }
 

@@ -220,7 +220,7 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
         });
     }
     let batch_rule = |partner| Rule {
-        name: "batch".into(),
+        name: super::BATCH.into(),
         moves: Moves::Step {
             step: Step::Halve,
             min: request.min_batch,
@@ -260,7 +260,7 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
         }
         let partner = accum.as_ref().map(|_| set.knobs.len() + 1);
         set.knobs.push(Knob {
-            name: "batch".into(),
+            name: super::BATCH.into(),
             place,
             original: Value::Int(value),
             rule: batch_rule(partner),
@@ -278,13 +278,13 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
                 }
             }
             set.knobs.push(Knob {
-                name: "accum".into(),
+                name: super::ACCUM.into(),
                 // Absent from the command, it is inserted once it moves; until then the job
                 // runs without accumulation, i.e. 1.
                 original: Value::Int(value.unwrap_or(1)),
                 place,
                 rule: Rule {
-                    name: "accum".into(),
+                    name: super::ACCUM.into(),
                     moves: Moves::Partner,
                     on: default_causes(),
                     partner: None,

@@ -1,0 +1,264 @@
+//! Where a run stands on the knobs: the values of the next attempt and what moved for it, every
+//! attempt's cause with the values it ran with, what each attempt's numbers tell the fit, and
+//! the one-time hints (allocator fragmentation). It learns from each attempt that ends and asks
+//! [`crate::policy`] for the next step; it does not decide that step itself, and it neither
+//! waits nor speaks.
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use crate::classify::Cause;
+use crate::config::RunSettings;
+use crate::jobs::JobRun;
+use crate::knobs::{self, KnobSet, Value};
+use crate::policy::{self, Decision};
+use crate::sampler::Sample;
+use crate::supervise::AttemptEnd;
+use crate::fit;
+
+/// An attempt's GPU and host memory series, each followed by a [`fit::Ramp`] (a few numbers,
+/// not the timeline). Host memory is followed twice, in the units of each limit that can stop
+/// it: the cgroup's usage (what `--memory-max` applies to) and the number the soft bounds
+/// judge (the working set, else PSS, else RSS on ticks that skip PSS).
+#[derive(Debug, Clone, Default)]
+pub(super) struct AttemptRamp {
+    gpu: fit::Ramp,
+    cgroup: fit::Ramp,
+    judged: fit::Ramp,
+}
+
+impl AttemptRamp {
+    pub(super) fn feed(&mut self, sample: &Sample) {
+        // Once the job's processes are gone (the sample after it ended) nothing is its memory.
+        if sample.tree.processes == 0 {
+            return;
+        }
+        if let Some(gpu) = sample.gpu_bytes() {
+            self.gpu.feed(sample.unix_time_s, gpu);
+        }
+        if let Some(usage) = sample.cgroup_bytes {
+            self.cgroup.feed(sample.unix_time_s, usage);
+        }
+        if let Some(judged) = sample.reading().job_bytes {
+            self.judged.feed(sample.unix_time_s, judged);
+        }
+    }
+}
+
+/// Where the run stands on the ladder: the values of the knobs for the next attempt, what moved
+/// for it, and every attempt's cause with the values it ran with.
+pub(super) struct Ladder {
+    rules: Vec<policy::Rule>,
+    pub(super) original: Vec<Value>,
+    pub(super) values: Vec<Value>,
+    pub(super) changed: Vec<usize>,
+    history: Vec<(Cause, Vec<Value>)>,
+    /// The effective batch's shrinking was told (once a run).
+    pub(super) warned_effective: bool,
+    /// The checkpoint the next attempt resumes from (`--resume-arg`), and when the run started
+    /// (only checkpoints written since count for a relaunch).
+    pub(super) resume_from: Option<PathBuf>,
+    pub(super) started: SystemTime,
+    /// The fit's view of each attempt, in history order.
+    evidence: Vec<Option<fit::Evidence>>,
+    /// The fit's view of the attempts of the job's earlier runs, with their knob values.
+    past: Vec<(Vec<Value>, fit::Evidence)>,
+    /// The fragmentation hint: may still be given; given (every later attempt gets the
+    /// variable); to be recorded on the next attempt.
+    hint_available: bool,
+    pub(super) hint_given: bool,
+    pub(super) hint_pending: Option<policy::Hint>,
+}
+
+impl Ladder {
+    /// The ladder at the start of a run of `job`: the values of what worked in the job's last
+    /// run (or of the attempt its killed oomguard was in), else the command's own.
+    pub(super) fn for_job(settings: &RunSettings, job: &JobRun) -> Ladder {
+        // `--fresh` starts over: neither the values nor the evidence of earlier runs.
+        let past = if settings.job.fresh {
+            Vec::new()
+        } else {
+            earlier_runs(job, &settings.knobs)
+        };
+        Ladder::new(settings, job.start().map(|start| start.values.clone()), past)
+    }
+
+    /// The ladder starting at `start` (else the command's values), knowing `past`. `original`
+    /// stays the command's, so the effective batch kept on the way down is the command's.
+    fn new(
+        settings: &RunSettings,
+        start: Option<Vec<Value>>,
+        past: Vec<(Vec<Value>, fit::Evidence)>,
+    ) -> Ladder {
+        let knobs = &settings.knobs;
+        let original = knobs.originals();
+        Ladder {
+            rules: knobs.rules(),
+            values: start.unwrap_or_else(|| original.clone()),
+            original,
+            changed: Vec::new(),
+            history: Vec::new(),
+            warned_effective: false,
+            resume_from: None,
+            started: SystemTime::now(),
+            evidence: Vec::new(),
+            past,
+            hint_available: settings.allocator_hint && !allocator_conf_set(knobs),
+            hint_given: false,
+            hint_pending: None,
+        }
+    }
+
+    /// The number of the attempt about to run (1 for the first).
+    pub(super) fn next_attempt(&self) -> u32 {
+        self.history.len() as u32 + 1
+    }
+
+    /// No attempt has ended yet.
+    pub(super) fn first(&self) -> bool {
+        self.history.is_empty()
+    }
+
+    /// How the attempt before the next one ended.
+    pub(super) fn previous_cause(&self) -> Option<Cause> {
+        self.history.last().map(|(cause, _)| *cause)
+    }
+
+    /// Takes in how the last attempt ended: its cause with its values, what its numbers tell
+    /// the fit, and the fixed part its samples showed before the first step.
+    pub(super) fn learn(
+        &mut self,
+        settings: &RunSettings,
+        cause: Cause,
+        end: &AttemptEnd,
+        ramp: &AttemptRamp,
+    ) {
+        self.history.push((cause, self.values.clone()));
+        self.evidence
+            .push(fit::observe(&observed(settings, cause, end)));
+        self.learn_ramp(ramp, end);
+    }
+
+    /// Adds to the last attempt's evidence the fixed part its samples showed before the first
+    /// step (the peaks include the cgroup's high-water mark, the limit at a kill).
+    fn learn_ramp(&mut self, ramp: &AttemptRamp, end: &AttemptEnd) {
+        let Some(Some(evidence)) = self.evidence.last_mut() else {
+            return;
+        };
+        let (series, peak_bytes) = match (evidence.memory, evidence.limit) {
+            (fit::Memory::Gpu, _) => (&ramp.gpu, end.peaks.gpu_bytes),
+            // A kill at a cgroup's limit, oomguard's own or one further up, read through the
+            // attempt cgroup where there is one; without one (`--no-cgroup` under a Slurm job's
+            // limit) the tree's own reading is all there is.
+            (fit::Memory::Host, Some((_, name))) if name != fit::MAX_RSS => {
+                match end.peaks.cgroup_bytes {
+                    Some(peak) => (&ramp.cgroup, Some(peak)),
+                    None => (&ramp.judged, end.peaks.pss_bytes.or(end.peaks.rss_bytes)),
+                }
+            }
+            // A soft bound (`--max-rss`): its own units; the evidence holds the value it saw.
+            (fit::Memory::Host, _) => (&ramp.judged, None),
+        };
+        fit::attach_fixed(evidence, series, peak_bytes);
+    }
+
+    /// The policy's decision after the last attempt.
+    pub(super) fn decide(&self, settings: &RunSettings) -> Decision {
+        let plan = policy::StepPlan {
+            strategy: settings.strategy,
+            margin: settings.margin,
+            evidence: self.evidence.clone(),
+            past: self.past.clone(),
+            allocator_hint: self.hint_available,
+        };
+        policy::decide_with(
+            &self.history,
+            &self.rules,
+            &self.original,
+            &settings.limits,
+            &plan,
+        )
+    }
+
+    /// Moves to the relaunch decided: its values, what moved, and the hint it gives.
+    pub(super) fn advance(&mut self, next: policy::Next) {
+        self.values = next.values;
+        self.changed = next.changed;
+        if let Some(hint) = next.hint {
+            self.hint_available = false;
+            self.hint_given = true;
+            self.hint_pending = Some(hint);
+        }
+    }
+}
+
+/// What the job's earlier runs tell the fit: each remembered attempt's knob values (by this
+/// run's knob names; a knob it did not have is unset) and what its peaks say. Their output is
+/// gone, so only peaks count: a success's measured peak, a kill's cgroup peak.
+fn earlier_runs(job: &JobRun, knobs: &KnobSet) -> Vec<(Vec<Value>, fit::Evidence)> {
+    job.memory()
+        .attempts()
+        .iter()
+        .filter_map(|past| {
+            let peaks = &past.peaks;
+            let evidence = fit::observe(&fit::Observed {
+                cause: past.cause(),
+                peak_gpu_bytes: peaks.peak_gpu_bytes,
+                peak_cgroup_bytes: peaks.peak_cgroup_bytes,
+                peak_host_bytes: peaks.peak_pss_bytes.or(peaks.peak_rss_bytes),
+                ..fit::Observed::default()
+            })?;
+            let values = knobs
+                .knobs
+                .iter()
+                .map(|k| past.value(&k.name).unwrap_or(Value::Unset))
+                .collect();
+            Some((values, evidence))
+        })
+        .collect()
+}
+
+/// The numbers of an attempt the fit reads.
+fn observed<'a>(settings: &RunSettings, cause: Cause, end: &'a AttemptEnd) -> fit::Observed<'a> {
+    // `--memory-max`, else the limit that killed the attempt further up (a Slurm job's, a
+    // unit's: the kernel's counter there moved), also with `--no-cgroup`.
+    let chain = end.kernel.cgroup_chain_kill.as_ref();
+    let own_limit_bytes = super::own_limit_bytes(settings);
+    let chain_limit_bytes = chain.and_then(|kill| kill.limit.as_ref().map(|(_, bytes)| *bytes));
+    let cgroup_limit_bytes = own_limit_bytes.or(chain_limit_bytes);
+    // Named as the user knows it where it is not oomguard's own (`Slurm job 14's memory limit`),
+    // with or without an attempt cgroup of oomguard's inside it.
+    let cgroup_limit_name = match own_limit_bytes {
+        Some(_) => None,
+        None => chain.and_then(|kill| kill.limit_name()),
+    };
+    fit::Observed {
+        cause: Some(cause),
+        tail: &end.tail,
+        peak_gpu_bytes: end.peaks.gpu_bytes,
+        peak_cgroup_bytes: end.peaks.cgroup_bytes,
+        peak_host_bytes: end.peaks.pss_bytes.or(end.peaks.rss_bytes),
+        cgroup_limit_bytes,
+        cgroup_limit_name,
+        max_gpu_bytes: settings.bounds.max_gpu_bytes,
+        memory_stop: end
+            .memory_stop
+            .as_ref()
+            .map(|c| (c.bound, c.value_bytes, c.limit_bytes)),
+    }
+}
+
+/// The user set PyTorch's allocator configuration, in oomguard's environment or as a knob:
+/// the fragmentation hint would override it, so it is not given.
+fn allocator_conf_set(knobs: &KnobSet) -> bool {
+    const NAMES: [&str; 3] = [
+        policy::ALLOCATOR_HINT_VAR,
+        "PYTORCH_HIP_ALLOC_CONF",
+        "PYTORCH_ALLOC_CONF",
+    ];
+    NAMES.iter().any(|name| std::env::var_os(name).is_some())
+        || knobs
+            .knobs
+            .iter()
+            .any(|k| matches!(&k.place, knobs::Place::Env(name) if NAMES.contains(&name.as_str())))
+}

@@ -1,0 +1,338 @@
+//! One `oomguard run`: a job's attempts, each launched, run, judged, learned from and decided
+//! on, until the job succeeds, fails for a reason of its own, or out-of-memory deaths outlast
+//! every remedy.
+//!
+//! [`Run`] owns what a run needs between its attempts: the supervisor, the settings, where the
+//! run stands on the knobs ([`ladder`]), the user's config files and everyone who hears how the
+//! run goes ([`events`]: console, run directory, job memory, service manager, metrics, hooks).
+//! Its loop, [`Run::attempts`], reads as the steps of one attempt; the steps live beside it:
+//! [`prepare`] checks what can be checked before anything starts, [`launch`] builds an attempt's
+//! argv and environment, [`waits`] holds the waits between attempts (hooks, the GPU letting go,
+//! checkpoints settling, the backoff).
+//!
+//! It does not spawn or watch processes ([`crate::supervise`]), name causes
+//! ([`crate::classify`]) or choose the next values ([`crate::policy`]): it carries their results
+//! from one to the next.
+
+mod events;
+mod ladder;
+mod launch;
+mod prepare;
+mod waits;
+
+use nix::sys::signal::Signal;
+
+use crate::child::Launch;
+use crate::classify::{self, AttemptFacts, Verdict};
+use crate::config::{CgroupPlan, RunSettings};
+use crate::knobs::patch::Patcher;
+use crate::policy::{Decision, Outcome};
+use crate::report::{Reporter, RunDir, Summary};
+use crate::sampler::Sampler;
+use crate::supervise::{AttemptEnd, KernelPaths, Setup, Supervisor};
+use crate::{cgroup, gpu, metrics, signals, stream, terminal, Error, EXIT_GAVE_UP};
+
+use events::{Observers, RunEvent};
+use ladder::Ladder;
+
+/// `oomguard run`: checks what can be checked before anything starts, then runs the attempts
+/// in a run directory, and gives the user's files back however the run ends.
+pub fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error> {
+    prepare::enter_job_context(&settings, &report)?;
+    prepare::places_as_whom(&mut settings)?;
+    let path_var = std::env::var_os("PATH");
+    crate::child::resolve_program(&settings.command[0], path_var.as_deref())?;
+    if let Some(cause) = settings.dry_run {
+        print!("{}", crate::dry_run::plan(&settings, cause));
+        return Ok(0);
+    }
+    let metrics = prepare::start_metrics(&settings)?;
+    let cgroup = prepare::cgroup_setup(settings.cgroup)?;
+    let run_dir = RunDir::create(
+        settings.run_dir.as_deref(),
+        &settings.command[0].to_string_lossy(),
+        settings.run_dir_is_users,
+    )
+    .map_err(Error::RunDir)?;
+    // The backups of patched files go with the job memory: `--state-dir` where given.
+    let mut files = match settings.knobs.open_files(
+        settings.job.state_dir.as_deref(),
+        run_dir.path(),
+        settings.job.state_dir_is_users,
+    ) {
+        Ok(files) => files,
+        Err(e) => {
+            run_dir.discard();
+            return Err(Error::PatchStart(e));
+        }
+    };
+    let mut summary = prepare::summary(&settings);
+    let result = run_in(
+        &settings,
+        &run_dir,
+        &mut summary,
+        cgroup,
+        report,
+        files.as_mut(),
+        metrics,
+    );
+    // Every way out passes here (a panic through Patcher's Drop): the user's files come back.
+    if let Some(files) = files.as_mut() {
+        for line in files.finish() {
+            report.warn(&line);
+        }
+    }
+    if result.is_err() && summary.attempts().is_empty() {
+        // Nothing ran: leave nothing behind, as for any other input we refuse.
+        run_dir.discard();
+    }
+    result
+}
+
+pub use prepare::recover_patched_files;
+
+/// The run itself, in a run directory that is ready: its record started, the GPU opened, the
+/// runtime and the output writers up, then the attempts.
+fn run_in(
+    settings: &RunSettings,
+    run_dir: &RunDir,
+    summary: &mut Summary,
+    cgroup: Option<(cgroup::Parent, cgroup::Limits)>,
+    report: Reporter,
+    files: Option<&mut Patcher>,
+    metrics: Option<metrics::Exporter>,
+) -> Result<i32, Error> {
+    run_dir.save(summary, false).map_err(Error::RunDir)?;
+    let samples = run_dir.open_samples().map_err(Error::RunDir)?;
+    prepare::say_run_started(settings, run_dir, summary, report, metrics.as_ref());
+    let job = prepare::open_job(settings, summary, &report);
+    let (gpu, gpu_off) = gpu::open();
+    if let Some(reason) = gpu_off {
+        report.say(&reason);
+        if settings.bounds.max_gpu_bytes.is_some() {
+            report.warn("--max-gpu cannot act without GPU monitoring");
+        }
+    }
+    let setup = Setup {
+        grace: settings.grace,
+        interval: settings.interval,
+        kernel_paths: KernelPaths::default(),
+        cgroup,
+        bounds: settings.bounds,
+        trend_window: settings.trend_window,
+        pty: settings.pty && terminal::wanted(),
+        quiet: settings.quiet,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| Error::Internal {
+            action: "cannot start the async runtime",
+            source,
+        })?;
+    let mut observers = Observers::new(settings, report, run_dir, summary, samples, job, metrics);
+    let metrics_server = observers.metrics_server();
+    // From here on the job's output and our own lines go through the writer threads, so a slow
+    // reader of our output never costs the log, the classifier or the attempt's end a byte.
+    stream::install().map_err(|source| Error::Internal {
+        action: "cannot start forwarding the job's output",
+        source,
+    })?;
+    let watchdog = observers.watchdog();
+    let result = runtime.block_on(async {
+        // Pings only while this runtime turns, i.e. while the attempt loop is alive.
+        if let Some(watchdog) = watchdog {
+            tokio::spawn(watchdog.run());
+        }
+        if let Some(server) = metrics_server {
+            tokio::spawn(server);
+        }
+        let mut sampler = Sampler::new(gpu);
+        sampler.read_pss(settings.pss_interval, settings.bounds.max_rss_bytes);
+        let supervisor = Supervisor::new(setup, sampler).map_err(|source| Error::Internal {
+            action: "cannot listen for signals",
+            source,
+        })?;
+        Run::new(settings, supervisor, files, observers)
+            .attempts()
+            .await
+    });
+    // Like `tee`, oomguard ends only once every byte of the job's output is written out; a stop
+    // signal (Ctrl-C at a terminal paused with Ctrl-S) or Ctrl-Z acts on that wait as on `tee`'s.
+    signals::default_stops();
+    stream::finish();
+    result
+}
+
+/// A run between its start and its end: what carries over from one attempt to the next.
+struct Run<'a> {
+    settings: &'a RunSettings,
+    supervisor: Supervisor,
+    ladder: Ladder,
+    /// The user's config files the knobs are written into, given back at the end.
+    files: Option<&'a mut Patcher>,
+    observers: Observers<'a>,
+}
+
+/// How the run ends: its outcome and exit status, or oomguard's own error.
+type Ended = Result<(Outcome, i32), Error>;
+
+impl<'a> Run<'a> {
+    fn new(
+        settings: &'a RunSettings,
+        mut supervisor: Supervisor,
+        files: Option<&'a mut Patcher>,
+        observers: Observers<'a>,
+    ) -> Run<'a> {
+        if let Some(files) = files.as_deref() {
+            supervisor.guard_files(&files.journal_paths());
+        }
+        let ladder = Ladder::for_job(settings, observers.job());
+        Run {
+            settings,
+            supervisor,
+            ladder,
+            files,
+            observers,
+        }
+    }
+
+    /// The attempts, one after the other until one decides how the run ends; then the end.
+    async fn attempts(mut self) -> Result<i32, Error> {
+        let ended = loop {
+            match self.attempt().await {
+                Ok(None) => continue,
+                Ok(Some(done)) => break Ok(done),
+                Err(e) => break Err(e),
+            }
+        };
+        self.end(ended).await
+    }
+
+    /// One attempt: launch, run, judge, learn, decide, wait. `Some` where the run ends here.
+    async fn attempt(&mut self) -> Result<Option<(Outcome, i32)>, Error> {
+        let attempt = self.ladder.next_attempt();
+        if let Some(signal) = self.before_attempt().await {
+            return Ok(Some(interrupted(signal)));
+        }
+        let launch = self.launch()?;
+        self.observers.tell(&RunEvent::AttemptStarted {
+            attempt,
+            values: &self.ladder.values,
+        });
+        let log = self.observers.open_log(attempt);
+        let end = self
+            .supervisor
+            .run_attempt(attempt, &launch, log, &mut self.observers)
+            .await?;
+        let verdict = judge(&end);
+        self.tell_ended(attempt, &launch, &verdict, &end);
+        self.ladder
+            .learn(self.settings, verdict.cause, &end, self.observers.ramp());
+        match self.ladder.decide(self.settings) {
+            Decision::Relaunch(next) => {
+                self.observers.tell(&RunEvent::RelaunchDecided {
+                    ended: attempt,
+                    cause: verdict.cause,
+                    values: &next.values,
+                    delay: next.delay,
+                });
+                Ok(self.between_attempts(&end, next).await.map(interrupted))
+            }
+            Decision::Stop { outcome, reason } => {
+                self.observers.tell(&RunEvent::Stopped {
+                    outcome,
+                    reason: reason.as_deref(),
+                });
+                Ok(Some((outcome, exit_code(outcome, &end))))
+            }
+        }
+    }
+
+    /// The attempt that ended, as every observer hears it (the ladder still holds the values it
+    /// ran with and the hint it was given).
+    fn tell_ended(&mut self, attempt: u32, launch: &Launch, verdict: &Verdict, end: &AttemptEnd) {
+        let hint = self.ladder.hint_pending.take();
+        self.observers.tell(&RunEvent::AttemptEnded {
+            attempt,
+            argv: &launch.argv,
+            values: &self.ladder.values,
+            changed: &self.ladder.changed,
+            resumed_from: self.ladder.resume_from.as_deref(),
+            hint,
+            verdict,
+            end,
+        });
+    }
+
+    /// The run's end: the user's files come back while the guard still watches, everyone hears
+    /// how it ended, the exit hooks run, then the guard is let go.
+    async fn end(mut self, ended: Ended) -> Result<i32, Error> {
+        if let Ok((Outcome::Interrupted, _)) = ended {
+            self.observers.tell(&RunEvent::Stopped {
+                outcome: Outcome::Interrupted,
+                reason: None,
+            });
+        }
+        if let Some(files) = self.files.as_deref_mut() {
+            for line in files.finish() {
+                self.observers.console().warn(&line);
+            }
+        }
+        let outcome = ended
+            .as_ref()
+            .map_or(Outcome::Failed, |(outcome, _)| *outcome);
+        self.observers.tell(&RunEvent::Ended {
+            outcome,
+            exit_code: ended.as_ref().ok().map(|(_, code)| *code),
+        });
+        // A stop signal here only cuts the exit hooks short: the run's status is decided.
+        let _ = self.wait_hooks().await;
+        self.supervisor.finish();
+        self.observers.stopping();
+        ended.map(|(_, code)| code)
+    }
+}
+
+/// The run ends on the user's stop signal.
+fn interrupted(signal: Signal) -> (Outcome, i32) {
+    (Outcome::Interrupted, 128 + signal as i32)
+}
+
+/// Why the attempt ended, from everything the supervisor gathered.
+fn judge(end: &AttemptEnd) -> Verdict {
+    let memory_limit = end.memory_stop.as_ref().map(ToString::to_string);
+    classify::classify(&AttemptFacts {
+        ending: end.ending,
+        tail: &end.tail,
+        kernel: &end.kernel,
+        // A stop that came after the job had already succeeded (while its leftovers were
+        // being cleaned up) does not undo the success.
+        user_stopped: end
+            .user_stop
+            .is_some_and(|stop| !(stop.after_exit && end.ending.is_success())),
+        memory_limit: memory_limit.as_deref(),
+        sigkilled_descendant: end.sigkilled_descendant,
+        quiet_stop: end.quiet_stop.as_ref(),
+    })
+}
+
+/// The run's exit status for an outcome decided after `end`.
+fn exit_code(outcome: Outcome, end: &AttemptEnd) -> i32 {
+    match outcome {
+        Outcome::Succeeded => 0,
+        Outcome::GaveUp => EXIT_GAVE_UP,
+        Outcome::Failed => end.ending.shell_code(),
+        Outcome::Interrupted => {
+            128 + end.user_stop.map_or(Signal::SIGINT, |stop| stop.signal) as i32
+        }
+    }
+}
+
+/// `--memory-max`, where given.
+fn own_limit_bytes(settings: &RunSettings) -> Option<u64> {
+    match settings.cgroup {
+        CgroupPlan::Required(limits) => limits.memory_max_bytes,
+        _ => None,
+    }
+}
