@@ -159,4 +159,3 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
         Command::Hook(args) => Ok(hooks::wrapper_main(args.timeout_ms, &args.argv)),
     }
 }
-

@@ -349,7 +349,11 @@ impl<'a> Observers<'a> {
                 "knobs": last.map(|a| &a.knobs),
                 "summary": summary_path,
             }),
-            &format!("{}; summary in {}", outcome.as_str(), summary_path.display()),
+            &format!(
+                "{}; summary in {}",
+                outcome.as_str(),
+                summary_path.display()
+            ),
         );
         match self.page.take() {
             Some(Ok(page)) => report.event(
@@ -463,7 +467,6 @@ impl<'a> Observers<'a> {
             _ => {}
         }
     }
-
 }
 
 impl Observer for Observers<'_> {

@@ -9,12 +9,12 @@ use std::time::SystemTime;
 
 use crate::classify::Cause;
 use crate::config::RunSettings;
+use crate::fit;
 use crate::jobs::JobRun;
 use crate::knobs::{self, KnobSet, Value};
 use crate::policy::{self, Decision};
 use crate::sampler::Sample;
 use crate::supervise::AttemptEnd;
-use crate::fit;
 
 /// An attempt's GPU and host memory series, each followed by a [`fit::Ramp`] (a few numbers,
 /// not the timeline). Host memory is followed twice, in the units of each limit that can stop
@@ -80,7 +80,11 @@ impl Ladder {
         } else {
             earlier_runs(job, &settings.knobs)
         };
-        Ladder::new(settings, job.start().map(|start| start.values.clone()), past)
+        Ladder::new(
+            settings,
+            job.start().map(|start| start.values.clone()),
+            past,
+        )
     }
 
     /// The ladder starting at `start` (else the command's values), knowing `past`. `original`
@@ -261,4 +265,173 @@ fn allocator_conf_set(knobs: &KnobSet) -> bool {
             .knobs
             .iter()
             .any(|k| matches!(&k.place, knobs::Place::Env(name) if NAMES.contains(&name.as_str())))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The ladder's bookkeeping between attempts, with attempts that never ran: each test hands
+    //! the ladder the end an attempt would have had (its exit, its output's tail) as the
+    //! supervisor reports it, and reads what the ladder keeps and asks for next.
+
+    use std::collections::HashSet;
+    use std::time::{Duration, SystemTime};
+
+    use clap::Parser;
+
+    use super::*;
+    use crate::classify::KernelEvidence;
+    use crate::cli::{Cli, Command};
+    use crate::outcome::Ending;
+    use crate::policy::{Hint, Next, Outcome};
+    use crate::sampler::Peaks;
+
+    const CUDA_OOM: &str =
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n";
+
+    /// The settings of `oomguard run FLAGS -- python3 train.py --batch_size 8 --grad_accum 1`.
+    fn settings(flags: &[&str]) -> RunSettings {
+        let mut argv = vec!["oomguard", "run"];
+        argv.extend(flags);
+        argv.extend([
+            "--",
+            "python3",
+            "train.py",
+            "--batch_size",
+            "8",
+            "--grad_accum",
+            "1",
+        ]);
+        let Command::Run(args) = Cli::try_parse_from(argv).expect("valid flags").command else {
+            unreachable!("a run command line")
+        };
+        args.validate().expect("valid settings")
+    }
+
+    /// How a supervised attempt would have ended: `ending`, with `tail` as its output.
+    fn end(ending: Ending, tail: &str) -> AttemptEnd {
+        AttemptEnd {
+            ending,
+            user_stop: None,
+            memory_stop: None,
+            tail: tail.to_string(),
+            kernel: KernelEvidence::default(),
+            started_at: SystemTime::now(),
+            duration: Duration::from_secs(3),
+            peaks: Peaks::default(),
+            pids: HashSet::new(),
+            sigkilled_descendant: None,
+            quiet_stop: None,
+            writing_at_stop: HashSet::new(),
+        }
+    }
+
+    fn ints(knobs: &KnobSet, values: &[Value]) -> (Option<u64>, Option<u64>) {
+        (knobs.batch_of(values), knobs.accum_of(values))
+    }
+
+    /// Learns how an attempt ended and asks for the relaunch the policy decides.
+    fn relaunch_after(
+        ladder: &mut Ladder,
+        settings: &RunSettings,
+        cause: Cause,
+        e: &AttemptEnd,
+    ) -> Next {
+        ladder.learn(settings, cause, e, &AttemptRamp::default());
+        match ladder.decide(settings) {
+            Decision::Relaunch(next) => next,
+            Decision::Stop { outcome, reason } => panic!("stopped: {outcome:?} {reason:?}"),
+        }
+    }
+
+    #[test]
+    fn a_device_oom_halves_the_batch_keeps_the_effective_batch_and_counts_the_attempt() {
+        let s = settings(&["--strategy", "halve"]);
+        let knobs = &s.knobs;
+        let mut ladder = Ladder::new(&s, None, Vec::new());
+        assert_eq!((ladder.next_attempt(), ladder.first()), (1, true));
+        assert_eq!(ladder.previous_cause(), None);
+
+        let oom = end(Ending::Exited(1), CUDA_OOM);
+        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom);
+        assert_eq!(ints(knobs, &next.values), (Some(4), Some(2)));
+        let moved = [knobs.batch().unwrap(), knobs.accum().unwrap()];
+        assert_eq!(next.changed, moved);
+        // Until the relaunch is taken, the ladder still holds what attempt 1 ran with.
+        assert_eq!(ints(knobs, &ladder.values), (Some(8), Some(1)));
+        assert_eq!((ladder.next_attempt(), ladder.first()), (2, false));
+        assert_eq!(ladder.previous_cause(), Some(Cause::DeviceOom));
+
+        ladder.advance(next);
+        assert_eq!(ints(knobs, &ladder.values), (Some(4), Some(2)));
+        assert_eq!(ladder.changed, moved);
+        // The command's values stay the reference the effective batch is kept against.
+        assert_eq!(ints(knobs, &ladder.original), (Some(8), Some(1)));
+
+        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom);
+        assert_eq!(ints(knobs, &next.values), (Some(2), Some(4)));
+        assert_eq!(ladder.next_attempt(), 3);
+    }
+
+    #[test]
+    fn a_success_stops_the_run_as_succeeded() {
+        let s = settings(&[]);
+        let mut ladder = Ladder::new(&s, None, Vec::new());
+        let ok = end(Ending::Exited(0), "done\n");
+        ladder.learn(&s, Cause::Ok, &ok, &AttemptRamp::default());
+        assert!(matches!(
+            ladder.decide(&s),
+            Decision::Stop {
+                outcome: Outcome::Succeeded,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_run_started_from_the_jobs_memory_keeps_the_commands_values_as_its_reference() {
+        let s = settings(&["--strategy", "halve"]);
+        let knobs = &s.knobs;
+        let mut remembered = knobs.originals();
+        remembered[knobs.batch().unwrap()] = Value::Int(4);
+        remembered[knobs.accum().unwrap()] = Value::Int(2);
+        let mut ladder = Ladder::new(&s, Some(remembered), Vec::new());
+        assert_eq!(ints(knobs, &ladder.values), (Some(4), Some(2)));
+        assert_eq!(ints(knobs, &ladder.original), (Some(8), Some(1)));
+        let oom = end(Ending::Exited(1), CUDA_OOM);
+        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom);
+        // Down from where it started, the product still the command's 8 × 1.
+        assert_eq!(ints(knobs, &next.values), (Some(2), Some(4)));
+    }
+
+    #[test]
+    fn a_hint_is_given_once_recorded_on_the_next_attempt_and_kept_for_every_later_one() {
+        let s = settings(&[]);
+        let mut ladder = Ladder::new(&s, None, Vec::new());
+        let hinted = Next {
+            values: ladder.values.clone(),
+            changed: Vec::new(),
+            effective_note: None,
+            delay: Duration::ZERO,
+            reason: None,
+            hint: Some(Hint::AllocatorFragmentation),
+        };
+        ladder.advance(hinted);
+        assert!(ladder.hint_given && !ladder.hint_available);
+        assert_eq!(
+            ladder.hint_pending.take(),
+            Some(Hint::AllocatorFragmentation)
+        );
+        let plain = Next {
+            values: ladder.values.clone(),
+            changed: Vec::new(),
+            effective_note: None,
+            delay: Duration::ZERO,
+            reason: None,
+            hint: None,
+        };
+        ladder.advance(plain);
+        // The variable stays in every later attempt's environment; it is recorded only once.
+        assert!(ladder.hint_given);
+        assert_eq!(ladder.hint_pending, None);
+    }
 }

@@ -90,7 +90,9 @@ impl super::Run<'_> {
                 newer_than: since,
                 cut,
             };
-            let pick = match looks.settle(&mut self.supervisor, report, watch, backoff_end).await
+            let pick = match looks
+                .settle(&mut self.supervisor, report, watch, backoff_end)
+                .await
             {
                 Ok(pick) => pick,
                 Err(signal) => return Some(signal),
