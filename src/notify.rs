@@ -22,6 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::time::Duration;
 
+use crate::knobs::{ACCUM, BATCH};
 use crate::units::human_bytes;
 
 /// The variables the service manager sets for oomguard alone; the job does not inherit them.
@@ -231,7 +232,7 @@ fn watchdog_interval(usec: Option<&str>, pid: Option<&str>, own_pid: u32) -> Opt
 fn heading(attempt: u32, max_attempts: u32, knobs: &[(String, String)]) -> String {
     let value = |name: &str| knobs.iter().find(|(k, _)| k == name).map(|(_, v)| v);
     let mut parts = Vec::new();
-    match (value("batch"), value("accum")) {
+    match (value(BATCH), value(ACCUM)) {
         (Some(batch), Some(accum)) => parts.push(format!("batch {batch} x accum {accum}")),
         (Some(batch), None) => parts.push(format!("batch {batch}")),
         (None, Some(accum)) => parts.push(format!("accum {accum}")),
@@ -240,7 +241,7 @@ fn heading(attempt: u32, max_attempts: u32, knobs: &[(String, String)]) -> Strin
     parts.extend(
         knobs
             .iter()
-            .filter(|(k, _)| k != "batch" && k != "accum")
+            .filter(|(k, _)| k != BATCH && k != ACCUM)
             .map(|(k, v)| format!("{k} {v}")),
     );
     let head = format!("attempt {attempt}/{max_attempts}");

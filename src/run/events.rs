@@ -104,16 +104,17 @@ pub(super) struct Observers<'a> {
 }
 
 impl<'a> Observers<'a> {
+    /// The listeners of a run whose directory is `run_dir` (samples.csv opened there).
     pub(super) fn new(
         settings: &'a RunSettings,
         console: Reporter,
         run_dir: &'a RunDir,
         summary: &'a mut Summary,
-        samples: SamplesCsv,
         job: JobRun,
         metrics: Option<metrics::Exporter>,
-    ) -> Observers<'a> {
-        Observers {
+    ) -> Result<Observers<'a>, crate::Error> {
+        let samples = run_dir.open_samples().map_err(crate::Error::RunDir)?;
+        Ok(Observers {
             settings,
             console,
             run_dir,
@@ -126,7 +127,7 @@ impl<'a> Observers<'a> {
             ramp: AttemptRamp::default(),
             warned_no_cgroup: false,
             page: None,
-        }
+        })
     }
 
     /// Delivers `event` to each listener, in an order that keeps what the user reads in the

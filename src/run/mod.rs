@@ -27,13 +27,14 @@ use crate::classify::{self, AttemptFacts, Verdict};
 use crate::config::{CgroupPlan, RunSettings};
 use crate::knobs::patch::Patcher;
 use crate::policy::{Decision, Outcome};
-use crate::report::{Reporter, RunDir, Summary};
+use crate::report::Reporter;
 use crate::sampler::Sampler;
 use crate::supervise::{AttemptEnd, KernelPaths, Setup, Supervisor};
-use crate::{cgroup, gpu, metrics, signals, stream, terminal, Error, EXIT_GAVE_UP};
+use crate::{gpu, signals, stream, terminal, Error, EXIT_GAVE_UP};
 
 use events::{Observers, RunEvent};
 use ladder::Ladder;
+use prepare::Ready;
 
 /// `oomguard run`: checks what can be checked before anything starts, then runs the attempts
 /// in a run directory, and gives the user's files back however the run ends.
@@ -46,64 +47,25 @@ pub fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error
         print!("{}", crate::dry_run::plan(&settings, cause));
         return Ok(0);
     }
-    let metrics = prepare::start_metrics(&settings)?;
-    let cgroup = prepare::cgroup_setup(settings.cgroup)?;
-    let run_dir = RunDir::create(
-        settings.run_dir.as_deref(),
-        &settings.command[0].to_string_lossy(),
-        settings.run_dir_is_users,
-    )
-    .map_err(Error::RunDir)?;
-    // The backups of patched files go with the job memory: `--state-dir` where given.
-    let mut files = match settings.knobs.open_files(
-        settings.job.state_dir.as_deref(),
-        run_dir.path(),
-        settings.job.state_dir_is_users,
-    ) {
-        Ok(files) => files,
-        Err(e) => {
-            run_dir.discard();
-            return Err(Error::PatchStart(e));
-        }
-    };
-    let mut summary = prepare::summary(&settings);
-    let result = run_in(
-        &settings,
-        &run_dir,
-        &mut summary,
-        cgroup,
-        report,
-        files.as_mut(),
-        metrics,
-    );
-    // Every way out passes here (a panic through Patcher's Drop): the user's files come back.
-    if let Some(files) = files.as_mut() {
-        for line in files.finish() {
-            report.warn(&line);
-        }
-    }
-    if result.is_err() && summary.attempts().is_empty() {
-        // Nothing ran: leave nothing behind, as for any other input we refuse.
-        run_dir.discard();
-    }
+    let mut ready = Ready::new(&settings)?;
+    let result = run_in(&settings, &mut ready, report);
+    ready.give_back(&result, report);
     result
 }
 
 pub use prepare::recover_patched_files;
 
-/// The run itself, in a run directory that is ready: its record started, the GPU opened, the
-/// runtime and the output writers up, then the attempts.
-fn run_in(
-    settings: &RunSettings,
-    run_dir: &RunDir,
-    summary: &mut Summary,
-    cgroup: Option<(cgroup::Parent, cgroup::Limits)>,
-    report: Reporter,
-    files: Option<&mut Patcher>,
-    metrics: Option<metrics::Exporter>,
-) -> Result<i32, Error> {
+/// The run itself, once it is ready: its record started, the GPU opened, the runtime and the
+/// output writers up, then the attempts.
+fn run_in(settings: &RunSettings, ready: &mut Ready, report: Reporter) -> Result<i32, Error> {
+    let Ready {
+        run_dir,
+        files,
+        summary,
+        cgroup,
+        metrics,
+    } = ready;
     run_dir.save(summary, false).map_err(Error::RunDir)?;
-    let samples = run_dir.open_samples().map_err(Error::RunDir)?;
     prepare::say_run_started(settings, run_dir, summary, report, metrics.as_ref());
     let job = prepare::open_job(settings, summary, &report);
     let (gpu, gpu_off) = gpu::open();
@@ -117,7 +79,7 @@ fn run_in(
         grace: settings.grace,
         interval: settings.interval,
         kernel_paths: KernelPaths::default(),
-        cgroup,
+        cgroup: cgroup.take(),
         bounds: settings.bounds,
         trend_window: settings.trend_window,
         pty: settings.pty && terminal::wanted(),
@@ -130,7 +92,7 @@ fn run_in(
             action: "cannot start the async runtime",
             source,
         })?;
-    let mut observers = Observers::new(settings, report, run_dir, summary, samples, job, metrics);
+    let mut observers = Observers::new(settings, report, run_dir, summary, job, metrics.take())?;
     let metrics_server = observers.metrics_server();
     // From here on the job's output and our own lines go through the writer threads, so a slow
     // reader of our output never costs the log, the classifier or the attempt's end a byte.
@@ -153,7 +115,7 @@ fn run_in(
             action: "cannot listen for signals",
             source,
         })?;
-        Run::new(settings, supervisor, files, observers)
+        Run::new(settings, supervisor, files.as_mut(), observers)
             .attempts()
             .await
     });

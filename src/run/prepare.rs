@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use crate::cli::UsageError;
 use crate::config::{CgroupPlan, RunSettings};
 use crate::jobs::JobRun;
+use crate::knobs::patch::Patcher;
 use crate::report::{self, Reporter, RunDir, Summary};
 use crate::{cgroup, knobs, metrics, principal, runas, Error};
 
@@ -74,16 +75,14 @@ pub(super) fn places_as_whom(settings: &mut RunSettings) -> Result<(), Error> {
 
 /// `--metrics-addr` bound (a port in use is a usage error before anything starts) and the
 /// metrics set up, where asked for.
-pub(super) fn start_metrics(settings: &RunSettings) -> Result<Option<metrics::Exporter>, Error> {
+fn start_metrics(settings: &RunSettings) -> Result<Option<metrics::Exporter>, Error> {
     metrics::Exporter::start(&settings.metrics, super::own_limit_bytes(settings))
         .map_err(|why| Error::Usage(UsageError::Metrics(why)))
 }
 
 /// Finds where attempt cgroups can be made. `--memory-max` without a writable memory cgroup is
 /// a usage error: refusing before anything starts beats running without the promised limit.
-pub(super) fn cgroup_setup(
-    plan: CgroupPlan,
-) -> Result<Option<(cgroup::Parent, cgroup::Limits)>, Error> {
+fn cgroup_setup(plan: CgroupPlan) -> Result<Option<(cgroup::Parent, cgroup::Limits)>, Error> {
     let limits = match plan {
         CgroupPlan::Off => return Ok(None),
         CgroupPlan::IfAvailable => cgroup::Limits::default(),
@@ -112,8 +111,63 @@ pub(super) fn cgroup_setup(
     }
 }
 
+/// A run ready to start: its metrics and memory cgroup set up, its run directory made, the
+/// user's config files claimed, summary.json begun; nothing of the job's started yet.
+pub(super) struct Ready {
+    pub run_dir: RunDir,
+    pub files: Option<Patcher>,
+    pub summary: Summary,
+    pub cgroup: Option<(cgroup::Parent, cgroup::Limits)>,
+    pub metrics: Option<metrics::Exporter>,
+}
+
+impl Ready {
+    pub(super) fn new(settings: &RunSettings) -> Result<Ready, Error> {
+        let metrics = start_metrics(settings)?;
+        let cgroup = cgroup_setup(settings.cgroup)?;
+        let run_dir = RunDir::create(
+            settings.run_dir.as_deref(),
+            &settings.command[0].to_string_lossy(),
+            settings.run_dir_is_users,
+        )
+        .map_err(Error::RunDir)?;
+        // The backups of patched files go with the job memory: `--state-dir` where given.
+        let files = match settings.knobs.open_files(
+            settings.job.state_dir.as_deref(),
+            run_dir.path(),
+            settings.job.state_dir_is_users,
+        ) {
+            Ok(files) => files,
+            Err(e) => {
+                run_dir.discard();
+                return Err(Error::PatchStart(e));
+            }
+        };
+        Ok(Ready {
+            run_dir,
+            files,
+            summary: summary(settings),
+            cgroup,
+            metrics,
+        })
+    }
+
+    /// However the run ended (a panic through Patcher's Drop too), the user's files come back;
+    /// where nothing ran, nothing is left behind, as for any other input refused.
+    pub(super) fn give_back(mut self, result: &Result<i32, Error>, report: Reporter) {
+        if let Some(files) = self.files.as_mut() {
+            for line in files.finish() {
+                report.warn(&line);
+            }
+        }
+        if result.is_err() && self.summary.attempts().is_empty() {
+            self.run_dir.discard();
+        }
+    }
+}
+
 /// summary.json as the run starts: the command, the command's own sizes, the limits set.
-pub(super) fn summary(settings: &RunSettings) -> Summary {
+fn summary(settings: &RunSettings) -> Summary {
     let knobs = &settings.knobs;
     let mut summary = Summary::new(
         &lossy(&settings.command),
