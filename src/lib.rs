@@ -19,7 +19,7 @@
 //!    per delivery ([`signals`]), samples its memory ([`sampler`], [`mem`], [`gpu`], [`cgroup`]),
 //!    reaps every descendant and gathers kernel evidence ([`kernel`], [`cgroup_chain`]);
 //! 3. [`classify`] names the cause from the ending, the output tail ([`scan`]) and that evidence;
-//! 4. [`report`] saves summary.json and tells the user;
+//! 4. [`record`] saves summary.json and [`console`] tells the user;
 //! 5. [`policy`] decides: relaunch (smaller, after a backoff; how much smaller from the
 //!    attempts' out-of-memory numbers, [`oom_numbers`], through the model in [`fit`]) or stop
 //!    with an outcome.
@@ -44,6 +44,7 @@ pub mod child;
 pub mod classify;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod doctor;
 pub mod dry_run;
 pub mod fit;
@@ -55,6 +56,7 @@ pub mod jobfile;
 pub mod jobs;
 pub mod kernel;
 pub mod knobs;
+pub mod logging;
 pub mod mem;
 pub mod metrics;
 pub mod notify;
@@ -64,7 +66,7 @@ pub mod pathwalk;
 pub mod policy;
 pub mod principal;
 pub mod quiet;
-pub mod report;
+pub mod record;
 pub mod report_cmd;
 pub mod resume;
 pub mod runas;
@@ -91,12 +93,13 @@ use crate::child::{Launch, SpawnError};
 use crate::classify::{AttemptFacts, Cause};
 use crate::cli::{ClassifyArgs, Cli, Command, UsageError};
 use crate::config::{CgroupPlan, RunSettings};
+use crate::console::Reporter;
 use crate::knobs::patch::Patcher;
 use crate::knobs::{KnobSet, Value};
 use crate::policy::{Decision, Outcome};
-use crate::report::{
-    AttemptRecord, FinalSizes, KnobValues, Reporter, RunDir, RunDirError, SamplesCsv, Summary,
-};
+use crate::record::run_dir::{RunDir, RunDirError};
+use crate::record::samples::SamplesCsv;
+use crate::record::summary::{AttemptRecord, FinalSizes, KnobValues, Summary};
 use crate::sampler::{Sample, Sampler};
 use crate::supervise::{AttemptEnd, GpuWait, KernelPaths, Notice, Observer, Setup, Supervisor};
 
@@ -153,7 +156,7 @@ impl Error {
 /// Runs a parsed command line; returns the process exit status.
 pub fn run(cli: Cli) -> Result<i32, Error> {
     let report = Reporter { quiet: cli.quiet };
-    report::init_tracing_as(cli.verbose, cli.quiet, cli.log_format);
+    logging::init_tracing_as(cli.verbose, cli.quiet, cli.log_format);
     match cli.command {
         Command::Run(args) => {
             // Before the knobs are read from the user's files: a file an oomguard killed with
@@ -255,7 +258,7 @@ fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error> {
         &lossy(&settings.command),
         final_sizes(&settings.knobs, &original),
     );
-    summary.limits = Some(report::RunLimits {
+    summary.limits = Some(record::summary::RunLimits {
         memory_max_bytes: match settings.cgroup {
             CgroupPlan::Required(limits) => limits.memory_max_bytes,
             _ => None,
@@ -290,7 +293,7 @@ fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error> {
 /// so: before anything else, and before any knob is read from them.
 /// `state_dir`: `--state-dir`, where this run keeps its backups (else the default).
 fn recover_patched_files(state_dir: Option<PathBuf>, report: &Reporter) {
-    if let Some(dir) = state_dir.or_else(report::state_dir) {
+    if let Some(dir) = state_dir.or_else(record::run_dir::state_dir) {
         // As root, only a state directory nobody else could write: the job's user is not known
         // yet, and root must not act in a place a user could point elsewhere. A user's own
         // entries are finished by their file's lock before the file is read.
@@ -335,7 +338,7 @@ fn places_as_whom(settings: &mut RunSettings) -> Result<(), Error> {
     let run_dir = settings
         .run_dir
         .clone()
-        .unwrap_or_else(report::default_runs_base);
+        .unwrap_or_else(record::run_dir::default_runs_base);
     let run_dir = std::path::absolute(&run_dir).unwrap_or(run_dir);
     settings.run_dir_is_users |=
         runas::place_is_users(&run_dir, who, "run directory").map_err(usage)?;
@@ -550,7 +553,7 @@ impl Observer for RunObserver {
         // A full disk costs rows, not the run: the row stays buffered and is tried again with
         // the next one.
         if let Err(e) = self.samples.write(sample) {
-            report::unsaved("samples.csv", &e);
+            record::unsaved::unsaved("samples.csv", &e);
         }
         let rss_bytes = (sample.tree.processes > 0).then_some(sample.tree.rss_bytes);
         let gpu_bytes = sample.gpu.as_ref().and_then(|gpu| gpu.job_bytes);
@@ -580,7 +583,7 @@ impl Observer for RunObserver {
             } => self.report.warn(&format!(
                 "memory grows steadily at {}/min: at this rate it reaches {ceiling} in about {}",
                 units::human_bytes((bytes_per_s * 60.0) as u64),
-                report::short_duration(*eta)
+                console::short_duration(*eta)
             )),
             Notice::MemoryStop(crossing) => self.report.say(&format!(
                 "{crossing}: stopping the job (SIGTERM, then SIGKILL after --grace)"
@@ -1069,7 +1072,7 @@ async fn settle(
             report.say(&format!(
                 "{} is still being written: waiting up to {} (the rest of the backoff) for it to be complete",
                 path.display(),
-                report::short_duration(backoff_end.saturating_duration_since(Instant::now()))
+                console::short_duration(backoff_end.saturating_duration_since(Instant::now()))
             ));
         }
         if let Some(signal) = supervisor.pause(wait).await {
@@ -1239,7 +1242,7 @@ fn record(
         evidence: verdict.evidence.clone(),
         exit_code: end.ending.exit_code(),
         signal: end.ending.signal(),
-        started_at: report::rfc3339(end.started_at),
+        started_at: record::summary::rfc3339(end.started_at),
         duration_s: end.duration.as_secs_f64(),
         peaks: end.peaks.into(),
         resumed_from: ran.resumed_from.map(|p| p.to_string_lossy().into_owned()),
@@ -1249,8 +1252,8 @@ fn record(
     // Not saved now (a full disk) is tried again with the next attempt: the run goes on from
     // memory.
     match run_dir.save(summary, false) {
-        Ok(()) => report::saved("summary.json"),
-        Err(e) => report::unsaved("summary.json", &e),
+        Ok(()) => record::unsaved::saved("summary.json"),
+        Err(e) => record::unsaved::unsaved("summary.json", &e),
     }
     if verdict.cause != Cause::Ok {
         let last = summary.attempts().last().expect("pushed above");
@@ -1268,10 +1271,10 @@ fn record(
             }),
             &format!(
                 "attempt {attempt} ended after {}: {} ({}){}",
-                report::short_duration(end.duration),
+                console::short_duration(end.duration),
                 verdict.cause.as_str(),
                 verdict.evidence,
-                report::peaks_clause(&end.peaks)
+                console::peaks_clause(&end.peaks)
             ),
         );
     }
@@ -1317,7 +1320,7 @@ fn announce_relaunch(report: &Reporter, next: &Relaunch, effective_note: Option<
         &format!(
             "attempt {} in {}: {}{reason}{checkpoint}",
             next.attempt,
-            report::short_duration(next.delay),
+            console::short_duration(next.delay),
             next.changes,
         ),
     );
@@ -1368,11 +1371,11 @@ fn close_run(
     // A summary that cannot be written (a full disk) does not turn the job's status into
     // oomguard's failure: the table below has it all, and the warning says what is missing.
     match run_dir.save(summary, true) {
-        Ok(()) => report::saved("summary.json"),
-        Err(e) => report::unsaved("summary.json", &e),
+        Ok(()) => record::unsaved::saved("summary.json"),
+        Err(e) => record::unsaved::unsaved("summary.json", &e),
     }
-    if report::log_format() == report::LogFormat::Text {
-        for line in report::table(summary.attempts()) {
+    if console::log_format() == console::LogFormat::Text {
+        for line in console::table(summary.attempts()) {
             report.say(&line);
         }
     }
@@ -1410,9 +1413,9 @@ fn close_run(
             serde_json::json!({ "report": page }),
             &format!("report in {}", page.display()),
         ),
-        Err(why) => report::unsaved("report.html", &why),
+        Err(why) => record::unsaved::unsaved("report.html", &why),
     }
-    if let Some(line) = report::unsaved_summary() {
+    if let Some(line) = record::unsaved::unsaved_summary() {
         report.warn(&line);
     }
     Ok(code)
@@ -1436,9 +1439,9 @@ async fn wait_gpu_free(
     };
     report.say(&format!(
         "waiting up to {} for the GPU to free attempt {attempt}'s memory (PIDs {holders:?} still listed)",
-        report::short_duration(timeout)
+        console::short_duration(timeout)
     ));
-    let waited = || report::short_duration(started.elapsed());
+    let waited = || console::short_duration(started.elapsed());
     match supervisor.wait_gpu_free(pids, timeout).await {
         GpuWait::StillHeld(left) => {
             report.warn(&format!(
@@ -1556,7 +1559,7 @@ fn launch_for(
 fn show_status(args: &cli::StatusArgs, report: Reporter) -> Result<i32, Error> {
     let state_dir = match &args.state_dir {
         Some(dir) => dir.clone(),
-        None => report::state_dir().ok_or(UsageError::Job(
+        None => record::run_dir::state_dir().ok_or(UsageError::Job(
             "no state directory: neither XDG_STATE_HOME nor HOME is set; give --state-dir DIR"
                 .to_string(),
         ))?,

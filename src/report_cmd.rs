@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::report::{KnobValues, PeakRecord, RunLimits};
+use crate::record::summary::{KnobValues, PeakRecord, RunLimits};
 use crate::units::human_bytes;
 
 /// Why a run directory cannot be reported on. Each message names the directory and the fix.
@@ -452,7 +452,7 @@ impl AttemptReport {
     }
 
     fn duration_text(&self) -> String {
-        crate::report::short_duration(std::time::Duration::from_secs_f64(self.duration_s.max(0.0)))
+        crate::console::short_duration(std::time::Duration::from_secs_f64(self.duration_s.max(0.0)))
     }
 
     /// The table's cells, in [`COLUMNS`] order.
