@@ -1,6 +1,6 @@
 //! What oomguard tells the user on the terminal: its own stderr lines (prefixed `oomguard:` so
 //! they stand apart from the job's output, or one JSON object per line with `--log-format json`),
-//! the short forms those lines use (durations, memory peaks), and the table printed when a run ends.
+//! the short forms those lines use (durations, memory peaks), and the table printed at the end.
 //!
 //! It decides nothing and writes no file: it formats what the attempt loop hands it, and its lines
 //! go out through the stream's stderr writer ([`crate::stream::own_line`]). The tracing subscriber
@@ -72,7 +72,8 @@ pub enum LogFormat {
     Json,
 }
 
-/// The format chosen on the command line; set once, before the first line, by [`crate::logging::init_tracing`].
+/// The format chosen on the command line; set once, before the first line, by
+/// [`crate::logging::init_tracing`].
 /// Process-wide rather than a field of [`Reporter`] because the tracing subscriber, the writer
 /// threads and `main`'s last error line all format lines too, and none of them holds a Reporter.
 pub(crate) static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();

@@ -67,7 +67,7 @@ pub mod policy;
 pub mod principal;
 pub mod quiet;
 pub mod record;
-pub mod report_cmd;
+pub mod report;
 pub mod resume;
 pub mod runas;
 pub mod sampler;
@@ -130,7 +130,7 @@ pub enum Error {
     Patch(knobs::patch::PatchError),
     /// `oomguard report` was given something that is not a readable run directory.
     #[error(transparent)]
-    Report(#[from] report_cmd::ReportError),
+    Report(#[from] report::ReportError),
     #[error("{action}: {source}")]
     Internal {
         action: &'static str,
@@ -180,7 +180,7 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
 
 /// `oomguard report RUN_DIR`: the table (or `--json`) on stdout, and `--html FILE` written.
 fn show_report(args: &cli::ReportArgs) -> Result<i32, Error> {
-    let run = report_cmd::load(&args.run_dir)?;
+    let run = report::load(&args.run_dir)?;
     if let Some(path) = &args.html {
         std::fs::write(path, run.html()).map_err(|source| Error::Internal {
             action: "cannot write the --html file",
@@ -1400,7 +1400,7 @@ fn close_run(
     // a page that cannot be written is a warning: the job's exit status stands.
     // It goes into the one closing warning with whatever else could not be saved.
     let page = principal::as_user_if(run_dir.is_users(), || {
-        Ok(report_cmd::write_html(
+        Ok(report::html::write_html(
             &run_dir.files(),
             run_dir.path(),
             &summary.render(),
