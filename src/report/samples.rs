@@ -1,6 +1,6 @@
 //! samples.csv read back for `oomguard report`: its rows parsed by the header's column names
 //! into [`TimelinePoint`]s, streamed so a long run's file is never held whole, and thinned to
-//! what a chart can show ([`ChartRows`]) for the page a run writes at its end.
+//! what a chart can show (`ChartRows`) for the page a run writes at its end.
 //!
 //! It reads only; the file is written by [`crate::record::samples`], and the report built from
 //! the rows is [`crate::report`]'s.
