@@ -618,7 +618,7 @@ fn bare_bound(jobs: &[Job], full: bool) {
 fn second_run(jobs: &[Job]) {
     use oomguard::jobs::{start_from, LastSuccess};
     use oomguard::knobs::{Knob, KnobSet, Place};
-    use oomguard::report::KnobValues;
+    use oomguard::record::summary::KnobValues;
     println!();
     println!("Second run of the same job (the start from the job's memory, `jobs::start_from`):");
     println!("| jobs | run | mean failed attempts | final / largest feasible (mean) | gave up |");

@@ -11,8 +11,9 @@ use std::io::Write;
 use std::time::{Duration, Instant, SystemTime};
 
 use oomguard::classify::Cause;
-use oomguard::report::{
-    rfc3339, AttemptRecord, FinalSizes, KnobValues, PeakRecord, RunDir, Summary,
+use oomguard::record::run_dir::RunDir;
+use oomguard::record::summary::{
+    rfc3339, AttemptRecord, FinalSizes, KnobValues, PeakRecord, Summary,
 };
 
 fn record(attempt: u32) -> AttemptRecord {

@@ -28,8 +28,8 @@ pub struct Cli {
     pub verbose: u8,
     /// How oomguard's own lines look: `text` (`oomguard: ...`), or `json`, one object per line
     /// (time, level, event, message, fields) for journald and log collectors.
-    #[arg(long, global = true, value_enum, value_name = "FORMAT", default_value_t = crate::report::LogFormat::Text)]
-    pub log_format: crate::report::LogFormat,
+    #[arg(long, global = true, value_enum, value_name = "FORMAT", default_value_t = crate::console::LogFormat::Text)]
+    pub log_format: crate::console::LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -765,7 +765,7 @@ mod tests {
 
     #[test]
     fn log_format_goes_before_or_after_the_subcommand() {
-        use crate::report::LogFormat;
+        use crate::console::LogFormat;
         let table = [
             ("run -- t", Ok(LogFormat::Text)),
             ("--log-format json run -- t", Ok(LogFormat::Json)),

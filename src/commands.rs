@@ -2,18 +2,19 @@
 //! `classify` (a verdict per file), `report` (a run directory's table, JSON or page) and `man`
 //! (the pages). Each turns its arguments into output on stdout and an exit status; what they
 //! print is built by the modules they name ([`crate::status`], [`crate::classify`],
-//! [`crate::report_cmd`], [`crate::install`]). Nothing here supervises a job.
+//! [`crate::report`], [`crate::install`]). Nothing here supervises a job.
 
 use std::io::Read;
 use std::path::Path;
 
 use crate::cli::{self, ClassifyArgs, UsageError};
-use crate::report::{self, Reporter};
-use crate::{classify, install, report_cmd, status, Error};
+use crate::console::Reporter;
+use crate::record;
+use crate::{classify, install, report, status, Error};
 
 /// `oomguard report RUN_DIR`: the table (or `--json`) on stdout, and `--html FILE` written.
 pub fn show_report(args: &cli::ReportArgs) -> Result<i32, Error> {
-    let run = report_cmd::load(&args.run_dir)?;
+    let run = report::load(&args.run_dir)?;
     if let Some(path) = &args.html {
         std::fs::write(path, run.html()).map_err(|source| Error::Internal {
             action: "cannot write the --html file",
@@ -60,7 +61,7 @@ pub fn print_bytes(bytes: &[u8]) -> Result<i32, Error> {
 pub fn show_status(args: &cli::StatusArgs, report: Reporter) -> Result<i32, Error> {
     let state_dir = match &args.state_dir {
         Some(dir) => dir.clone(),
-        None => report::state_dir().ok_or(UsageError::Job(
+        None => record::run_dir::state_dir().ok_or(UsageError::Job(
             "no state directory: neither XDG_STATE_HOME nor HOME is set; give --state-dir DIR"
                 .to_string(),
         ))?,

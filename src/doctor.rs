@@ -10,13 +10,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::cgroup::{self, Parent, Version};
+use crate::console::Reporter;
 use crate::gpu;
 use crate::kernel::{self, Kmsg};
 use crate::mem::process::ProcReader;
 use crate::mem::system::{self, SystemReader};
 use crate::mem::tree::ProcTree;
 use crate::mem::tree_mem::read_tree;
-use crate::report::Reporter;
 
 /// One finding: what was checked, and what it means for a run.
 pub struct Check {

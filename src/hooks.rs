@@ -29,8 +29,9 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use crate::classify::Cause;
+use crate::console::{self, Reporter};
 use crate::policy::Outcome;
-use crate::report::{self, KnobValues, Reporter};
+use crate::record::summary::KnobValues;
 
 /// How long a hook may run before it is killed, unless `--hook-timeout` says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -184,7 +185,7 @@ impl Pending {
     /// hook is left to be reaped by an attempt, where a killed process counts as the job's.
     ///
     /// `open_log` opens the hooks' log (`<run dir>/hooks.log`, see
-    /// [`crate::report::RunDir::open_append`]); it is called only when a hook is to run.
+    /// [`crate::record::run_dir::RunDir::open_append`]); it is called only when a hook is to run.
     pub fn start(
         &mut self,
         hooks: &Hooks,
@@ -259,7 +260,7 @@ impl Pending {
                     }
                     format!(
                         "did not finish within {}: killed",
-                        report::short_duration(hook.timeout)
+                        console::short_duration(hook.timeout)
                     )
                 }
                 None => {
@@ -391,7 +392,7 @@ fn describe(line: &str, timeout: Duration) -> Option<String> {
         },
         ("timeout", _) => format!(
             "did not finish within {}: killed",
-            report::short_duration(timeout)
+            console::short_duration(timeout)
         ),
         ("error", _) => format!("could not start: {rest}"),
         _ => "ended without a result (its wrapper died)".to_string(),

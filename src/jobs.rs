@@ -24,10 +24,11 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use crate::classify::Cause;
+use crate::console::Reporter;
 use crate::fsutil::{file_safe, write_then_rename, Fnv64};
 use crate::knobs::{argv, KnobSet, Place, Value};
 use crate::policy::{self, Moves, Outcome};
-use crate::report::{self, AttemptRecord, KnobValues, PeakRecord, Reporter};
+use crate::record::summary::{AttemptRecord, KnobValues, PeakRecord};
 use crate::status::{Liveness, ProcessId};
 
 /// The format this build writes and reads. A file with a higher one is moved aside, never
@@ -86,7 +87,7 @@ impl JobSettings {
             Some(dir) => Some(std::path::absolute(&dir).map_err(|e| {
                 format!("--state-dir {}: {e}: give a directory path", dir.display())
             })?),
-            None => report::state_dir(),
+            None => crate::record::run_dir::state_dir(),
         };
         Ok(JobSettings {
             name,
@@ -581,7 +582,7 @@ impl JobStore {
     /// Renames the file to `NAME.json.corrupt-<UTC time>[-N]`, never over another.
     fn set_aside(&self, why: Unusable) -> Result<MovedAside, StoreError> {
         let from = self.path();
-        let stamp: String = report::rfc3339(SystemTime::now())
+        let stamp: String = crate::record::summary::rfc3339(SystemTime::now())
             .chars()
             .filter(char::is_ascii_alphanumeric)
             .collect();
@@ -1026,14 +1027,14 @@ impl JobRun {
             Ok(moved) => {
                 self.pending.clear();
                 self.pending_success = None;
-                crate::report::saved("job state");
+                crate::record::unsaved::saved("job state");
                 if let Some(moved) = moved {
                     self.warn(report, &moved.to_string());
                 }
             }
             // No space (or quota): the attempts stay pending, tried again with the next one;
             // the run's last warning says so if they never get written.
-            Err(e) if e.is_out_of_space() => crate::report::unsaved("job state", &e),
+            Err(e) if e.is_out_of_space() => crate::record::unsaved::unsaved("job state", &e),
             Err(e) => self.warn(
                 report,
                 &format!("{e}; the job's next run will not start from this one"),
@@ -1064,7 +1065,7 @@ impl JobRun {
             return;
         };
         current.state = outcome.into();
-        current.ended_at = Some(report::rfc3339(SystemTime::now()));
+        current.ended_at = Some(crate::record::summary::rfc3339(SystemTime::now()));
         self.save_run(report);
     }
 
@@ -1079,7 +1080,7 @@ impl JobRun {
         let current = self.current.get_or_insert_with(|| CurrentRun {
             process: ProcessId::current(),
             run_dir: run_dir.to_string_lossy().into_owned(),
-            started_at: report::rfc3339(SystemTime::now()),
+            started_at: crate::record::summary::rfc3339(SystemTime::now()),
             state,
             attempt,
             knobs: KnobValues::default(),
@@ -1106,7 +1107,7 @@ impl JobRun {
             Ok(None) => {}
             Ok(Some(moved)) => self.warn(report, &moved.to_string()),
             // A full disk is told once, at the end, with everything else left unsaved.
-            Err(e) if e.is_out_of_space() => crate::report::unsaved("job state", &e),
+            Err(e) if e.is_out_of_space() => crate::record::unsaved::unsaved("job state", &e),
             Err(e) => self.warn(
                 report,
                 &format!("{e}; `oomguard status` will not show this run as it is"),

@@ -19,7 +19,7 @@
 //!    per delivery ([`signals`]), samples its memory ([`sampler`], [`mem`], [`gpu`], [`cgroup`]),
 //!    reaps every descendant and gathers kernel evidence ([`kernel`], [`cgroup_chain`]);
 //! 3. [`classify`] names the cause from the ending, the output tail ([`scan`]) and that evidence;
-//! 4. [`report`] saves summary.json and tells the user;
+//! 4. [`record`] saves summary.json and [`console`] tells the user;
 //! 5. [`policy`] decides: relaunch (smaller, after a backoff; how much smaller from the
 //!    attempts' out-of-memory numbers, [`oom_numbers`], through the model in [`fit`]) or stop
 //!    with an outcome.
@@ -45,6 +45,7 @@ pub mod classify;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod console;
 pub mod doctor;
 pub mod dry_run;
 pub mod fit;
@@ -56,6 +57,7 @@ pub mod jobfile;
 pub mod jobs;
 pub mod kernel;
 pub mod knobs;
+pub mod logging;
 pub mod mem;
 pub mod metrics;
 pub mod notify;
@@ -65,8 +67,8 @@ pub mod pathwalk;
 pub mod policy;
 pub mod principal;
 pub mod quiet;
+pub mod record;
 pub mod report;
-pub mod report_cmd;
 pub mod resume;
 pub mod run;
 pub mod runas;
@@ -83,7 +85,8 @@ pub mod watch;
 
 use crate::child::SpawnError;
 use crate::cli::{Cli, Command, UsageError};
-use crate::report::{Reporter, RunDirError};
+use crate::console::Reporter;
+use crate::record::run_dir::RunDirError;
 
 /// Exit status when out-of-memory deaths outlasted every remedy (EX_TEMPFAIL in sysexits.h:
 /// more memory, or a lower --min-batch, would let a retry succeed).
@@ -112,7 +115,7 @@ pub enum Error {
     Patch(knobs::patch::PatchError),
     /// `oomguard report` was given something that is not a readable run directory.
     #[error(transparent)]
-    Report(#[from] report_cmd::ReportError),
+    Report(#[from] report::ReportError),
     #[error("{action}: {source}")]
     Internal {
         action: &'static str,
@@ -138,7 +141,7 @@ impl Error {
 /// Runs a parsed command line; returns the process exit status.
 pub fn run(cli: Cli) -> Result<i32, Error> {
     let report = Reporter { quiet: cli.quiet };
-    report::init_tracing_as(cli.verbose, cli.quiet, cli.log_format);
+    logging::init_tracing_as(cli.verbose, cli.quiet, cli.log_format);
     match cli.command {
         Command::Run(args) => {
             // Before the knobs are read from the user's files: a file an oomguard killed with

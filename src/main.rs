@@ -8,7 +8,7 @@ fn main() -> ExitCode {
         Err(oomguard::cli::ParseError::Clap(e)) => return usage_error(e),
         Err(e) => {
             // A job file that cannot be used: one line naming it, exit 2, nothing started.
-            oomguard::report::Reporter { quiet: false }.error(&e.to_string());
+            oomguard::console::Reporter { quiet: false }.error(&e.to_string());
             return ExitCode::from(oomguard::EXIT_USAGE as u8);
         }
     };
@@ -16,7 +16,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // Through `report`: on a line of its own after the job's last output.
-            oomguard::report::Reporter { quiet: false }.error(&e.to_string());
+            oomguard::console::Reporter { quiet: false }.error(&e.to_string());
             e.exit_code()
         }
     };

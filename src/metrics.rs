@@ -401,8 +401,8 @@ impl Exporter {
                 self.metrics.render().as_bytes(),
                 self.textfile_is_users,
             ) {
-                Ok(()) => crate::report::saved("metrics textfile"),
-                Err(e) => crate::report::unsaved("metrics textfile", &e),
+                Ok(()) => crate::record::unsaved::saved("metrics textfile"),
+                Err(e) => crate::record::unsaved::unsaved("metrics textfile", &e),
             }
         }
     }

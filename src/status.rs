@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::jobs::{self, JobMemory};
-use crate::report::{KnobValues, PeakRecord};
+use crate::record::summary::{KnobValues, PeakRecord};
 use crate::units::human_bytes;
 
 /// A process, named well enough to tell it from a later one with the same PID.

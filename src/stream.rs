@@ -183,7 +183,7 @@ impl RecordOut {
             if let Err(e) = file.write_all(bytes) {
                 // A full disk must not kill the job: stop logging, keep forwarding; the run's
                 // last warning says the log is cut short.
-                crate::report::unsaved("attempt logs", &e);
+                crate::record::unsaved::unsaved("attempt logs", &e);
                 self.log = None;
             }
         }

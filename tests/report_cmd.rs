@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use oomguard::report_cmd::RunReport;
+use oomguard::report::RunReport;
 use oomguard::units::human_bytes;
 use util::{causes, fixture, stderr_of, wait_until, Sandbox};
 

@@ -22,7 +22,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::policy::Rule;
-use crate::report::{FinalSizes, KnobValues};
+use crate::record::summary::{FinalSizes, KnobValues};
 
 /// A knob's value, typed as JSON types it in summary.json.
 #[derive(Debug, Clone, PartialEq)]

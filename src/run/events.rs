@@ -14,13 +14,17 @@ use nix::sys::signal::Signal;
 
 use crate::classify::{Cause, Verdict};
 use crate::config::RunSettings;
+use crate::console::{self, Reporter};
 use crate::jobs::JobRun;
 use crate::knobs::Value;
 use crate::policy::{self, Outcome};
-use crate::report::{self, AttemptRecord, KnobValues, Reporter, RunDir, SamplesCsv, Summary};
+use crate::record::run_dir::RunDir;
+use crate::record::samples::SamplesCsv;
+use crate::record::summary::{AttemptRecord, KnobValues, Summary};
 use crate::sampler::Sample;
 use crate::supervise::{AttemptEnd, Notice, Observer};
-use crate::{hooks, metrics, notify, principal, report_cmd, units};
+use crate::{hooks, metrics, notify, principal, units};
+use crate::{record, report};
 
 use super::ladder::AttemptRamp;
 use super::prepare::lossy;
@@ -202,7 +206,7 @@ impl<'a> Observers<'a> {
                 // A full disk costs rows, not the run: the row stays buffered and is tried again
                 // with the next one.
                 if let Err(e) = self.samples.write(sample) {
-                    report::unsaved("samples.csv", &e);
+                    record::unsaved::unsaved("samples.csv", &e);
                 }
                 // The largest card NVML showed the job on, in every save of summary.json.
                 let capacity = sample
@@ -238,7 +242,7 @@ impl<'a> Observers<'a> {
                     evidence: verdict.evidence.clone(),
                     exit_code: end.ending.exit_code(),
                     signal: end.ending.signal(),
-                    started_at: report::rfc3339(end.started_at),
+                    started_at: record::summary::rfc3339(end.started_at),
                     duration_s: end.duration.as_secs_f64(),
                     peaks: end.peaks.into(),
                     resumed_from: resumed_from.map(|p| p.to_string_lossy().into_owned()),
@@ -248,8 +252,8 @@ impl<'a> Observers<'a> {
                 // Not saved now (a full disk) is tried again with the next attempt: the run goes
                 // on from memory.
                 match self.run_dir.save(self.summary, false) {
-                    Ok(()) => report::saved("summary.json"),
-                    Err(e) => report::unsaved("summary.json", &e),
+                    Ok(()) => record::unsaved::saved("summary.json"),
+                    Err(e) => record::unsaved::unsaved("summary.json", &e),
                 }
             }
             RunEvent::Ended { outcome, exit_code } => self.close(outcome, exit_code.is_some()),
@@ -269,11 +273,11 @@ impl<'a> Observers<'a> {
         }
         summary.finish(outcome);
         match run_dir.save(summary, true) {
-            Ok(()) => report::saved("summary.json"),
-            Err(e) => report::unsaved("summary.json", &e),
+            Ok(()) => record::unsaved::saved("summary.json"),
+            Err(e) => record::unsaved::unsaved("summary.json", &e),
         }
         let page = principal::as_user_if(run_dir.is_users(), || {
-            Ok(report_cmd::write_html(
+            Ok(report::html::write_html(
                 &run_dir.files(),
                 run_dir.path(),
                 &summary.render(),
@@ -308,10 +312,10 @@ impl<'a> Observers<'a> {
                     }),
                     &format!(
                         "attempt {attempt} ended after {}: {} ({}){}",
-                        report::short_duration(end.duration),
+                        console::short_duration(end.duration),
                         verdict.cause.as_str(),
                         verdict.evidence,
-                        report::peaks_clause(&end.peaks)
+                        console::peaks_clause(&end.peaks)
                     ),
                 );
             }
@@ -334,8 +338,8 @@ impl<'a> Observers<'a> {
         let report = self.console;
         let summary = &*self.summary;
         let summary_path = self.run_dir.path().join("summary.json");
-        if report::log_format() == report::LogFormat::Text {
-            for line in report::table(summary.attempts()) {
+        if console::log_format() == console::LogFormat::Text {
+            for line in console::table(summary.attempts()) {
                 report.say(&line);
             }
         }
@@ -362,10 +366,10 @@ impl<'a> Observers<'a> {
                 serde_json::json!({ "report": page }),
                 &format!("report in {}", page.display()),
             ),
-            Some(Err(why)) => report::unsaved("report.html", &why),
+            Some(Err(why)) => record::unsaved::unsaved("report.html", &why),
             None => {}
         }
-        if let Some(line) = report::unsaved_summary() {
+        if let Some(line) = record::unsaved::unsaved_summary() {
             report.warn(&line);
         }
     }
@@ -490,7 +494,7 @@ impl Observer for Observers<'_> {
             } => report.warn(&format!(
                 "memory grows steadily at {}/min: at this rate it reaches {ceiling} in about {}",
                 units::human_bytes((bytes_per_s * 60.0) as u64),
-                report::short_duration(*eta)
+                console::short_duration(*eta)
             )),
             Notice::MemoryStop(crossing) => report.say(&format!(
                 "{crossing}: stopping the job (SIGTERM, then SIGKILL after --grace)"
@@ -546,7 +550,7 @@ fn announce_relaunch(report: Reporter, next: &Relaunch) {
         &format!(
             "attempt {} in {}: {}{reason}{checkpoint}",
             next.attempt,
-            report::short_duration(next.delay),
+            console::short_duration(next.delay),
             next.changes,
         ),
     );

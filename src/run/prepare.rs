@@ -8,16 +8,18 @@ use std::path::PathBuf;
 
 use crate::cli::UsageError;
 use crate::config::{CgroupPlan, RunSettings};
+use crate::console::Reporter;
 use crate::jobs::JobRun;
 use crate::knobs::patch::Patcher;
-use crate::report::{self, Reporter, RunDir, Summary};
+use crate::record::run_dir::{self, RunDir};
+use crate::record::summary::{RunLimits, Summary};
 use crate::{cgroup, knobs, metrics, principal, runas, Error};
 
 /// Files an oomguard killed together with its guard left patched come back, and the user hears
 /// so: before anything else, and before any knob is read from them.
 /// `state_dir`: `--state-dir`, where this run keeps its backups (else the default).
 pub fn recover_patched_files(state_dir: Option<PathBuf>, report: &Reporter) {
-    if let Some(dir) = state_dir.or_else(report::state_dir) {
+    if let Some(dir) = state_dir.or_else(run_dir::state_dir) {
         // As root, only a state directory nobody else could write: the job's user is not known
         // yet, and root must not act in a place a user could point elsewhere. A user's own
         // entries are finished by their file's lock before the file is read.
@@ -62,7 +64,7 @@ pub(super) fn places_as_whom(settings: &mut RunSettings) -> Result<(), Error> {
     let run_dir = settings
         .run_dir
         .clone()
-        .unwrap_or_else(report::default_runs_base);
+        .unwrap_or_else(run_dir::default_runs_base);
     let run_dir = std::path::absolute(&run_dir).unwrap_or(run_dir);
     settings.run_dir_is_users |=
         runas::place_is_users(&run_dir, who, "run directory").map_err(usage)?;
@@ -173,7 +175,7 @@ fn summary(settings: &RunSettings) -> Summary {
         &lossy(&settings.command),
         knobs.at(&knobs.originals()).sizes(),
     );
-    summary.limits = Some(report::RunLimits {
+    summary.limits = Some(RunLimits {
         memory_max_bytes: super::own_limit_bytes(settings),
         max_rss_bytes: settings.bounds.max_rss_bytes,
         max_gpu_bytes: settings.bounds.max_gpu_bytes,

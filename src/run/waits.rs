@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::Signal;
 
-use crate::report::{self, Reporter};
+use crate::console::{self, Reporter};
 use crate::supervise::{self, AttemptEnd, GpuWait, Supervisor};
 use crate::{hooks, policy, resume};
 
@@ -178,7 +178,7 @@ impl Looks<'_> {
                 report.say(&format!(
                     "{} is still being written: waiting up to {} (the rest of the backoff) for it to be complete",
                     path.display(),
-                    report::short_duration(backoff_end.saturating_duration_since(Instant::now()))
+                    console::short_duration(backoff_end.saturating_duration_since(Instant::now()))
                 ));
             }
             if let Some(signal) = supervisor.pause(wait).await {
@@ -235,9 +235,9 @@ async fn wait_gpu_free(
     };
     report.say(&format!(
         "waiting up to {} for the GPU to free attempt {attempt}'s memory (PIDs {holders:?} still listed)",
-        report::short_duration(timeout)
+        console::short_duration(timeout)
     ));
-    let waited = || report::short_duration(started.elapsed());
+    let waited = || console::short_duration(started.elapsed());
     match supervisor.wait_gpu_free(pids, timeout).await {
         GpuWait::StillHeld(left) => {
             report.warn(&format!(

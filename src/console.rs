@@ -1,0 +1,296 @@
+//! What oomguard tells the user on the terminal: its own stderr lines (prefixed `oomguard:` so
+//! they stand apart from the job's output, or one JSON object per line with `--log-format json`),
+//! the short forms those lines use (durations, memory peaks), and the table printed at the end.
+//!
+//! It decides nothing and writes no file: it formats what the attempt loop hands it, and its lines
+//! go out through the stream's stderr writer ([`crate::stream::own_line`]). The tracing subscriber
+//! that prints `-v` lines the same way is [`crate::logging`]; the run directory is
+//! [`crate::record`].
+
+use std::io::{self, Write};
+use std::time::{Duration, SystemTime};
+
+use crate::record::summary::AttemptRecord;
+use crate::sampler::Peaks;
+use crate::units::human_bytes;
+
+/// The `oomguard:` lines on stderr. `-q` keeps only errors.
+#[derive(Debug, Clone, Copy)]
+pub struct Reporter {
+    pub quiet: bool,
+}
+
+impl Reporter {
+    /// A normal progress line.
+    pub fn say(&self, line: &str) {
+        if !self.quiet {
+            print_line(line);
+        }
+    }
+
+    /// Something the user should act on, but the run goes on.
+    pub fn warn(&self, line: &str) {
+        if !self.quiet {
+            print_line(&format!("warning: {line}"));
+        }
+    }
+
+    /// A line of a command's own output (`doctor`), on stdout, unprefixed.
+    pub fn out(&self, line: &str) {
+        let _ = writeln!(io::stdout().lock(), "{line}");
+    }
+
+    /// Shown even with `-q`.
+    pub fn error(&self, line: &str) {
+        print_line(&format!("error: {line}"));
+    }
+}
+
+fn print_line(line: &str) {
+    if log_format() == LogFormat::Json {
+        // `say`/`warn`/`error` lines: the level is the prefix `warn` and `error` add.
+        let (level, message) = match (line.strip_prefix("warning: "), line.strip_prefix("error: "))
+        {
+            (Some(rest), _) => ("warning", rest),
+            (_, Some(rest)) => ("error", rest),
+            _ => ("info", line),
+        };
+        own_json(level, "message", message, &serde_json::Map::new());
+        return;
+    }
+    // Through the stream's stderr writer: ordered after the job's output already queued, and
+    // on a line of its own even after an unfinished progress bar.
+    crate::stream::own_line(format!("oomguard: {line}\n").as_bytes());
+}
+
+/// How oomguard's own lines look: `oomguard: ...` text for people, or one JSON object per line
+/// for journald and log collectors (`--log-format json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// The format chosen on the command line; set once, before the first line, by
+/// [`crate::logging::init_tracing`].
+/// Process-wide rather than a field of [`Reporter`] because the tracing subscriber, the writer
+/// threads and `main`'s last error line all format lines too, and none of them holds a Reporter.
+pub(crate) static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// The format of oomguard's own lines (text until [`crate::logging::init_tracing`] says otherwise).
+pub fn log_format() -> LogFormat {
+    LOG_FORMAT.get().copied().unwrap_or_default()
+}
+
+impl Reporter {
+    /// A line that marks a step of the run (`attempt_ended`, `relaunch`, `run_ended`...): as
+    /// text, `line`; as JSON, `line` as the message and `fields` (attempt, cause, knobs...) kept
+    /// as values a machine can read without parsing the text.
+    pub fn event(&self, event: &str, fields: serde_json::Value, line: &str) {
+        if self.quiet {
+            return;
+        }
+        match log_format() {
+            LogFormat::Text => print_line(line),
+            LogFormat::Json => {
+                let fields = match fields {
+                    serde_json::Value::Object(map) => map,
+                    _ => serde_json::Map::new(),
+                };
+                own_json("info", event, line, &fields);
+            }
+        }
+    }
+}
+
+/// One JSON log line: `{"time", "level", "event", "message", "fields"}`.
+fn own_json(
+    level: &str,
+    event: &str,
+    message: &str,
+    fields: &serde_json::Map<String, serde_json::Value>,
+) {
+    let mut text = json_line(SystemTime::now(), level, event, message, fields);
+    text.push('\n');
+    crate::stream::own_line(text.as_bytes());
+}
+
+/// The text of one JSON log line (without its newline); `time` is RFC 3339 UTC with
+/// milliseconds, so lines of one second keep their order when sorted.
+pub fn json_line(
+    time: SystemTime,
+    level: &str,
+    event: &str,
+    message: &str,
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> String {
+    serde_json::json!({
+        "time": humantime::format_rfc3339_millis(time).to_string(),
+        "level": level,
+        "event": event,
+        "message": message,
+        "fields": fields,
+    })
+    .to_string()
+}
+
+/// `; peak RSS 1.2 GiB, PSS 900.0 MiB, GPU 70.0 GiB` for the death line; empty when nothing is known.
+pub fn peaks_clause(peaks: &Peaks) -> String {
+    let parts: Vec<String> = [
+        ("RSS", peaks.rss_bytes),
+        ("PSS", peaks.pss_bytes),
+        ("swap", peaks.swap_bytes.filter(|s| *s > 0)),
+        ("cgroup", peaks.cgroup_bytes),
+        ("GPU", peaks.gpu_bytes),
+    ]
+    .into_iter()
+    .filter_map(|(name, v)| v.map(|v| format!("{name} {}", human_bytes(v))))
+    .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("; peak {}", parts.join(", "))
+    }
+}
+
+/// `12.3s`, `4m05s`, `2h03m`.
+pub fn short_duration(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs < 60.0 {
+        format!("{secs:.1}s")
+    } else if secs < 3600.0 {
+        format!("{}m{:02}s", d.as_secs() / 60, d.as_secs() % 60)
+    } else {
+        format!("{}h{:02}m", d.as_secs() / 3600, d.as_secs() / 60 % 60)
+    }
+}
+
+fn or_dash<T: ToString>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// The final table, one row per attempt.
+pub fn table(attempts: &[AttemptRecord]) -> Vec<String> {
+    // A column per knob that ever moved, beside the batch and accumulation columns.
+    let mut moved: Vec<&str> = Vec::new();
+    for name in attempts.iter().flat_map(|a| &a.changed) {
+        if name != "batch" && name != "accum" && !moved.contains(&name.as_str()) {
+            moved.push(name);
+        }
+    }
+    let mut header: Vec<String> = ["attempt", "batch", "accum"].map(String::from).to_vec();
+    header.extend(moved.iter().map(|n| n.to_string()));
+    header.extend(["cause", "exit", "duration", "peak mem", "peak gpu"].map(String::from));
+    // Text columns are left-aligned, numbers right-aligned.
+    let text_columns = [3 + moved.len(), 4 + moved.len()];
+    let mut rows = vec![header];
+    for a in attempts {
+        let exit = match (a.exit_code, a.signal) {
+            (Some(code), _) => code.to_string(),
+            (None, Some(sig)) => format!("signal {sig}"),
+            (None, None) => "-".into(),
+        };
+        let mut row = vec![
+            a.attempt.to_string(),
+            or_dash(a.batch_size),
+            or_dash(a.accum),
+        ];
+        row.extend(moved.iter().map(|name| {
+            a.knobs
+                .0
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or("-".to_string(), |(_, v)| match v {
+                    serde_json::Value::String(s) => s.clone(),
+                    serde_json::Value::Null => "-".to_string(),
+                    other => other.to_string(),
+                })
+        }));
+        row.extend([
+            a.cause.as_str().to_string(),
+            exit,
+            short_duration(Duration::from_secs_f64(a.duration_s)),
+            or_dash(a.peaks.memory_bytes().map(human_bytes)),
+            or_dash(a.peaks.peak_gpu_bytes.map(human_bytes)),
+        ]);
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|r| {
+            let cells: Vec<String> = r
+                .iter()
+                .zip(&widths)
+                .enumerate()
+                .map(|(i, (cell, w))| {
+                    if text_columns.contains(&i) {
+                        format!("{cell:<w$}")
+                    } else {
+                        format!("{cell:>w$}")
+                    }
+                })
+                .collect();
+            cells.join("  ").trim_end().to_string()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::Cause;
+    use crate::record::summary::tests::record;
+
+    #[test]
+    fn table_lines_up() {
+        let rows = table(&[
+            record(1, 64, Cause::DeviceOom, Some(1), None),
+            record(2, 32, Cause::OomKilled, None, Some(9)),
+            record(3, 16, Cause::Ok, Some(0), None),
+        ]);
+        assert_eq!(
+            rows,
+            [
+                "attempt  batch  accum  cause       exit      duration  peak mem  peak gpu",
+                "      1     64      -  device_oom  1            12.3s   1.5 GiB         -",
+                "      2     32      -  oom_killed  signal 9     12.3s   3.0 GiB         -",
+                "      3     16      -  ok          0            12.3s   4.5 GiB         -",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_json_log_line_has_its_keys() {
+        let mut fields = serde_json::Map::new();
+        fields.insert("attempt".into(), 2.into());
+        let line = json_line(
+            SystemTime::UNIX_EPOCH + Duration::from_millis(1500),
+            "warning",
+            "relaunch",
+            "attempt 2 in 0.0s",
+            &fields,
+        );
+        assert!(!line.contains('\n'));
+        let parsed: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            parsed,
+            serde_json::json!({
+                "time": "1970-01-01T00:00:01.500Z",
+                "level": "warning",
+                "event": "relaunch",
+                "message": "attempt 2 in 0.0s",
+                "fields": {"attempt": 2},
+            })
+        );
+    }
+
+    #[test]
+    fn durations_are_short() {
+        assert_eq!(short_duration(Duration::from_millis(12_340)), "12.3s");
+        assert_eq!(short_duration(Duration::from_secs(245)), "4m05s");
+        assert_eq!(short_duration(Duration::from_secs(7380)), "2h03m");
+    }
+}

@@ -1,0 +1,10 @@
+//! What a run leaves behind: the run directory ([`run_dir`]) with its `summary.json` ([`summary`])
+//! and `samples.csv` ([`samples`]), and the list of what could not be saved ([`unsaved`]).
+//!
+//! It writes files only; what the user sees on the terminal is [`crate::console`], and
+//! `oomguard report` reads these files back ([`crate::report`]).
+
+pub mod run_dir;
+pub mod samples;
+pub mod summary;
+pub mod unsaved;

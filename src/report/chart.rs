@@ -1,0 +1,311 @@
+//! The SVG chart of `oomguard report`'s page, drawn by plotters' SVG backend: memory over time
+//! across all attempts, the limits as horizontal lines, a marker and label at each death and
+//! relaunch; its axis units, and a long timeline thinned to the chart's columns.
+//!
+//! It draws only; the report it draws from is [`crate::report`]'s, and the page around it is
+//! [`crate::report::html`].
+
+use std::fmt::Write as _;
+
+use crate::report::samples::TimelinePoint;
+use crate::report::RunReport;
+use crate::units::human_bytes;
+
+impl RunReport {
+    /// The chart: memory over time across all attempts, the limits as horizontal lines, a
+    /// marker and label at each death and relaunch.
+    pub fn svg(&self) -> String {
+        let mut svg = String::new();
+        if let Err(e) = self.draw(&mut svg) {
+            // Drawing into a string fails only on a plotting bug; the page keeps its table.
+            tracing::warn!("cannot draw the memory chart: {e}");
+            return "<p>(no chart: drawing failed)</p>".into();
+        }
+        svg
+    }
+
+    fn draw(&self, svg: &mut String) -> Result<(), Box<dyn std::error::Error + '_>> {
+        use plotters::prelude::*;
+        use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+        const SIZE: (u32, u32) = (1100, 520);
+        let span_s = self
+            .attempts
+            .iter()
+            .map(|a| a.end_s)
+            .chain(self.timeline.iter().map(|p| p.t_s))
+            .fold(1.0_f64, f64::max);
+        let (unit, per_unit) = time_unit(span_s);
+        let x_max = span_s / per_unit * 1.02;
+
+        let series: [(&str, RGBColor, Reading); 4] = [
+            ("tree memory (PSS, else RSS)", RGBColor(31, 119, 180), |p| {
+                p.tree_bytes()
+            }),
+            ("cgroup usage", RGBColor(44, 160, 44), |p| p.cgroup_bytes),
+            ("swap", RGBColor(255, 127, 14), |p| {
+                p.swap_bytes.filter(|s| *s > 0)
+            }),
+            ("GPU", RGBColor(148, 103, 189), |p| p.gpu_bytes),
+        ];
+        let red = RGBColor(214, 39, 40);
+        let limits: Vec<(String, u64, RGBColor)> = [
+            ("--memory-max", self.limits.memory_max_bytes, red),
+            ("--max-rss", self.limits.max_rss_bytes, red),
+            ("--max-gpu", self.limits.max_gpu_bytes, red),
+            // The card itself, in the GPU line's colour: what a device OOM ran into.
+            (
+                "GPU capacity",
+                self.limits.gpu_total_bytes,
+                RGBColor(148, 103, 189),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(flag, v, colour)| {
+            v.map(|v| (format!("limit {flag} {}", human_bytes(v)), v, colour))
+        })
+        .collect();
+        let peak_seen = self
+            .timeline
+            .iter()
+            .flat_map(|p| series.iter().filter_map(move |s| (s.2)(p)))
+            .chain(limits.iter().map(|l| l.1))
+            .chain(self.attempts.iter().filter_map(|a| a.peaks.memory_bytes()))
+            .max()
+            .unwrap_or(1 << 20);
+        // The axis counts in one binary unit, so its ticks fall on round numbers of it.
+        let (y_unit, per_y_unit) = size_unit(peak_seen);
+        let y_max = (peak_seen as f64 * 1.25 / per_y_unit).max(1.0);
+
+        {
+            let root = SVGBackend::with_string(svg, SIZE).into_drawing_area();
+            root.fill(&WHITE)?;
+            let mut chart = ChartBuilder::on(&root)
+                .caption("memory over time, all attempts", ("sans-serif", 22))
+                .margin(12)
+                .x_label_area_size(45)
+                .y_label_area_size(80)
+                .build_cartesian_2d(0.0..x_max, 0.0..y_max)?;
+            let x_fmt = |v: &f64| format!("{v:.1}");
+            let y_fmt = |v: &f64| format!("{v} {y_unit}");
+            chart
+                .configure_mesh()
+                .x_desc(format!("time since the first attempt started ({unit})"))
+                .y_desc("memory")
+                .x_label_formatter(&x_fmt)
+                .y_label_formatter(&y_fmt)
+                .light_line_style(RGBColor(238, 238, 238))
+                // One faint line between labelled ones: ten made the grid louder than the data.
+                .max_light_lines(1)
+                .draw()?;
+
+            for (name, colour, value) in series {
+                let mut labelled = false;
+                for a in &self.attempts {
+                    let line: Vec<(f64, f64)> = self
+                        .timeline
+                        .iter()
+                        .filter(|p| p.attempt == a.attempt)
+                        .filter_map(|p| value(p).map(|v| (p.t_s / per_unit, v as f64 / per_y_unit)))
+                        .collect();
+                    if line.is_empty() {
+                        continue;
+                    }
+                    // A day at 1s is 86,400 samples an attempt: keep what a pixel column shows.
+                    let line = thin(line, x_max / CHART_COLUMNS);
+                    let dots = line.len() <= MAX_DOTS;
+                    // One segment per attempt: no line across a death and relaunch.
+                    let drawn =
+                        chart.draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))?;
+                    if !labelled {
+                        drawn.label(name).legend(move |(x, y)| {
+                            PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
+                        });
+                        labelled = true;
+                    }
+                    if dots {
+                        chart.draw_series(PointSeries::of_element(
+                            line,
+                            2,
+                            colour.filled(),
+                            &|c, s, st| Circle::new(c, s, st),
+                        ))?;
+                    }
+                }
+            }
+            for (label, bytes, colour) in &limits {
+                let y = *bytes as f64 / per_y_unit;
+                let colour = *colour;
+                chart
+                    .draw_series(LineSeries::new(
+                        vec![(0.0, y), (x_max, y)],
+                        colour.stroke_width(1),
+                    ))?
+                    .label(label.clone())
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(1))
+                    });
+            }
+            // A marker at each attempt's end: the cause, and the knobs the next one moved.
+            let marker = RGBColor(90, 90, 90);
+            for (i, a) in self.attempts.iter().enumerate() {
+                let x = a.end_s / per_unit;
+                let mut label = format!("#{} {}", a.attempt, a.cause);
+                if let Some(next) = self.attempts.get(i + 1) {
+                    if !next.changes.is_empty() {
+                        let _ = write!(label, "; {}", next.change_text());
+                    } else {
+                        label.push_str("; relaunched unchanged");
+                    }
+                }
+                chart.draw_series(LineSeries::new(
+                    vec![(x, 0.0), (x, y_max * 0.97)],
+                    marker.stroke_width(1),
+                ))?;
+                // Labels step down the chart so the ends of short attempts do not overwrite
+                // each other.
+                let y = y_max * (0.95 - 0.06 * (i % 6) as f64);
+                chart.draw_series(std::iter::once(Circle::new(
+                    (x, y_max * 0.97),
+                    4,
+                    marker.filled(),
+                )))?;
+                // Right of the marker, or left of it in the chart's last third, so it stays inside.
+                let anchor = if x > x_max * 0.66 {
+                    Pos::new(HPos::Right, VPos::Top)
+                } else {
+                    Pos::new(HPos::Left, VPos::Top)
+                };
+                let style = ("sans-serif", 13).into_font().color(&BLACK).pos(anchor);
+                chart.draw_series(std::iter::once(Text::new(
+                    format!(" {label} "),
+                    (x, y),
+                    style,
+                )))?;
+            }
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::LowerRight)
+                .background_style(WHITE.mix(0.85))
+                .border_style(RGBColor(180, 180, 180))
+                .draw()?;
+            root.present()?;
+        }
+        Ok(())
+    }
+}
+
+/// The time axis unit for a span: seconds up to 2 minutes, minutes up to 3 hours, else hours.
+fn time_unit(span_s: f64) -> (&'static str, f64) {
+    if span_s <= 120.0 {
+        ("s", 1.0)
+    } else if span_s <= 3.0 * 3600.0 {
+        ("min", 60.0)
+    } else {
+        ("h", 3600.0)
+    }
+}
+
+/// How the chart reads one series from a sample.
+type Reading = fn(&TimelinePoint) -> Option<u64>;
+
+/// The unit of the memory axis for a peak: KiB, MiB or GiB, whichever keeps the numbers
+/// between 1 and a few thousand.
+fn size_unit(peak_bytes: u64) -> (&'static str, f64) {
+    if peak_bytes >= 2 << 30 {
+        ("GiB", (1u64 << 30) as f64)
+    } else if peak_bytes >= 2 << 20 {
+        ("MiB", (1u64 << 20) as f64)
+    } else {
+        ("KiB", 1024.0)
+    }
+}
+
+/// How many columns of the chart's width the timeline is thinned to.
+pub(super) const CHART_COLUMNS: f64 = 1000.0;
+
+/// A dot for each sample only while they are few enough to tell apart.
+const MAX_DOTS: usize = 300;
+
+/// `line` (in time order) with, for each column `column_width` wide, only its lowest and
+/// highest points, in their order: the drawn shape is the same at the chart's resolution,
+/// peaks included, while the page stays small however long the run.
+fn thin(line: Vec<(f64, f64)>, column_width: f64) -> Vec<(f64, f64)> {
+    if column_width <= 0.0 || line.len() <= 2 * CHART_COLUMNS as usize {
+        return line;
+    }
+    let column = |p: &(f64, f64)| (p.0 / column_width).floor();
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < line.len() {
+        let key = column(&line[start]);
+        let (mut low, mut high, mut end) = (start, start, start);
+        while end < line.len() && column(&line[end]) == key {
+            if line[end].1 < line[low].1 {
+                low = end;
+            }
+            if line[end].1 > line[high].1 {
+                high = end;
+            }
+            end += 1;
+        }
+        out.push(line[low.min(high)]);
+        if low != high {
+            out.push(line[low.max(high)]);
+        }
+        start = end;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_timeline_is_thinned_to_the_columns_keeping_peaks() {
+        // Two days at 1s, flat at 1.0 with one spike to 9.0 and one dip to 0.0.
+        let mut line: Vec<(f64, f64)> = (0..172_800).map(|t| (t as f64, 1.0)).collect();
+        line[100_000].1 = 9.0;
+        line[50_000].1 = 0.0;
+        let thinned = thin(line.clone(), 172_800.0 / CHART_COLUMNS);
+        assert!(
+            thinned.len() <= 2 * CHART_COLUMNS as usize + 2,
+            "{}",
+            thinned.len()
+        );
+        assert!(thinned.contains(&(100_000.0, 9.0)) && thinned.contains(&(50_000.0, 0.0)));
+        assert!(
+            thinned.windows(2).all(|w| w[0].0 < w[1].0),
+            "time order kept"
+        );
+        // A short one is left as it is.
+        assert_eq!(thin(line[..500].to_vec(), 1.0), line[..500].to_vec());
+    }
+
+    #[test]
+    fn time_axis_unit_follows_the_span() {
+        let table = [
+            (30.0, "s"),
+            (120.0, "s"),
+            (600.0, "min"),
+            (8.0 * 3600.0, "h"),
+        ];
+        for (span, unit) in table {
+            assert_eq!(time_unit(span).0, unit, "{span}");
+        }
+    }
+
+    #[test]
+    fn memory_axis_unit_follows_the_peak() {
+        let table = [
+            (1 << 20, "KiB"),
+            (3 << 20, "MiB"),
+            (1 << 30, "MiB"),
+            (5 << 30, "GiB"),
+        ];
+        for (peak, unit) in table {
+            assert_eq!(size_unit(peak).0, unit, "{peak}");
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! `oomguard report RUN_DIR`: the story of a finished (or running) run, read back from its run
+//! directory (`summary.json`, `samples.csv`): the attempts table in the terminal, one JSON
+//! document (`--json`), or a self-contained HTML page (`--html FILE`, [`html`]) with an SVG chart
+//! of memory over time ([`chart`]). `oomguard run` writes the same page as `report.html` into the
+//! run directory when it ends. This file loads a run directory into a [`RunReport`] and renders
+//! its text and JSON; samples.csv is read by [`samples`].
+//!
+//! It reads and formats only: what the run directory holds is written by [`crate::record`], and
+//! the causes and knob values are the ones the attempt loop recorded.
+
+pub mod chart;
+pub mod html;
+pub mod samples;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::summary::{KnobValues, PeakRecord, RunLimits};
+use crate::report::samples::{read_samples, Row, TimelinePoint};
+use crate::units::human_bytes;
+
+/// Why a run directory cannot be reported on. Each message names the directory and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{path} is not a directory: give the run directory `oomguard run` printed (its `run directory ...` line)")]
+    Missing { path: PathBuf },
+    #[error("{path} is not an oomguard run directory (no summary.json): give the directory `oomguard run` printed (its `run directory ...` line)")]
+    NotRunDir { path: PathBuf },
+    #[error("cannot read {path}: {reason} (is it a run directory written by this oomguard?)")]
+    Unreadable { path: PathBuf, reason: String },
+}
+
+/// One knob's move between two attempts: `batch 32→16`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KnobChange {
+    pub knob: String,
+    pub from: serde_json::Value,
+    pub to: serde_json::Value,
+}
+
+/// One knob's value in an attempt (a list, not a map, so the ladder order survives JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KnobValue {
+    pub knob: String,
+    pub value: serde_json::Value,
+}
+
+/// One attempt as the report shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptReport {
+    pub attempt: u32,
+    pub knobs: Vec<KnobValue>,
+    /// The knobs that moved from the attempt before, old → new (empty for attempt 1).
+    pub changes: Vec<KnobChange>,
+    pub cause: String,
+    /// The line that shows the cause (`exit 1; output: "MemoryError"`).
+    pub evidence: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub started_at: String,
+    pub duration_s: f64,
+    /// When it started and ended on the chart's clock (seconds since the first attempt
+    /// started), from its samples and its duration.
+    pub start_s: f64,
+    pub end_s: f64,
+    pub peaks: PeakRecord,
+}
+
+/// The whole report: what `--json` prints and what the table and page are drawn from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    pub run_dir: String,
+    /// `succeeded`, `gave_up`, `running`... as summary.json has it.
+    pub outcome: String,
+    pub command: Vec<String>,
+    pub job: Option<String>,
+    /// The memory limits the attempts ran under (absent in run directories of older versions).
+    pub limits: RunLimits,
+    pub attempts: Vec<AttemptReport>,
+    /// The attempt that finished with exit 0, if one did.
+    pub fit_attempt: Option<u32>,
+    /// The knob values of that attempt: what fit.
+    pub fit_knobs: Vec<KnobValue>,
+    pub timeline: Vec<TimelinePoint>,
+}
+
+/// summary.json as this module reads it: only the fields it shows, unknown ones ignored.
+#[derive(Deserialize)]
+struct SummaryIn {
+    outcome: String,
+    command: Vec<String>,
+    attempts: Vec<AttemptIn>,
+    #[serde(default)]
+    job: Option<String>,
+    #[serde(default)]
+    limits: Option<RunLimits>,
+}
+
+#[derive(Deserialize)]
+struct AttemptIn {
+    attempt: u32,
+    #[serde(default)]
+    knobs: KnobValues,
+    cause: String,
+    #[serde(default)]
+    evidence: String,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    #[serde(default)]
+    started_at: String,
+    #[serde(default)]
+    duration_s: f64,
+    #[serde(flatten)]
+    peaks: PeakRecord,
+}
+
+/// Reads a run directory into a [`RunReport`].
+pub fn load(dir: &Path) -> Result<RunReport, ReportError> {
+    if !dir.is_dir() {
+        return Err(ReportError::Missing {
+            path: dir.to_path_buf(),
+        });
+    }
+    let summary_path = dir.join("summary.json");
+    let read =
+        crate::fsutil::read_regular_capped(&summary_path, crate::fsutil::SMALL_FILE_MAX_BYTES)
+            .and_then(|bytes| {
+                String::from_utf8(bytes)
+                    .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"))
+            });
+    let text = match read {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ReportError::NotRunDir {
+                path: dir.to_path_buf(),
+            })
+        }
+        Err(e) => {
+            return Err(ReportError::Unreadable {
+                path: summary_path,
+                reason: e.to_string(),
+            })
+        }
+    };
+    from_summary(dir, &text).map_err(|reason| ReportError::Unreadable {
+        path: summary_path,
+        reason,
+    })
+}
+
+/// A report from summary.json's text (read from `dir` or handed over by the run that holds it)
+/// and `dir`'s samples.csv, every row of it.
+fn from_summary(dir: &Path, summary_text: &str) -> Result<RunReport, String> {
+    let summary: SummaryIn = serde_json::from_str(summary_text).map_err(|e| e.to_string())?;
+    let mut samples = Vec::new();
+    read_samples(dir, |row| samples.push(row));
+    Ok(build(dir, summary, &samples))
+}
+
+fn knob_list(values: &KnobValues) -> Vec<KnobValue> {
+    values
+        .0
+        .iter()
+        .map(|(knob, value)| KnobValue {
+            knob: knob.clone(),
+            value: value.clone(),
+        })
+        .collect()
+}
+
+/// The knobs whose value differs from the attempt before (a knob new in `now` counts as moved
+/// from null).
+fn changes(before: Option<&KnobValues>, now: &KnobValues) -> Vec<KnobChange> {
+    let Some(before) = before else {
+        return Vec::new();
+    };
+    now.0
+        .iter()
+        .filter_map(|(knob, to)| {
+            let from = before
+                .0
+                .iter()
+                .find(|(k, _)| k == knob)
+                .map_or(serde_json::Value::Null, |(_, v)| v.clone());
+            (from != *to).then(|| KnobChange {
+                knob: knob.clone(),
+                from,
+                to: to.clone(),
+            })
+        })
+        .collect()
+}
+
+/// Seconds since the epoch of an RFC 3339 time, if it parses.
+fn unix_s(rfc3339: &str) -> Option<f64> {
+    let t = humantime::parse_rfc3339_weak(rfc3339).ok()?;
+    Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64())
+}
+
+fn build(dir: &Path, summary: SummaryIn, samples: &[Row]) -> RunReport {
+    // Time zero: the first attempt's start. summary.json keeps whole seconds, so where the
+    // first sample falls within the second after it, the sample (taken at the spawn) is the
+    // better clock.
+    let first_start = summary.attempts.first().and_then(|a| unix_s(&a.started_at));
+    let first_sample = samples.first().map(|r| r.unix_time_s);
+    let origin = match (first_start, first_sample) {
+        (Some(a), Some(b)) if b >= a && b - a < 1.0 => b,
+        (Some(a), Some(b)) => a.min(b),
+        (a, b) => a.or(b).unwrap_or(0.0),
+    };
+    let ms = |t: f64| (t * 1000.0).round() / 1000.0;
+    let timeline: Vec<TimelinePoint> = samples
+        .iter()
+        .map(|r| TimelinePoint {
+            // Milliseconds, as samples.csv has them: the JSON round-trips exactly.
+            t_s: ms(r.unix_time_s - origin),
+            ..r.point
+        })
+        .collect();
+    let mut attempts = Vec::with_capacity(summary.attempts.len());
+    let mut previous_end = 0.0_f64;
+    for (i, a) in summary.attempts.iter().enumerate() {
+        let before = i.checked_sub(1).map(|j| &summary.attempts[j].knobs);
+        let mut own = timeline.iter().filter(|p| p.attempt == a.attempt);
+        let first = own.next().map(|p| p.t_s);
+        let last = own.next_back().map(|p| p.t_s).or(first);
+        // An attempt starts at its first sample, else at its recorded start, never before
+        // the one before it ended; it ends after its duration, never before its last sample.
+        let start = first
+            .or_else(|| unix_s(&a.started_at).map(|s| s - origin))
+            .unwrap_or(previous_end)
+            .max(previous_end);
+        let end = (start + a.duration_s.max(0.0)).max(last.unwrap_or(0.0));
+        previous_end = end;
+        attempts.push(AttemptReport {
+            attempt: a.attempt,
+            knobs: knob_list(&a.knobs),
+            changes: changes(before, &a.knobs),
+            cause: a.cause.clone(),
+            evidence: a.evidence.clone(),
+            exit_code: a.exit_code,
+            signal: a.signal,
+            started_at: a.started_at.clone(),
+            duration_s: a.duration_s,
+            start_s: ms(start),
+            end_s: ms(end),
+            peaks: a.peaks,
+        });
+    }
+    let fit = summary.attempts.iter().rev().find(|a| a.cause == "ok");
+    RunReport {
+        run_dir: dir.display().to_string(),
+        outcome: summary.outcome,
+        command: summary.command,
+        job: summary.job,
+        limits: summary.limits.unwrap_or_default(),
+        fit_attempt: fit.map(|a| a.attempt),
+        fit_knobs: fit.map(|a| knob_list(&a.knobs)).unwrap_or_default(),
+        attempts,
+        timeline,
+    }
+}
+
+fn value_text(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+fn or_dash(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".into(), human_bytes)
+}
+
+impl AttemptReport {
+    /// `batch 32→16, accum 2→4`, or `-` when nothing moved.
+    pub fn change_text(&self) -> String {
+        if self.changes.is_empty() {
+            return "-".into();
+        }
+        self.changes
+            .iter()
+            .map(|c| format!("{} {}→{}", c.knob, value_text(&c.from), value_text(&c.to)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn exit_text(&self) -> String {
+        match (self.exit_code, self.signal) {
+            (Some(code), _) => code.to_string(),
+            (None, Some(sig)) => format!("signal {sig}"),
+            (None, None) => "-".into(),
+        }
+    }
+
+    fn duration_text(&self) -> String {
+        crate::console::short_duration(std::time::Duration::from_secs_f64(self.duration_s.max(0.0)))
+    }
+
+    /// The table's cells, in [`COLUMNS`] order.
+    fn cells(&self) -> Vec<String> {
+        let p = &self.peaks;
+        vec![
+            self.attempt.to_string(),
+            self.change_text(),
+            self.cause.clone(),
+            self.exit_text(),
+            self.duration_text(),
+            or_dash(p.peak_rss_bytes),
+            or_dash(p.peak_pss_bytes),
+            or_dash(p.peak_swap_bytes),
+            or_dash(p.peak_gpu_bytes),
+            or_dash(p.peak_cgroup_bytes),
+        ]
+    }
+}
+
+/// The attempts table's header.
+const COLUMNS: [&str; 10] = [
+    "attempt",
+    "knobs moved",
+    "cause",
+    "exit",
+    "duration",
+    "RSS",
+    "PSS",
+    "swap",
+    "GPU",
+    "cgroup",
+];
+
+/// `batch=16 accum=4`.
+fn knobs_text(knobs: &[KnobValue]) -> String {
+    knobs
+        .iter()
+        .map(|k| format!("{}={}", k.knob, value_text(&k.value)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl RunReport {
+    /// The closing line: what fit, or how the run ended without a fit.
+    pub fn result_line(&self) -> String {
+        match self.fit_attempt {
+            Some(n) if self.fit_knobs.is_empty() => {
+                format!("result: {}; attempt {n} succeeded", self.outcome)
+            }
+            Some(n) => format!(
+                "result: {}; attempt {n} fit with {}",
+                self.outcome,
+                knobs_text(&self.fit_knobs)
+            ),
+            None => format!(
+                "result: {}; no attempt fit ({} attempt{})",
+                self.outcome,
+                self.attempts.len(),
+                if self.attempts.len() == 1 { "" } else { "s" }
+            ),
+        }
+    }
+
+    /// The terminal report: a heading, the attempts table with peaks (PSS/RSS of the process
+    /// tree, swap, GPU, the cgroup's high-water mark), each attempt's evidence, the result.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "run {}", self.run_dir);
+        let _ = writeln!(out, "command: {}", self.command.join(" "));
+        let limits = self.limits.describe();
+        if !limits.is_empty() {
+            let _ = writeln!(out, "limits: {}", limits.join(", "));
+        }
+        out.push('\n');
+        let mut rows = vec![COLUMNS.map(String::from).to_vec()];
+        rows.extend(self.attempts.iter().map(AttemptReport::cells));
+        let widths: Vec<usize> = (0..COLUMNS.len())
+            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+            .collect();
+        for row in &rows {
+            let line: Vec<String> = row
+                .iter()
+                .zip(&widths)
+                .enumerate()
+                .map(|(i, (cell, &w))| {
+                    // Knobs and cause are text (left); numbers and sizes right-aligned.
+                    let pad = w.saturating_sub(cell.chars().count());
+                    if matches!(i, 1 | 2) {
+                        format!("{cell}{}", " ".repeat(pad))
+                    } else {
+                        format!("{}{cell}", " ".repeat(pad))
+                    }
+                })
+                .collect();
+            let _ = writeln!(out, "{}", line.join("  ").trim_end());
+        }
+        out.push('\n');
+        for a in &self.attempts {
+            let _ = writeln!(
+                out,
+                "attempt {} ({}): {}: {}",
+                a.attempt,
+                knobs_text(&a.knobs),
+                a.cause,
+                a.evidence
+            );
+        }
+        out.push('\n');
+        let _ = writeln!(out, "{}", self.result_line());
+        out
+    }
+
+    /// The `--json` document.
+    pub fn json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report is plain data: it always encodes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn knobs(pairs: &[(&str, serde_json::Value)]) -> KnobValues {
+        KnobValues(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn changes_list_old_and_new_values_of_moved_knobs_only() {
+        use serde_json::json;
+        type Moves = Vec<(&'static str, serde_json::Value, serde_json::Value)>;
+        let table: [(Option<KnobValues>, KnobValues, Moves); 4] = [
+            (None, knobs(&[("batch", json!(32))]), vec![]),
+            (
+                Some(knobs(&[("batch", json!(32)), ("accum", json!(1))])),
+                knobs(&[("batch", json!(16)), ("accum", json!(2))]),
+                vec![
+                    ("batch", json!(32), json!(16)),
+                    ("accum", json!(1), json!(2)),
+                ],
+            ),
+            (
+                Some(knobs(&[("batch", json!(8)), ("fp16", json!(false))])),
+                knobs(&[("batch", json!(8)), ("fp16", json!(true))]),
+                vec![("fp16", json!(false), json!(true))],
+            ),
+            (
+                Some(knobs(&[("batch", json!(8))])),
+                knobs(&[("batch", json!(8)), ("workers", json!(2))]),
+                vec![("workers", json!(null), json!(2))],
+            ),
+        ];
+        for (before, now, want) in table {
+            let got: Vec<(String, serde_json::Value, serde_json::Value)> =
+                changes(before.as_ref(), &now)
+                    .into_iter()
+                    .map(|c| (c.knob, c.from, c.to))
+                    .collect();
+            let want: Vec<_> = want
+                .into_iter()
+                .map(|(k, f, t)| (k.to_string(), f, t))
+                .collect();
+            assert_eq!(got, want);
+        }
+    }
+}
