@@ -16,8 +16,10 @@ FN = re.compile(r"^(\s*)(?:pub(?:\([^)]*\))?\s+)?(?:const\s+)?(?:async\s+)?(?:un
 
 def production_lines(path):
     lines = open(path, encoding="utf-8").read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
     for i, line in enumerate(lines):
-        if line.startswith("#[cfg(test)]") and i + 1 < len(lines) and re.match(r"^mod \w+", lines[i + 1]):
+        if line.startswith("#[cfg(test)]") and i + 1 < len(lines) and re.match(r"^mod \w+ \{", lines[i + 1]):
             return lines[:i]
     return lines
 
