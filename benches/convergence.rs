@@ -27,9 +27,9 @@
 
 use std::time::Duration;
 
-use oomguard::classify::Cause;
 use oomguard::fit;
 use oomguard::knobs::Value;
+use oomguard::outcome::Cause;
 use oomguard::policy::{self, Decision, Limits, Moves, Rule, Step, StepPlan, Strategy};
 
 const GIB: f64 = (1u64 << 30) as f64;

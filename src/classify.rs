@@ -9,121 +9,11 @@
 //! smaller batch) belong to the supervisor.
 
 use crate::cgroup_chain::ChainKill;
-use crate::outcome::Ending;
+use crate::outcome::{Cause, Ending};
 use crate::quiet::QuietStop;
 use crate::scan::{self, Family, Finding};
 use regex::Regex;
 use std::sync::OnceLock;
-
-/// Why an attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Cause {
-    /// Exit status 0.
-    Ok,
-    /// The process reported running out of accelerator memory.
-    DeviceOom,
-    /// The process reported running out of host memory.
-    HostOom,
-    /// A DataLoader worker was killed (SIGKILL/SIGBUS) or shared memory ran out under it.
-    WorkerKilled,
-    /// The kernel's (or Slurm's, or another scheduler's) OOM enforcement killed the job.
-    OomKilled,
-    /// The job died of SIGKILL and nothing says who sent it.
-    Killed,
-    /// Any other non-zero exit or fatal signal.
-    Failed,
-    /// The user asked the job to stop (SIGINT/SIGTERM to oomguard).
-    Interrupted,
-    /// oomguard stopped the job itself for crossing a configured memory bound.
-    MemoryLimit,
-    /// oomguard stopped the job itself: after its output showed an out-of-memory error, it
-    /// neither exited nor wrote a byte for `--hang-timeout` (ranks waiting on a dead neighbour,
-    /// a DataLoader that never returns).
-    HungAfterOom,
-    /// oomguard stopped the job itself: it wrote nothing and used no CPU for `--stall-timeout`.
-    Stalled,
-}
-
-impl Cause {
-    /// Every cause, in the order they are documented (the match in `all_listed` stops the build
-    /// when a cause is added without being listed here).
-    pub const ALL: [Cause; 11] = [
-        Cause::Ok,
-        Cause::DeviceOom,
-        Cause::HostOom,
-        Cause::WorkerKilled,
-        Cause::OomKilled,
-        Cause::Killed,
-        Cause::Failed,
-        Cause::Interrupted,
-        Cause::MemoryLimit,
-        Cause::HungAfterOom,
-        Cause::Stalled,
-    ];
-
-    #[allow(dead_code)]
-    fn all_listed(self) {
-        // Never called: a new variant fails to compile here until ALL has it too.
-        match self {
-            Cause::Ok
-            | Cause::DeviceOom
-            | Cause::HostOom
-            | Cause::WorkerKilled
-            | Cause::OomKilled
-            | Cause::Killed
-            | Cause::Failed
-            | Cause::Interrupted
-            | Cause::MemoryLimit
-            | Cause::HungAfterOom
-            | Cause::Stalled => {}
-        }
-    }
-
-    /// The cause named `name` (as [`Cause::as_str`] spells it).
-    pub fn from_name(name: &str) -> Option<Cause> {
-        Cause::ALL.into_iter().find(|c| c.as_str() == name)
-    }
-
-    /// The snake_case name used in summaries and on the command line, e.g. `"device_oom"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Cause::Ok => "ok",
-            Cause::DeviceOom => "device_oom",
-            Cause::HostOom => "host_oom",
-            Cause::WorkerKilled => "worker_killed",
-            Cause::OomKilled => "oom_killed",
-            Cause::Killed => "killed",
-            Cause::Failed => "failed",
-            Cause::Interrupted => "interrupted",
-            Cause::MemoryLimit => "memory_limit",
-            Cause::HungAfterOom => "hung_after_oom",
-            Cause::Stalled => "stalled",
-        }
-    }
-
-    /// Whether the cause is (or is most likely) memory pressure, so the job is worth
-    /// relaunching with a smaller batch. An unexplained SIGKILL counts: on a training machine
-    /// it is almost always an OOM killer whose record we could not see.
-    pub fn is_memory(self) -> bool {
-        matches!(
-            self,
-            Cause::DeviceOom
-                | Cause::HostOom
-                | Cause::WorkerKilled
-                | Cause::OomKilled
-                | Cause::Killed
-                | Cause::MemoryLimit
-                | Cause::HungAfterOom
-        )
-    }
-}
-
-impl std::fmt::Display for Cause {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// Evidence from the kernel gathered around one attempt.
 #[derive(Debug, Clone, Default)]
@@ -1259,25 +1149,6 @@ mod tests {
             }
         }
         assert!(bad.is_empty(), "{}", bad.join("\n"));
-    }
-
-    #[test]
-    fn cause_names_round_trip() {
-        for c in Cause::ALL {
-            let json = serde_json::to_string(&c).expect("serialize");
-            assert_eq!(json, format!("\"{}\"", c.as_str()));
-            assert_eq!(
-                serde_json::from_str::<Cause>(&json).expect("deserialize"),
-                c
-            );
-            assert_eq!(
-                c.is_memory(),
-                !matches!(
-                    c,
-                    Cause::Ok | Cause::Failed | Cause::Interrupted | Cause::Stalled
-                )
-            );
-        }
     }
 
     #[test]

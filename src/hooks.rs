@@ -28,8 +28,7 @@ use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::classify::Cause;
-use crate::policy::Outcome;
+use crate::outcome::{Cause, Outcome};
 use crate::report::{self, KnobValues, Reporter};
 
 /// How long a hook may run before it is killed, unless `--hook-timeout` says otherwise.

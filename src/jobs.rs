@@ -23,10 +23,10 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::classify::Cause;
 use crate::fsutil::{file_safe, write_then_rename, Fnv64};
 use crate::knobs::{argv, KnobSet, Place, Value};
-use crate::policy::{self, Moves, Outcome};
+use crate::outcome::{Cause, Outcome};
+use crate::policy::{self, Moves};
 use crate::report::{self, AttemptRecord, KnobValues, PeakRecord, Reporter};
 use crate::status::{Liveness, ProcessId};
 

@@ -88,12 +88,13 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::sys::signal::Signal;
 
 use crate::child::{Launch, SpawnError};
-use crate::classify::{AttemptFacts, Cause};
+use crate::classify::AttemptFacts;
 use crate::cli::{ClassifyArgs, Cli, Command, UsageError};
 use crate::config::{CgroupPlan, RunSettings};
 use crate::knobs::patch::Patcher;
 use crate::knobs::{KnobSet, Value};
-use crate::policy::{Decision, Outcome};
+use crate::outcome::{Cause, Outcome};
+use crate::policy::Decision;
 use crate::report::{
     AttemptRecord, FinalSizes, KnobValues, Reporter, RunDir, RunDirError, SamplesCsv, Summary,
 };

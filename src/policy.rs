@@ -18,34 +18,9 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
-
-use crate::classify::Cause;
 use crate::fit;
 use crate::knobs::Value;
-
-/// How the whole run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Succeeded,
-    /// Out-of-memory deaths outlasted every remedy (every knob at its floor, or attempts used up).
-    GaveUp,
-    /// A non-memory failure: the job's own error.
-    Failed,
-    Interrupted,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Succeeded => "succeeded",
-            Outcome::GaveUp => "gave_up",
-            Outcome::Failed => "failed",
-            Outcome::Interrupted => "interrupted",
-        }
-    }
-}
+use crate::outcome::{Cause, Outcome};
 
 /// The settings the policy reads.
 #[derive(Debug, Clone, Copy)]

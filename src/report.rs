@@ -11,8 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use crate::classify::Cause;
-use crate::policy::Outcome;
+use crate::outcome::{Cause, Outcome};
 use crate::sampler::{Peaks, Sample};
 use crate::units::human_bytes;
 
