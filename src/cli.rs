@@ -543,7 +543,7 @@ pub enum UsageError {
 
 /// The causes `--dry-run=CAUSE` and `on = [...]` accept.
 fn relaunched_causes() -> String {
-    crate::policy::default_causes()
+    crate::knobs::default_causes()
         .iter()
         .map(|c| c.as_str())
         .collect::<Vec<_>>()

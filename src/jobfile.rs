@@ -142,7 +142,7 @@ pub enum Moves {
 }
 
 /// One step of an integer knob: `step = "halve"` (the default) or `step = -N`.
-pub use crate::policy::Step;
+pub use crate::knobs::Step;
 
 /// Why a `--config` file cannot be used. Each displays as one line; the caller exits 2.
 #[derive(Debug, thiserror::Error)]

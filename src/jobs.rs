@@ -24,9 +24,9 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use crate::fsutil::{file_safe, write_then_rename, Fnv64};
-use crate::knobs::{argv, KnobSet, Place, Value};
+use crate::knobs::{argv, KnobSet, Moves, Place, Value};
 use crate::outcome::{Cause, Outcome};
-use crate::policy::{self, Moves};
+use crate::policy;
 use crate::report::{self, AttemptRecord, KnobValues, PeakRecord, Reporter};
 use crate::status::{Liveness, ProcessId};
 

@@ -615,7 +615,7 @@ impl Observer for RunObserver {
 /// Where the run stands on the ladder: the values of the knobs for the next attempt, what moved
 /// for it, and every attempt's cause with the values it ran with.
 struct Ladder {
-    rules: Vec<policy::Rule>,
+    rules: Vec<knobs::Rule>,
     original: Vec<Value>,
     values: Vec<Value>,
     changed: Vec<usize>,
