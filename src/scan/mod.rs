@@ -182,7 +182,7 @@ struct Compiled {
     each: Vec<Regex>,
     /// Each family's veto.
     vetoes: Vec<Option<Regex>>,
-    /// Each family's [`Nearby`] patterns, with the class each gives.
+    /// Each family's [`Nearby`](table::Nearby) patterns, with the class each gives.
     nearby: Vec<Vec<(Regex, Family)>>,
     prefix: Regex,
     shell_kill: Regex,
