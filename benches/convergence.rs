@@ -27,10 +27,10 @@
 
 use std::time::Duration;
 
-use oomguard::classify::Cause;
 use oomguard::fit;
-use oomguard::knobs::Value;
-use oomguard::policy::{self, Decision, Limits, Moves, Rule, Step, StepPlan, Strategy};
+use oomguard::knobs::{self, Moves, Rule, Step, Value};
+use oomguard::outcome::Cause;
+use oomguard::policy::{self, Decision, Limits, StepPlan, Strategy};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -267,13 +267,13 @@ fn rules() -> Vec<Rule> {
                 step: Step::Halve,
                 min: 1,
             },
-            on: policy::default_causes(),
+            on: knobs::default_causes(),
             partner: Some(1),
         },
         Rule {
             name: "accum".into(),
             moves: Moves::Partner,
-            on: policy::default_causes(),
+            on: knobs::default_causes(),
             partner: None,
         },
     ]

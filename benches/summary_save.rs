@@ -10,7 +10,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime};
 
-use oomguard::classify::Cause;
+use oomguard::outcome::Cause;
 use oomguard::record::run_dir::RunDir;
 use oomguard::record::summary::{
     rfc3339, AttemptRecord, FinalSizes, KnobValues, PeakRecord, Summary,

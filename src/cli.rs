@@ -9,10 +9,10 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::cgroup;
-use crate::classify::Cause;
 use crate::config::{CgroupPlan, RunSettings};
 use crate::jobfile;
 use crate::knobs::resolve;
+use crate::outcome::Cause;
 use crate::watch::{Available, Bounds};
 
 /// Supervise an ML training command: know why an attempt died of out-of-memory and relaunch it
@@ -543,7 +543,7 @@ pub enum UsageError {
 
 /// The causes `--dry-run=CAUSE` and `on = [...]` accept.
 fn relaunched_causes() -> String {
-    crate::policy::default_causes()
+    crate::knobs::default_causes()
         .iter()
         .map(|c| c.as_str())
         .collect::<Vec<_>>()

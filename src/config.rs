@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cgroup;
-use crate::classify::Cause;
 use crate::knobs::KnobSet;
+use crate::outcome::Cause;
 use crate::policy::Limits;
 use crate::watch::Bounds;
 

@@ -241,7 +241,7 @@ pub fn table(attempts: &[AttemptRecord]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::classify::Cause;
+    use crate::outcome::Cause;
     use crate::record::summary::tests::record;
 
     #[test]

@@ -6,9 +6,9 @@
 use std::ffi::OsString;
 use std::fmt::Write;
 
-use crate::classify::Cause;
 use crate::config::RunSettings;
 use crate::knobs::{patch_copy_name, KnobSet, Value};
+use crate::outcome::Cause;
 use crate::policy::{self, Decision};
 
 /// The whole plan as text, one attempt after another.

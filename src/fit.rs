@@ -20,8 +20,8 @@
 //! [`estimate`] fits the line. Which knob moves, and what happens when there is no estimate
 //! (it halves), is `policy`'s decision.
 
-use crate::classify::Cause;
 use crate::oom_numbers;
+use crate::outcome::Cause;
 use crate::units::human_bytes;
 
 /// Which memory the evidence is about: points of different memories do not share a line.

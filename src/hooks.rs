@@ -28,9 +28,8 @@ use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
-use crate::classify::Cause;
 use crate::console::{self, Reporter};
-use crate::policy::Outcome;
+use crate::outcome::{Cause, Outcome};
 use crate::record::summary::KnobValues;
 
 /// How long a hook may run before it is killed, unless `--hook-timeout` says otherwise.

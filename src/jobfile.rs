@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 
 use toml_edit::{Document, Item, Table, TableLike, Value as TomlValue};
 
-use crate::classify::Cause;
 use crate::knobs::file::{line_of, Format};
 use crate::knobs::Value;
+use crate::outcome::Cause;
 
 /// `--config FILE`, validated: the knob ladder and the job. Any other top-level key is an error
 /// naming it.
@@ -142,7 +142,7 @@ pub enum Moves {
 }
 
 /// One step of an integer knob: `step = "halve"` (the default) or `step = -N`.
-pub use crate::policy::Step;
+pub use crate::knobs::Step;
 
 /// Why a `--config` file cannot be used. Each displays as one line; the caller exits 2.
 #[derive(Debug, thiserror::Error)]

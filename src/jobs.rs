@@ -23,11 +23,11 @@ use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
-use crate::classify::Cause;
 use crate::console::Reporter;
 use crate::fsutil::{file_safe, write_then_rename, Fnv64};
-use crate::knobs::{argv, KnobSet, Place, Value};
-use crate::policy::{self, Moves, Outcome};
+use crate::knobs::{argv, KnobSet, Moves, Place, Value};
+use crate::outcome::{Cause, Outcome};
+use crate::policy;
 use crate::record::summary::{AttemptRecord, KnobValues, PeakRecord};
 use crate::status::{Liveness, ProcessId};
 

@@ -139,7 +139,7 @@ pub struct Metrics {
 
 /// The causes a relaunch counter starts at 0 for, so that `rate()` sees the first one.
 fn relaunch_causes() -> Vec<&'static str> {
-    crate::policy::default_causes()
+    crate::knobs::default_causes()
         .iter()
         .map(|c| c.as_str())
         .collect()

@@ -1,7 +1,11 @@
-//! How a process ended: an exit code or a signal (with its core-dump bit), and the shell-style
-//! exit status that stands for it (`128 + N` for death by signal N, as bash and tini report it).
+//! The words for how things ended: how a process ended ([`Ending`]: an exit code or a signal
+//! with its core-dump bit, and the shell-style exit status that stands for it, `128 + N` for
+//! death by signal N as bash and tini report it), why an attempt ended ([`Cause`], with the
+//! snake_case names summaries and the command line use), and how a whole run ended
+//! ([`Outcome`]).
 //!
-//! This module only names endings; why the process ended is `classify`'s job.
+//! This module only names endings. Deciding why an attempt ended is `classify`'s job, and what
+//! to do after it (relaunch or stop with an outcome) is `policy`'s.
 
 use serde::Serialize;
 
@@ -67,6 +71,139 @@ impl std::fmt::Display for Ending {
     }
 }
 
+/// Why an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// Exit status 0.
+    Ok,
+    /// The process reported running out of accelerator memory.
+    DeviceOom,
+    /// The process reported running out of host memory.
+    HostOom,
+    /// A DataLoader worker was killed (SIGKILL/SIGBUS) or shared memory ran out under it.
+    WorkerKilled,
+    /// The kernel's (or Slurm's, or another scheduler's) OOM enforcement killed the job.
+    OomKilled,
+    /// The job died of SIGKILL and nothing says who sent it.
+    Killed,
+    /// Any other non-zero exit or fatal signal.
+    Failed,
+    /// The user asked the job to stop (SIGINT/SIGTERM to oomguard).
+    Interrupted,
+    /// oomguard stopped the job itself for crossing a configured memory bound.
+    MemoryLimit,
+    /// oomguard stopped the job itself: after its output showed an out-of-memory error, it
+    /// neither exited nor wrote a byte for `--hang-timeout` (ranks waiting on a dead neighbour,
+    /// a DataLoader that never returns).
+    HungAfterOom,
+    /// oomguard stopped the job itself: it wrote nothing and used no CPU for `--stall-timeout`.
+    Stalled,
+}
+
+impl Cause {
+    /// Every cause, in the order they are documented (the match in `all_listed` stops the build
+    /// when a cause is added without being listed here).
+    pub const ALL: [Cause; 11] = [
+        Cause::Ok,
+        Cause::DeviceOom,
+        Cause::HostOom,
+        Cause::WorkerKilled,
+        Cause::OomKilled,
+        Cause::Killed,
+        Cause::Failed,
+        Cause::Interrupted,
+        Cause::MemoryLimit,
+        Cause::HungAfterOom,
+        Cause::Stalled,
+    ];
+
+    #[allow(dead_code)]
+    fn all_listed(self) {
+        // Never called: a new variant fails to compile here until ALL has it too.
+        match self {
+            Cause::Ok
+            | Cause::DeviceOom
+            | Cause::HostOom
+            | Cause::WorkerKilled
+            | Cause::OomKilled
+            | Cause::Killed
+            | Cause::Failed
+            | Cause::Interrupted
+            | Cause::MemoryLimit
+            | Cause::HungAfterOom
+            | Cause::Stalled => {}
+        }
+    }
+
+    /// The cause named `name` (as [`Cause::as_str`] spells it).
+    pub fn from_name(name: &str) -> Option<Cause> {
+        Cause::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+
+    /// The snake_case name used in summaries and on the command line, e.g. `"device_oom"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Ok => "ok",
+            Cause::DeviceOom => "device_oom",
+            Cause::HostOom => "host_oom",
+            Cause::WorkerKilled => "worker_killed",
+            Cause::OomKilled => "oom_killed",
+            Cause::Killed => "killed",
+            Cause::Failed => "failed",
+            Cause::Interrupted => "interrupted",
+            Cause::MemoryLimit => "memory_limit",
+            Cause::HungAfterOom => "hung_after_oom",
+            Cause::Stalled => "stalled",
+        }
+    }
+
+    /// Whether the cause is (or is most likely) memory pressure, so the job is worth
+    /// relaunching with a smaller batch. An unexplained SIGKILL counts: on a training machine
+    /// it is almost always an OOM killer whose record we could not see.
+    pub fn is_memory(self) -> bool {
+        matches!(
+            self,
+            Cause::DeviceOom
+                | Cause::HostOom
+                | Cause::WorkerKilled
+                | Cause::OomKilled
+                | Cause::Killed
+                | Cause::MemoryLimit
+                | Cause::HungAfterOom
+        )
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the whole run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Succeeded,
+    /// Out-of-memory deaths outlasted every remedy (every knob at its floor, or attempts used up).
+    GaveUp,
+    /// A non-memory failure: the job's own error.
+    Failed,
+    Interrupted,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::GaveUp => "gave_up",
+            Outcome::Failed => "failed",
+            Outcome::Interrupted => "interrupted",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +241,25 @@ mod tests {
         for (ending, code, text) in table {
             assert_eq!(ending.shell_code(), code, "{ending:?}");
             assert_eq!(ending.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn cause_names_round_trip() {
+        for c in Cause::ALL {
+            let json = serde_json::to_string(&c).expect("serialize");
+            assert_eq!(json, format!("\"{}\"", c.as_str()));
+            assert_eq!(
+                serde_json::from_str::<Cause>(&json).expect("deserialize"),
+                c
+            );
+            assert_eq!(
+                c.is_memory(),
+                !matches!(
+                    c,
+                    Cause::Ok | Cause::Failed | Cause::Interrupted | Cause::Stalled
+                )
+            );
         }
     }
 }

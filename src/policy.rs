@@ -18,34 +18,9 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
-
-use crate::classify::Cause;
 use crate::fit;
-use crate::knobs::Value;
-
-/// How the whole run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Succeeded,
-    /// Out-of-memory deaths outlasted every remedy (every knob at its floor, or attempts used up).
-    GaveUp,
-    /// A non-memory failure: the job's own error.
-    Failed,
-    Interrupted,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Succeeded => "succeeded",
-            Outcome::GaveUp => "gave_up",
-            Outcome::Failed => "failed",
-            Outcome::Interrupted => "interrupted",
-        }
-    }
-}
+use crate::knobs::{Moves, Rule, Step, Value};
+use crate::outcome::{Cause, Outcome};
 
 /// The settings the policy reads.
 #[derive(Debug, Clone, Copy)]
@@ -57,37 +32,8 @@ pub struct Limits {
     pub backoff_max: Duration,
 }
 
-/// How an integer knob steps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
-    Halve,
-    /// Down by this much (`step = -1` in a `[[knob]]`).
-    Minus(u64),
-}
-
-/// How one knob moves.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Moves {
-    /// An integer knob, stepped down to `min`.
-    Step { step: Step, min: u64 },
-    /// A value knob: one step, to this value.
-    Set(Value),
-    /// Moved only as another knob's partner.
-    Partner,
-}
-
-/// One rung of the ladder: what a knob answers and how it moves.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rule {
-    /// For the give-up reason.
-    pub name: String,
-    pub moves: Moves,
-    /// The causes it answers.
-    pub on: Vec<Cause>,
-    /// The index of the knob raised to keep this knob × partner constant.
-    pub partner: Option<usize>,
-}
-
+// A rung is the knob's data (`knobs`); how it steps, and why it cannot, is the ladder's rule,
+// which is this module's decision.
 impl Rule {
     /// The value this knob moves to from `current`, or `None` where it cannot move (at its
     /// floor, at its value already, only a partner, or not an integer where one is needed).
@@ -116,11 +62,6 @@ impl Rule {
             Moves::Set(_) | Moves::Partner => format!("{} already {current}", self.name),
         }
     }
-}
-
-/// The causes a knob answers when its `on` is not given: every cause relaunched smaller.
-pub fn default_causes() -> Vec<Cause> {
-    Cause::ALL.into_iter().filter(|c| c.is_memory()).collect()
 }
 
 /// The next attempt: the knobs' values, what moved, and the wait before it.
@@ -535,6 +476,7 @@ pub fn backoff_delay(n: u32, limits: &Limits) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::knobs::default_causes;
 
     const LIMITS: Limits = Limits {
         max_attempts: 10,

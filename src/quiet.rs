@@ -14,7 +14,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use crate::classify::Cause;
+use crate::outcome::Cause;
 
 /// How long a job may stay quiet; `None` where that watch is off.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

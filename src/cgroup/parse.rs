@@ -5,8 +5,6 @@
 //! Parsers of one version's files only live with that version (`v1`, `v2`); reading files and
 //! deciding what a value means is left to the callers.
 
-use super::v1;
-
 /// What /proc/self/cgroup says about memory. See cgroups(7): one `ID:CONTROLLERS:PATH` line
 /// per hierarchy, e.g. (v1 with a hybrid unified mount)
 /// ```text
@@ -56,6 +54,10 @@ pub fn parse_u64(text: &str) -> Option<u64> {
     text.trim().parse().ok()
 }
 
+/// cgroup v1 shows "no limit" as the largest page-aligned `i64`: 9223372036854771712 with 4 KiB
+/// pages, 9223372036854710272 with 64 KiB pages. Anything from 4 EiB up is "no limit".
+pub(super) const UNLIMITED_FLOOR: u64 = 1 << 62;
+
 /// Parses a limit: v2 `memory.max` (`"max\n"` or `"67108864\n"`), v1 `memory.limit_in_bytes`
 /// (`"9223372036854771712\n"` when unlimited). `None` for no limit (or unparsable).
 pub fn parse_limit(text: &str) -> Option<u64> {
@@ -63,7 +65,7 @@ pub fn parse_limit(text: &str) -> Option<u64> {
     if text == "max" {
         return None;
     }
-    parse_u64(text).filter(|&value| value < v1::UNLIMITED_FLOOR)
+    parse_u64(text).filter(|&value| value < UNLIMITED_FLOOR)
 }
 
 /// The value of `key` in a flat-keyed file (`key value` per line).

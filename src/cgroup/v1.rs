@@ -1,9 +1,9 @@
 //! cgroup v1 specifics: the memory controller's own hierarchy (`<root>/memory`, or a joined mount
 //! such as `<root>/cpu,memory`), its file names (`memory.usage_in_bytes`,
 //! `memory.max_usage_in_bytes`, `memory.limit_in_bytes`, `memory.oom_control`,
-//! `total_inactive_file` of `memory.stat`), its "no limit" value, and how limits are written
-//! (memory and memory + swap together, in an order the kernel accepts). No one-time preparation is
-//! needed on v1.
+//! `total_inactive_file` of `memory.stat`), and how limits are written (memory and memory + swap
+//! together, in an order the kernel accepts). No one-time preparation is needed on v1. Its huge
+//! "no limit" value is read by `parse`, which both versions' limits go through.
 //!
 //! It leaves detection, the attempt cgroup's lifecycle and teardown to the parent module, which
 //! reaches this one only through [`Version`](super::Version).
@@ -28,10 +28,6 @@ pub(super) const FILES: Files = Files {
     shmem: "total_shmem",
     swap: SwapCounter::StatKey("total_swap"),
 };
-
-/// cgroup v1 shows "no limit" as the largest page-aligned `i64`: 9223372036854771712 with 4 KiB
-/// pages, 9223372036854710272 with 64 KiB pages. Anything from 4 EiB up is "no limit".
-pub(super) const UNLIMITED_FLOOR: u64 = 1 << 62;
 
 /// The `oom_kill` count of v1 `memory.oom_control`, e.g.
 /// `"oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"` → 2 (absent before kernel 4.13).

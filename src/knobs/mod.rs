@@ -21,7 +21,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::policy::Rule;
+use crate::outcome::Cause;
 use crate::record::summary::{FinalSizes, KnobValues};
 
 /// A knob's value, typed as JSON types it in summary.json.
@@ -141,6 +141,42 @@ pub enum Place {
         file: usize,
         key: String,
     },
+}
+
+/// How an integer knob steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Halve,
+    /// Down by this much (`step = -1` in a `[[knob]]`).
+    Minus(u64),
+}
+
+/// How one knob moves.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Moves {
+    /// An integer knob, stepped down to `min`.
+    Step { step: Step, min: u64 },
+    /// A value knob: one step, to this value.
+    Set(Value),
+    /// Moved only as another knob's partner.
+    Partner,
+}
+
+/// One rung of the ladder: what a knob answers and how it moves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// For the give-up reason.
+    pub name: String,
+    pub moves: Moves,
+    /// The causes it answers.
+    pub on: Vec<Cause>,
+    /// The index of the knob raised to keep this knob × partner constant.
+    pub partner: Option<usize>,
+}
+
+/// The causes a knob answers when its `on` is not given: every cause relaunched smaller.
+pub fn default_causes() -> Vec<Cause> {
+    Cause::ALL.into_iter().filter(|c| c.is_memory()).collect()
 }
 
 /// One knob: its name, place, the user's value, and how it moves.
@@ -454,7 +490,6 @@ impl KnobSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{default_causes, Moves, Step};
 
     fn argv(s: &str) -> Vec<OsString> {
         s.split_whitespace().map(OsString::from).collect()

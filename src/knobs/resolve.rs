@@ -11,10 +11,9 @@ use std::path::{Path, PathBuf};
 
 use super::argv::{self, RewriteError};
 use super::file::{self, EditError, Format};
-use super::{env, ConfigFile, Knob, KnobSet, Place, Value};
-use crate::classify::Cause;
+use super::{default_causes, env, ConfigFile, Knob, KnobSet, Moves, Place, Rule, Step, Value};
 use crate::jobfile::{self, JobFile, KnobSpec, PlaceSpec};
-use crate::policy::{default_causes, Moves, Rule, Step};
+use crate::outcome::Cause;
 
 /// What the command line asks for.
 #[derive(Debug, Clone, Copy)]

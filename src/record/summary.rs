@@ -9,8 +9,7 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
-use crate::classify::Cause;
-use crate::policy::Outcome;
+use crate::outcome::{Cause, Outcome};
 use crate::sampler::Peaks;
 use crate::units::human_bytes;
 

@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::classify::{Cause, Verdict};
+use crate::classify::Verdict;
 use crate::config::RunSettings;
 use crate::console::{self, Reporter};
 use crate::jobs::JobRun;
 use crate::knobs::Value;
-use crate::policy::{self, Outcome};
+use crate::outcome::{Cause, Outcome};
+use crate::policy;
 use crate::record::run_dir::RunDir;
 use crate::record::samples::SamplesCsv;
 use crate::record::summary::{AttemptRecord, KnobValues, Summary};

@@ -7,11 +7,11 @@
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use crate::classify::Cause;
 use crate::config::RunSettings;
 use crate::fit;
 use crate::jobs::JobRun;
 use crate::knobs::{self, KnobSet, Value};
+use crate::outcome::Cause;
 use crate::policy::{self, Decision};
 use crate::sampler::Sample;
 use crate::supervise::AttemptEnd;
@@ -48,7 +48,7 @@ impl AttemptRamp {
 /// Where the run stands on the ladder: the values of the knobs for the next attempt, what moved
 /// for it, and every attempt's cause with the values it ran with.
 pub(super) struct Ladder {
-    rules: Vec<policy::Rule>,
+    rules: Vec<knobs::Rule>,
     pub(super) original: Vec<Value>,
     pub(super) values: Vec<Value>,
     pub(super) changed: Vec<usize>,
@@ -282,7 +282,8 @@ mod tests {
     use crate::classify::KernelEvidence;
     use crate::cli::{Cli, Command};
     use crate::outcome::Ending;
-    use crate::policy::{Hint, Next, Outcome};
+    use crate::outcome::Outcome;
+    use crate::policy::{Hint, Next};
     use crate::sampler::Peaks;
 
     const CUDA_OOM: &str =
