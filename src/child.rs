@@ -23,6 +23,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{getppid, Pid};
 
 use crate::outcome::Ending;
+use crate::principal::RunAs;
 use crate::terminal::Pty;
 
 /// Why a command could not be started. Exit codes follow the shell: 127 not found, 126 not
@@ -95,20 +96,6 @@ pub struct Launch {
     pub env: Vec<(String, OsString)>,
     /// Another user to run the job as (a job file's `user`); oomguard keeps its own identity.
     pub run_as: Option<RunAs>,
-}
-
-/// A user the job runs as, looked up before the fork (see [`crate::runas`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunAs {
-    /// The login name: the job's USER and LOGNAME.
-    pub name: String,
-    pub uid: nix::unistd::Uid,
-    /// The primary group: the user's own, or the job file's `group`.
-    pub gid: nix::unistd::Gid,
-    /// Supplementary groups, as initgroups(3) would set them (the user's, plus `gid`).
-    pub groups: Vec<nix::unistd::Gid>,
-    /// The job's HOME.
-    pub home: PathBuf,
 }
 
 /// Between fork and exec: drops root for `who`, groups first (setgroups, setgid) and uid last,

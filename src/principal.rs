@@ -21,11 +21,24 @@
 
 use std::cell::Cell;
 use std::io;
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use nix::unistd::{Gid, Uid};
 
-use crate::child::RunAs;
+/// A user the job runs as, looked up before the fork (see [`crate::runas`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunAs {
+    /// The login name: the job's USER and LOGNAME.
+    pub name: String,
+    pub uid: Uid,
+    /// The primary group: the user's own, or the job file's `group`.
+    pub gid: Gid,
+    /// Supplementary groups, as initgroups(3) would set them (the user's, plus `gid`).
+    pub groups: Vec<Gid>,
+    /// The job's HOME.
+    pub home: PathBuf,
+}
 
 /// The user a root oomguard acts for, set once before any file of the job's is touched.
 static ACTING_FOR: OnceLock<Option<Acting>> = OnceLock::new();

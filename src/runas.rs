@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use nix::unistd::{Gid, Group, Uid, User};
 
-use crate::child::RunAs;
 use crate::jobfile::JobPart;
+use crate::principal::RunAs;
 
 /// The job file's context of the job, checked. Default: none (no job file).
 #[derive(Debug, Clone, Default, PartialEq)]

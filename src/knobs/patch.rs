@@ -201,9 +201,9 @@ impl ActingUser {
         })
     }
 
-    fn run_as(&self) -> crate::child::RunAs {
+    fn run_as(&self) -> crate::principal::RunAs {
         use nix::unistd::{Gid, Uid};
-        crate::child::RunAs {
+        crate::principal::RunAs {
             name: self.name.clone(),
             uid: Uid::from_raw(self.uid),
             gid: Gid::from_raw(self.gid),
