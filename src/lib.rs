@@ -43,7 +43,6 @@ pub mod cgroup_chain;
 pub mod child;
 pub mod classify;
 pub mod cli;
-pub mod config;
 pub mod doctor;
 pub mod dry_run;
 pub mod fit;
@@ -70,6 +69,7 @@ pub mod resume;
 pub mod runas;
 pub mod sampler;
 pub mod scan;
+pub mod settings;
 pub mod signals;
 pub mod slurm;
 pub mod status;
@@ -89,8 +89,7 @@ use nix::sys::signal::Signal;
 
 use crate::child::{Launch, SpawnError};
 use crate::classify::{AttemptFacts, Cause};
-use crate::cli::{ClassifyArgs, Cli, Command, UsageError};
-use crate::config::{CgroupPlan, RunSettings};
+use crate::cli::{ClassifyArgs, Cli, Command};
 use crate::knobs::patch::Patcher;
 use crate::knobs::{KnobSet, Value};
 use crate::policy::{Decision, Outcome};
@@ -98,6 +97,8 @@ use crate::report::{
     AttemptRecord, FinalSizes, KnobValues, Reporter, RunDir, RunDirError, SamplesCsv, Summary,
 };
 use crate::sampler::{Sample, Sampler};
+use crate::settings::from_args::UsageError;
+use crate::settings::{CgroupPlan, RunSettings};
 use crate::supervise::{AttemptEnd, GpuWait, KernelPaths, Notice, Observer, Setup, Supervisor};
 
 /// Exit status when out-of-memory deaths outlasted every remedy (EX_TEMPFAIL in sysexits.h:
@@ -1141,7 +1142,7 @@ fn observed<'a>(settings: &RunSettings, cause: Cause, end: &'a AttemptEnd) -> fi
     // unit's: the kernel's counter there moved), also with `--no-cgroup`.
     let chain = end.kernel.cgroup_chain_kill.as_ref();
     let own_limit_bytes = match settings.cgroup {
-        config::CgroupPlan::Required(limits) => limits.memory_max_bytes,
+        settings::CgroupPlan::Required(limits) => limits.memory_max_bytes,
         _ => None,
     };
     let chain_limit_bytes = chain.and_then(|kill| kill.limit.as_ref().map(|(_, bytes)| *bytes));
