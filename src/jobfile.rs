@@ -925,7 +925,7 @@ impl Ctx<'_> {
         match key {
             "name" => {
                 let name = self.job_string(item, line, "name", "\"nightly\"")?;
-                if crate::jobs::check_name(&name).is_err() {
+                if crate::jobs::name::check_name(&name).is_err() {
                     return Err(self.invalid(
                         line,
                         None,

@@ -54,6 +54,7 @@ pub mod jobfile;
 pub mod jobs;
 pub mod kernel;
 pub mod knobs;
+pub mod liveness;
 pub mod mem;
 pub mod metrics;
 pub mod notify;
@@ -453,8 +454,8 @@ fn run_in(
 
 /// The run's job: loads what its earlier runs learned (saying where attempt 1 starts) and
 /// names it in summary.json.
-fn open_job(settings: &RunSettings, summary: &mut Summary, report: &Reporter) -> jobs::JobRun {
-    let job = jobs::JobRun::open(&settings.job, &settings.knobs, report);
+fn open_job(settings: &RunSettings, summary: &mut Summary, report: &Reporter) -> jobs::run::JobRun {
+    let job = jobs::run::JobRun::open(&settings.job, &settings.knobs, report);
     summary.job = Some(job.name().to_string());
     summary.started_from = job.start().map(|start| start.knob_values(&settings.knobs));
     job
@@ -640,7 +641,7 @@ impl Ladder {
     /// The ladder at the start of a run: the values of what worked in the job's last run (or
     /// of the attempt its killed oomguard was in), else the command's own. `original` stays the
     /// command's, so the effective batch kept on the way down is the command's.
-    fn new(settings: &RunSettings, job: &jobs::JobRun) -> Ladder {
+    fn new(settings: &RunSettings, job: &jobs::run::JobRun) -> Ladder {
         let knobs = &settings.knobs;
         let original = knobs.originals();
         Ladder {
@@ -725,7 +726,7 @@ async fn attempt_loop(
     summary: &mut Summary,
     observer: &mut RunObserver,
     mut files: Option<&mut Patcher>,
-    job: &mut jobs::JobRun,
+    job: &mut jobs::run::JobRun,
 ) -> Result<i32, Error> {
     let report = observer.report;
     let knobs = &settings.knobs;
@@ -874,7 +875,7 @@ struct Told<'a> {
 /// manager hears it.
 fn tell_relaunch(
     settings: &RunSettings,
-    job: &mut jobs::JobRun,
+    job: &mut jobs::run::JobRun,
     hooks: &mut hooks::Pending,
     observer: &mut RunObserver,
     told: &Told,
@@ -1113,7 +1114,7 @@ async fn resume_first(
 /// What the job's earlier runs tell the fit: each remembered attempt's knob values (by this
 /// run's knob names; a knob it did not have is unset) and what its peaks say. Their output is
 /// gone, so only peaks count: a success's measured peak, a kill's cgroup peak.
-fn earlier_runs(job: &jobs::JobRun, knobs: &KnobSet) -> Vec<(Vec<Value>, fit::Evidence)> {
+fn earlier_runs(job: &jobs::run::JobRun, knobs: &KnobSet) -> Vec<(Vec<Value>, fit::Evidence)> {
     job.memory()
         .attempts()
         .iter()

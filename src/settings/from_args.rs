@@ -172,7 +172,7 @@ impl RunArgs {
             },
             self.config.as_deref().zip(job_file.as_ref()),
         )?;
-        let mut job = crate::jobs::JobSettings::new(
+        let mut job = crate::jobs::name::JobSettings::new(
             self.name,
             self.state_dir,
             self.fresh,

@@ -49,7 +49,7 @@ pub struct RunSettings {
     pub pty: bool,
     /// The job this run belongs to, and where its memory is kept (`--name`, `--state-dir`,
     /// `--fresh`).
-    pub job: crate::jobs::JobSettings,
+    pub job: crate::jobs::name::JobSettings,
     /// `--resume-arg` / `--checkpoint`: hand a relaunch the newest complete checkpoint.
     pub resume: Option<crate::resume::Resume>,
     /// `--on-exit`, `--on-relaunch` and their `--hook-timeout`.
