@@ -304,7 +304,7 @@ pub fn parse_from(args: Vec<OsString>) -> Result<Cli, ParseError> {
     let Some(("run", run_matches)) = matches.subcommand() else {
         unreachable!("config was read from the run subcommand's matches");
     };
-    let file_options: Vec<&jobfile::RunOption> = file
+    let file_options: Vec<&jobfile::job::RunOption> = file
         .job
         .run
         .iter()

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use nix::unistd::{Gid, Group, Uid, User};
 
 use crate::child::RunAs;
-use crate::jobfile::JobPart;
+use crate::jobfile::job::JobPart;
 
 /// The job file's context of the job, checked. Default: none (no job file).
 #[derive(Debug, Clone, Default, PartialEq)]
