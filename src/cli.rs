@@ -263,26 +263,8 @@ pub enum ParseError {
     #[error("{0}")]
     JobFile(#[from] jobfile::JobFileError),
     /// The command line and the `[run]` table parse alone but not together.
-    #[error("{}: with the [run] table of this file: {}; give such options together, in [run] or on the command line (see `oomguard run --help`)", file.display(), clap_message(error))]
+    #[error("{}: with the [run] table of this file: {}; give such options together, in [run] or on the command line (see `oomguard run --help`)", file.display(), jobfile::job::clap_message(error))]
     Merged { file: PathBuf, error: clap::Error },
-}
-
-/// clap's message on one line: its first paragraph (a list such as the missing arguments
-/// joined on), without `error: ` and the help footer.
-pub fn clap_message(error: &clap::Error) -> String {
-    let rendered = error.render().to_string();
-    let paragraph: Vec<&str> = rendered
-        .lines()
-        .map(str::trim)
-        .take_while(|line| !line.is_empty())
-        .collect();
-    let joined = paragraph.join(" ");
-    let text = joined.strip_prefix("error: ").unwrap_or(&joined);
-    if text.is_empty() {
-        "invalid arguments".to_string()
-    } else {
-        text.to_string()
-    }
 }
 
 /// Parses oomguard's argv. For `run --config FILE`, the file's `[run]` options (and `name`)
@@ -300,7 +282,7 @@ pub fn parse_from(args: Vec<OsString>) -> Result<Cli, ParseError> {
     let Some(path) = config else {
         return Ok(Cli::from_arg_matches(&matches)?);
     };
-    let file = jobfile::load(&path)?;
+    let file = jobfile::load(&path, &run_command())?;
     let Some(("run", run_matches)) = matches.subcommand() else {
         unreachable!("config was read from the run subcommand's matches");
     };

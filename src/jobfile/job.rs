@@ -1,7 +1,9 @@
 //! The job part of a job file ([`JobPart`]): its `name`, `command`, `workdir`, `[env]`,
 //! `user`/`group`, and the `[run]` table, whose keys and values are checked against the clap
-//! definition of `oomguard run` itself, key by key so that a bad value names its line. It does
-//! not look at users, directories or the command line: that is `runas`'s and `cli`'s.
+//! definition of `oomguard run` itself (handed in by the caller, `cli::run_command()`, so that
+//! this module does not import `cli`, which imports it), key by key so that a bad value names
+//! its line. It does not look at users, directories or the command line: that is `runas`'s and
+//! `cli`'s.
 
 use std::path::PathBuf;
 
@@ -86,9 +88,8 @@ const NOT_IN_RUN: [(&str, &str); 3] = [
 
 /// The keys `[run]` accepts, from the clap definition of `oomguard run`: each long option with
 /// `_` for `-`, and its argument (whose action says how a TOML value becomes flag text).
-pub fn run_keys() -> Vec<(String, clap::Arg)> {
-    crate::cli::run_command()
-        .get_arguments()
+pub fn run_keys(run: &clap::Command) -> Vec<(String, clap::Arg)> {
+    run.get_arguments()
         .filter(|arg| !NOT_IN_RUN.iter().any(|(id, _)| arg.get_id() == *id))
         .filter_map(|arg| Some((arg.get_long()?.replace('-', "_"), arg.clone())))
         .collect()
@@ -96,12 +97,33 @@ pub fn run_keys() -> Vec<(String, clap::Arg)> {
 
 /// Parses `run <tokens>` as `oomguard run` would; relations between options (one that
 /// requires another, given on the command line perhaps) are left to the caller's full parse.
-fn parse_run_tokens<'t>(tokens: impl IntoIterator<Item = &'t String>) -> Result<(), clap::Error> {
+fn parse_run_tokens<'t>(
+    run: &clap::Command,
+    tokens: impl IntoIterator<Item = &'t String>,
+) -> Result<(), clap::Error> {
     let argv = std::iter::once("run").chain(tokens.into_iter().map(String::as_str));
-    match crate::cli::run_command().try_get_matches_from(argv) {
+    match run.clone().try_get_matches_from(argv) {
         Err(err) if err.kind() == clap::error::ErrorKind::MissingRequiredArgument => Ok(()),
         Err(err) => Err(err),
         Ok(_) => Ok(()),
+    }
+}
+
+/// clap's message on one line: its first paragraph (a list such as the missing arguments
+/// joined on), without `error: ` and the help footer.
+pub fn clap_message(error: &clap::Error) -> String {
+    let rendered = error.render().to_string();
+    let paragraph: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|line| !line.is_empty())
+        .collect();
+    let joined = paragraph.join(" ");
+    let text = joined.strip_prefix("error: ").unwrap_or(&joined);
+    if text.is_empty() {
+        "invalid arguments".to_string()
+    } else {
+        text.to_string()
     }
 }
 
@@ -277,7 +299,7 @@ impl Ctx<'_> {
                 "write a [run] table with one option per line, e.g. max_attempts = 10",
             ));
         };
-        let known = run_keys();
+        let known = run_keys(self.run);
         let mut options = Vec::new();
         for (key, value) in table.iter() {
             let line = self.key_line_like(table, key);
@@ -285,14 +307,14 @@ impl Ctx<'_> {
                 return Err(self.unknown_run_key(key, line, &known));
             };
             let tokens = self.run_tokens(key, arg, value, line)?;
-            if let Err(err) = parse_run_tokens(&tokens) {
+            if let Err(err) = parse_run_tokens(self.run, &tokens) {
                 return Err(self.invalid(
                     line,
                     None,
                     format!(
                         "[run] {key} = {}: {}",
                         self.shown(value),
-                        crate::cli::clap_message(&err)
+                        clap_message(&err)
                     ),
                     format!(
                         "write the value as for --{} (see `oomguard run --help`)",
@@ -421,12 +443,12 @@ impl Ctx<'_> {
         job: &JobPart,
     ) -> Result<(), JobFileError> {
         let tokens: Vec<&String> = job.run.iter().flat_map(|option| &option.tokens).collect();
-        match parse_run_tokens(tokens) {
+        match parse_run_tokens(self.run, tokens) {
             Ok(()) => Ok(()),
             Err(err) => Err(self.invalid(
                 self.key_line(root, "run"),
                 None,
-                format!("[run]: {}", crate::cli::clap_message(&err)),
+                format!("[run]: {}", clap_message(&err)),
                 "keep one of the two options",
             )),
         }
@@ -436,6 +458,7 @@ impl Ctx<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::run_command;
     use crate::jobfile::parse;
     use std::fs;
     use std::path::Path;
@@ -466,7 +489,7 @@ dry_run = true
 name = "batch"
 flag = "--batch_size"
 "#;
-        let file = parse("job.toml", text).unwrap();
+        let file = parse("job.toml", text, &run_command()).unwrap();
         assert_eq!(file.knobs.len(), 1);
         let job = &file.job;
         assert_eq!(
@@ -521,7 +544,12 @@ flag = "--batch_size"
             ]
         );
         // An inline [run] and [env] read the same.
-        let file = parse("job.toml", "env = { A = \"1\" }\nrun = { retries = 2 }\n").unwrap();
+        let file = parse(
+            "job.toml",
+            "env = { A = \"1\" }\nrun = { retries = 2 }\n",
+            &run_command(),
+        )
+        .unwrap();
         assert_eq!(file.job.env, [("A".into(), "1".into())]);
         assert_eq!(file.job.run[0].tokens, ["--retries=2"]);
     }
@@ -530,7 +558,10 @@ flag = "--batch_size"
     /// that belong elsewhere.
     #[test]
     fn run_keys_come_from_the_clap_definition() {
-        let keys: Vec<String> = run_keys().into_iter().map(|(key, _)| key).collect();
+        let keys: Vec<String> = run_keys(&run_command())
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect();
         for key in [
             "max_attempts",
             "memory_max",
@@ -545,7 +576,7 @@ flag = "--batch_size"
         for key in ["config", "name", "command", "help", "max-attempts"] {
             assert!(!keys.contains(&key.to_string()), "{key} in {keys:?}");
         }
-        let longs = crate::cli::run_command()
+        let longs = run_command()
             .get_arguments()
             .filter(|arg| arg.get_long().is_some())
             .count();
@@ -590,7 +621,7 @@ flag = "--batch_size"
             ("[run]\nmemory_max = \"1G\"\nno_cgroup = true\n", 1, "[run]: the argument '--memory-max <SIZE>' cannot be used with '--no-cgroup'"),
         ];
         for (text, line, wanted) in rows {
-            let err = match parse("job.toml", text) {
+            let err = match parse("job.toml", text, &run_command()) {
                 Ok(file) => panic!("{text:?} was accepted: {file:?}"),
                 Err(err) => err,
             };
@@ -619,7 +650,8 @@ flag = "--batch_size"
             .take_while(|line| line.is_empty() || line.starts_with("    "))
             .map(|line| format!("{}\n", line.strip_prefix("    ").unwrap_or(line)))
             .collect();
-        let file = parse("nightly.toml", &example).unwrap_or_else(|err| panic!("{err}"));
+        let file =
+            parse("nightly.toml", &example, &run_command()).unwrap_or_else(|err| panic!("{err}"));
         assert_eq!(
             file.job.user.as_ref().map(|u| u.value.as_str()),
             Some("alice")
@@ -643,7 +675,9 @@ flag = "--batch_size"
             "name = \"nightly\"{}\n[run]\nmax_attempts = 0\n",
             "\n".repeat(13)
         );
-        let message = parse("nightly.toml", &text).unwrap_err().to_string();
+        let message = parse("nightly.toml", &text, &run_command())
+            .unwrap_err()
+            .to_string();
         assert!(
             readme.contains(&format!("    {message}\n")),
             "README.md should show: {message}"

@@ -589,6 +589,7 @@ fn meant_key(word: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::run_command;
     use crate::jobfile::{load, parse};
     use std::fs;
     use std::path::Path;
@@ -632,7 +633,7 @@ key = "training.pin_memory"
 set = false
 on = ["oom_killed", "host_oom", "worker_killed"]
 "#;
-        let file = parse("job.toml", text).expect("the issue's example is valid");
+        let file = parse("job.toml", text, &run_command()).expect("the issue's example is valid");
         let yaml = |key: &str| PlaceSpec::File {
             path: PathBuf::from("configs/default.yaml"),
             key: key.to_string(),
@@ -715,7 +716,8 @@ on = ["oom_killed", "host_oom", "worker_killed"]
         ];
         for (keys, place, moves) in rows {
             let text = format!("[[knob]]\nname = \"k\"\n{keys}\n");
-            let file = parse("f.toml", &text).unwrap_or_else(|err| panic!("{keys:?}: {err}"));
+            let file = parse("f.toml", &text, &run_command())
+                .unwrap_or_else(|err| panic!("{keys:?}: {err}"));
             assert_eq!(file.knobs.len(), 1, "{keys:?}");
             assert_eq!(&file.knobs[0].place, place, "{keys:?}");
             assert_eq!(&file.knobs[0].moves, moves, "{keys:?}");
@@ -730,7 +732,7 @@ name = "k"
 flag = "--k"
 on = ["device_oom", "host_oom", "worker_killed", "oom_killed", "killed", "memory_limit", "killed"]
 "#;
-        let file = parse("f.toml", text).unwrap();
+        let file = parse("f.toml", text, &run_command()).unwrap();
         assert_eq!(
             file.knobs[0].on.as_deref(),
             Some(
@@ -758,7 +760,7 @@ name = "batch"
 flag = "--batch"
 keep_product_with = "accum"
 "#;
-        let file = parse("f.toml", text).unwrap();
+        let file = parse("f.toml", text, &run_command()).unwrap();
         let names: Vec<&str> = file.knobs.iter().map(|k| k.name.as_str()).collect();
         assert_eq!(names, ["accum", "batch"]);
         assert_eq!(file.knobs[1].keep_product_with.as_deref(), Some("accum"));
@@ -769,7 +771,9 @@ keep_product_with = "accum"
         let readme = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
             .expect("README.md is readable");
         let text = "[[knob]]\nname = \"batch\"\nflag = \"--batch_size\"\nstpe = -1\n";
-        let message = parse("job.toml", text).unwrap_err().to_string();
+        let message = parse("job.toml", text, &run_command())
+            .unwrap_err()
+            .to_string();
         assert!(
             readme.contains(&format!("    {message}\n")),
             "README.md should show: {message}"
@@ -807,7 +811,7 @@ keep_product_with = "accum"
     fn examples_say_what_each_knob_does() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
         let knob = |file: &str, name: &str| -> KnobSpec {
-            load(&dir.join(file))
+            load(&dir.join(file), &run_command())
                 .unwrap_or_else(|err| panic!("{err}"))
                 .knobs
                 .into_iter()

@@ -82,8 +82,9 @@ fn invalid_line(file: &str, line: usize, knob: Option<&str>, problem: &str, fix:
 
 /// Reads and validates the `--config` file at `path`; a read error is one line with the path
 /// and the OS's reason. The file is opened once ([`crate::pathwalk`]): the bytes parsed are
-/// those of the file whose path is later checked for who could have written it.
-pub fn load(path: &Path) -> Result<JobFile, JobFileError> {
+/// those of the file whose path is later checked for who could have written it. `run` is the
+/// clap definition of `oomguard run` (`cli::run_command()`), which `[run]` is checked against.
+pub fn load(path: &Path, run: &clap::Command) -> Result<JobFile, JobFileError> {
     let read_error = |source| JobFileError::Read {
         path: path.to_path_buf(),
         source,
@@ -95,16 +96,18 @@ pub fn load(path: &Path) -> Result<JobFile, JobFileError> {
             "it is not UTF-8 text",
         ))
     })?;
-    let mut file = parse(&path.display().to_string(), &text)?;
+    let mut file = parse(&path.display().to_string(), &text, run)?;
     file.job.opened = Some(opened);
     Ok(file)
 }
 
-/// Parses and validates a `--config` file's `text`; `file_label` names it in messages.
-pub fn parse(file_label: &str, text: &str) -> Result<JobFile, JobFileError> {
+/// Parses and validates a `--config` file's `text`; `file_label` names it in messages, `run` is
+/// the clap definition of `oomguard run` (`cli::run_command()`).
+pub fn parse(file_label: &str, text: &str, run: &clap::Command) -> Result<JobFile, JobFileError> {
     let ctx = Ctx {
         file: file_label,
         text,
+        run,
     };
     let doc = Document::parse(text).map_err(|err| ctx.syntax(&err))?;
     let root = doc.as_table();
@@ -140,7 +143,7 @@ pub fn parse(file_label: &str, text: &str) -> Result<JobFile, JobFileError> {
                 let hint = match closest(other, &candidates) {
                     Some("knob") => "did you mean [[knob]]? ".to_string(),
                     Some(near) => format!("did you mean {near:?}? "),
-                    None if run_keys().iter().any(|(key, _)| key == other) => {
+                    None if run_keys(ctx.run).iter().any(|(key, _)| key == other) => {
                         format!("{other} is an option of oomguard run: put it in the [run] table; ")
                     }
                     None => String::new(),
@@ -168,6 +171,8 @@ pub fn parse(file_label: &str, text: &str) -> Result<JobFile, JobFileError> {
 struct Ctx<'a> {
     file: &'a str,
     text: &'a str,
+    /// The clap definition of `oomguard run`, which `[run]` is checked against.
+    run: &'a clap::Command,
 }
 
 impl Ctx<'_> {
@@ -322,12 +327,17 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::run_command;
     use std::fs;
 
     #[test]
     fn a_file_without_knobs_is_fine() {
         for text in ["", "# nothing yet\n", "\n\n"] {
-            assert_eq!(parse("f.toml", text).unwrap().knobs, vec![], "{text:?}");
+            assert_eq!(
+                parse("f.toml", text, &run_command()).unwrap().knobs,
+                vec![],
+                "{text:?}"
+            );
         }
     }
 
@@ -403,9 +413,9 @@ mod tests {
             ("[[knob]]\nname = \"a\"\nflag = \"--a\"\non = []\n", 4, "on = [] answers no cause"),
         ];
         // The valid knob alone parses, so each row's error is its own mistake.
-        parse("job.toml", OK).expect("the base knob is valid");
+        parse("job.toml", OK, &run_command()).expect("the base knob is valid");
         for (text, line, wanted) in rows {
-            let err = match parse("job.toml", text) {
+            let err = match parse("job.toml", text, &run_command()) {
                 Ok(file) => panic!("{text:?} was accepted: {file:?}"),
                 Err(err) => err,
             };
@@ -432,7 +442,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("job.toml");
         fs::write(&path, "[[knob]]\nname = \"b\"\nflag = \"--b\"\nmin = -2\n").unwrap();
-        let message = load(&path).unwrap_err().to_string();
+        let message = load(&path, &run_command()).unwrap_err().to_string();
         assert_eq!(
             message,
             format!(
@@ -442,7 +452,7 @@ mod tests {
         );
 
         let missing = dir.path().join("nope.toml");
-        let message = load(&missing).unwrap_err().to_string();
+        let message = load(&missing, &run_command()).unwrap_err().to_string();
         assert!(!message.contains('\n'), "{message}");
         assert!(
             message.starts_with(&format!("{}: cannot read", missing.display())),
@@ -474,7 +484,7 @@ mod tests {
         let listed: Vec<&str> = expected.iter().map(|(name, _)| *name).collect();
         assert_eq!(found, listed, "every examples/*.toml has a row here");
         for (name, knobs) in expected {
-            let file = load(&dir.join(name)).unwrap_or_else(|err| panic!("{err}"));
+            let file = load(&dir.join(name), &run_command()).unwrap_or_else(|err| panic!("{err}"));
             let names: Vec<&str> = file.knobs.iter().map(|k| k.name.as_str()).collect();
             assert_eq!(&names, knobs, "{name}");
         }

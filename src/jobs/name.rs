@@ -15,7 +15,8 @@ use crate::report;
 /// The longest `--name`.
 pub const NAME_MAX_LEN: usize = 100;
 
-/// What a run knows of its job before it starts: built from the command line by `cli`.
+/// What a run knows of its job before it starts: built from the command line by
+/// `settings::from_args`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobSettings {
     /// `--name`, or derived from the command and the working directory.

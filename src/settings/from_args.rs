@@ -131,7 +131,11 @@ impl RunArgs {
         };
         let job_file = match self.job_file.take() {
             Some(file) => Some(file),
-            None => self.config.as_deref().map(jobfile::load).transpose()?,
+            None => self
+                .config
+                .as_deref()
+                .map(|path| jobfile::load(path, &crate::cli::run_command()))
+                .transpose()?,
         };
         let started_in = std::env::current_dir().map_err(UsageError::Cwd)?;
         // The job file's workdir, env and user; its workdir is where the job runs and relative
