@@ -616,7 +616,8 @@ fn bare_bound(jobs: &[Job], full: bool) {
 /// as the job's file keeps them, the second run started from them by the real
 /// `jobs::start_from` (the code path `oomguard run` takes), then run under `fit`.
 fn second_run(jobs: &[Job]) {
-    use oomguard::jobs::{start_from, LastSuccess};
+    use oomguard::jobs::memory::LastSuccess;
+    use oomguard::jobs::start::start_from;
     use oomguard::knobs::{Knob, KnobSet, Place};
     use oomguard::record::summary::KnobValues;
     println!();

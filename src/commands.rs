@@ -7,9 +7,10 @@
 use std::io::Read;
 use std::path::Path;
 
-use crate::cli::{self, ClassifyArgs, UsageError};
+use crate::cli::{self, ClassifyArgs};
 use crate::console::Reporter;
 use crate::record;
+use crate::settings::from_args::UsageError;
 use crate::{classify, install, report, status, Error};
 
 /// `oomguard report RUN_DIR`: the table (or `--json`) on stdout, and `--html FILE` written.

@@ -178,7 +178,7 @@ fn micros(d: Duration) -> String {
 /// Whom a job file's hooks and file edits run as, or why it would be refused (see
 /// [`crate::principal`] and README's "Security model").
 pub fn acting_finding(path: &Path) -> String {
-    let file = match crate::jobfile::load(path) {
+    let file = match crate::jobfile::load(path, &crate::cli::run_command()) {
         Ok(file) => file,
         Err(e) => return format!("refused: {e}"),
     };

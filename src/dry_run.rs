@@ -6,10 +6,10 @@
 use std::ffi::OsString;
 use std::fmt::Write;
 
-use crate::config::RunSettings;
 use crate::knobs::{patch_copy_name, KnobSet, Value};
 use crate::outcome::Cause;
 use crate::policy::{self, Decision};
+use crate::settings::RunSettings;
 
 /// The whole plan as text, one attempt after another.
 pub fn plan(settings: &RunSettings, cause: Cause) -> String {

@@ -304,7 +304,7 @@ fn hook_group(said: Option<u32>, wrapper: u32) -> Option<Pid> {
     let pid = said.filter(|&pid| pid > 1)?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // After the name: state, ppid, pgrp.
-    let fields = crate::status::stat_fields(&stat);
+    let fields = crate::liveness::stat_fields(&stat);
     let ppid: u32 = fields.get(1)?.parse().ok()?;
     let pgrp: u32 = fields.get(2)?.parse().ok()?;
     (ppid == wrapper && pgrp == pid).then(|| Pid::from_raw(pid as i32))

@@ -44,7 +44,6 @@ pub mod child;
 pub mod classify;
 pub mod cli;
 pub mod commands;
-pub mod config;
 pub mod console;
 pub mod doctor;
 pub mod dry_run;
@@ -57,6 +56,7 @@ pub mod jobfile;
 pub mod jobs;
 pub mod kernel;
 pub mod knobs;
+pub mod liveness;
 pub mod logging;
 pub mod mem;
 pub mod metrics;
@@ -74,6 +74,7 @@ pub mod run;
 pub mod runas;
 pub mod sampler;
 pub mod scan;
+pub mod settings;
 pub mod signals;
 pub mod slurm;
 pub mod status;
@@ -84,9 +85,10 @@ pub mod units;
 pub mod watch;
 
 use crate::child::SpawnError;
-use crate::cli::{Cli, Command, UsageError};
+use crate::cli::{Cli, Command};
 use crate::console::Reporter;
 use crate::record::run_dir::RunDirError;
+use crate::settings::from_args::UsageError;
 
 /// Exit status when out-of-memory deaths outlasted every remedy (EX_TEMPFAIL in sysexits.h:
 /// more memory, or a lower --min-batch, would let a retry succeed).

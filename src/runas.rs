@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use nix::unistd::{Gid, Group, Uid, User};
 
-use crate::jobfile::JobPart;
+use crate::jobfile::job::JobPart;
 use crate::principal::RunAs;
 
 /// The job file's context of the job, checked. Default: none (no job file).

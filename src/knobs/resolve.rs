@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use super::argv::{self, RewriteError};
 use super::file::{self, EditError, Format};
 use super::{default_causes, env, ConfigFile, Knob, KnobSet, Moves, Place, Rule, Step, Value};
-use crate::jobfile::{self, JobFile, KnobSpec, PlaceSpec};
+use crate::jobfile::ladder::{self, KnobSpec, PlaceSpec};
+use crate::jobfile::JobFile;
 use crate::outcome::Cause;
 
 /// What the command line asks for.
@@ -426,11 +427,11 @@ fn config_knob(
         Moves::Partner
     } else {
         match &spec.moves {
-            jobfile::Moves::Step { step, min } => Moves::Step {
+            ladder::Moves::Step { step, min } => Moves::Step {
                 step: *step,
                 min: *min,
             },
-            jobfile::Moves::Set(value) => Moves::Set(value.clone()),
+            ladder::Moves::Set(value) => Moves::Set(value.clone()),
         }
     };
     let integer = !matches!(moves, Moves::Set(_));
@@ -530,7 +531,7 @@ fn argv_knob(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::jobfile::{Moves as SpecMoves, Step as SpecStep};
+    use crate::jobfile::ladder::{Moves as SpecMoves, Step as SpecStep};
 
     fn argv(s: &str) -> Vec<OsString> {
         s.split_whitespace().map(OsString::from).collect()

@@ -13,9 +13,8 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::classify::Verdict;
-use crate::config::RunSettings;
 use crate::console::{self, Reporter};
-use crate::jobs::JobRun;
+use crate::jobs::run::JobRun;
 use crate::knobs::Value;
 use crate::outcome::{Cause, Outcome};
 use crate::policy;
@@ -23,6 +22,7 @@ use crate::record::run_dir::RunDir;
 use crate::record::samples::SamplesCsv;
 use crate::record::summary::{AttemptRecord, KnobValues, Summary};
 use crate::sampler::Sample;
+use crate::settings::RunSettings;
 use crate::supervise::{AttemptEnd, Notice, Observer};
 use crate::{hooks, metrics, notify, principal, units};
 use crate::{record, report};

@@ -7,13 +7,13 @@
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use crate::config::RunSettings;
 use crate::fit;
-use crate::jobs::JobRun;
+use crate::jobs::run::JobRun;
 use crate::knobs::{self, KnobSet, Value};
 use crate::outcome::Cause;
 use crate::policy::{self, Decision};
 use crate::sampler::Sample;
+use crate::settings::RunSettings;
 use crate::supervise::AttemptEnd;
 
 /// An attempt's GPU and host memory series, each followed by a [`fit::Ramp`] (a few numbers,

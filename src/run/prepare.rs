@@ -6,13 +6,13 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use crate::cli::UsageError;
-use crate::config::{CgroupPlan, RunSettings};
 use crate::console::Reporter;
-use crate::jobs::JobRun;
+use crate::jobs::run::JobRun;
 use crate::knobs::patch::Patcher;
 use crate::record::run_dir::{self, RunDir};
 use crate::record::summary::{RunLimits, Summary};
+use crate::settings::from_args::UsageError;
+use crate::settings::{CgroupPlan, RunSettings};
 use crate::{cgroup, knobs, metrics, principal, runas, Error};
 
 /// Files an oomguard killed together with its guard left patched come back, and the user hears

@@ -1,5 +1,6 @@
-//! Validated settings of one run, built from the command line by `cli`. Everything here has been
-//! checked: the command is non-empty, its knobs parse, the limits are consistent.
+//! Validated settings of one run, built from the command line's flags by [`from_args`] (clap's
+//! definitions are `cli`'s). Everything here has been checked: the command is non-empty, its
+//! knobs parse, the limits are consistent. This module holds the result only; it parses nothing.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -10,6 +11,8 @@ use crate::knobs::KnobSet;
 use crate::outcome::Cause;
 use crate::policy::Limits;
 use crate::watch::Bounds;
+
+pub mod from_args;
 
 /// What `oomguard run` was asked to do.
 #[derive(Debug, Clone)]
@@ -46,7 +49,7 @@ pub struct RunSettings {
     pub pty: bool,
     /// The job this run belongs to, and where its memory is kept (`--name`, `--state-dir`,
     /// `--fresh`).
-    pub job: crate::jobs::JobSettings,
+    pub job: crate::jobs::name::JobSettings,
     /// `--resume-arg` / `--checkpoint`: hand a relaunch the newest complete checkpoint.
     pub resume: Option<crate::resume::Resume>,
     /// `--on-exit`, `--on-relaunch` and their `--hook-timeout`.

@@ -1,0 +1,317 @@
+//! The job file's format: what one job's `NAME.json` holds ([`JobMemory`]: the knob values of
+//! the last success, every attempt seen, the latest run), its version, and reading its bytes
+//! ([`parse`]), a file that is not a job file told apart from one of a newer format
+//! ([`Unusable`]). It touches no file: reading, locking, writing and moving aside are
+//! [`super::store`]'s.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::knobs::Value;
+use crate::liveness::ProcessId;
+use crate::outcome::Cause;
+use crate::outcome::Outcome;
+use crate::record::summary::{AttemptRecord, KnobValues, PeakRecord};
+
+/// The format this build writes and reads. A file with a higher one is moved aside, never
+/// overwritten by a format that would drop what it holds.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// The most attempts one job's file keeps (the newest): enough points for any estimate, and a
+/// file that stays small however often the job runs.
+pub const ATTEMPTS_KEPT: usize = 256;
+
+/// One job's file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobMemory {
+    pub version: u64,
+    pub name: String,
+    /// The command of the last run, knob values blanked.
+    #[serde(default)]
+    pub command: Vec<String>,
+    /// The working directory of the last run.
+    #[serde(default)]
+    pub cwd: String,
+    /// The knob values of the last attempt that succeeded.
+    #[serde(default)]
+    pub last_success: Option<LastSuccess>,
+    /// Every attempt seen, oldest first (the newest [`ATTEMPTS_KEPT`]).
+    #[serde(default)]
+    attempts: Vec<PastAttempt>,
+    /// The job's latest run: under way, or how it ended (`oomguard status` reads it). A record
+    /// this build cannot read (from a newer one) is dropped, not the whole file.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_run"
+    )]
+    pub run: Option<CurrentRun>,
+}
+
+/// `run` as [`CurrentRun`] if it reads as one, else nothing: the rest of the file stays usable.
+fn lenient_run<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<CurrentRun>, D::Error> {
+    let raw = Option::<serde_json::Value>::deserialize(deserializer)?;
+    Ok(raw.and_then(|raw| serde_json::from_value(raw).ok()))
+}
+
+/// Where a job's latest run stands, as its oomguard last wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// An attempt is running.
+    Running,
+    /// Between attempts: the next one's values are decided, its backoff is being waited.
+    Waiting,
+    /// Ended, with this outcome.
+    Succeeded,
+    GaveUp,
+    Failed,
+    Interrupted,
+}
+
+impl RunState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Waiting => "waiting",
+            RunState::Succeeded => Outcome::Succeeded.as_str(),
+            RunState::GaveUp => Outcome::GaveUp.as_str(),
+            RunState::Failed => Outcome::Failed.as_str(),
+            RunState::Interrupted => Outcome::Interrupted.as_str(),
+        }
+    }
+
+    /// Running or waiting: its oomguard has not written an end.
+    pub fn under_way(self) -> bool {
+        matches!(self, RunState::Running | RunState::Waiting)
+    }
+}
+
+impl From<Outcome> for RunState {
+    fn from(outcome: Outcome) -> RunState {
+        match outcome {
+            Outcome::Succeeded => RunState::Succeeded,
+            Outcome::GaveUp => RunState::GaveUp,
+            Outcome::Failed => RunState::Failed,
+            Outcome::Interrupted => RunState::Interrupted,
+        }
+    }
+}
+
+/// A job's latest run: whose oomguard runs it, where it stands, and the attempt in progress
+/// (while running: the attempt running; while waiting: the one about to start; once ended:
+/// the last one). Rewritten on every change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CurrentRun {
+    /// The oomguard running it, named so that a reused PID is not taken for it.
+    #[serde(flatten)]
+    pub process: ProcessId,
+    pub run_dir: String,
+    /// RFC 3339 UTC.
+    pub started_at: String,
+    pub state: RunState,
+    pub attempt: u32,
+    pub knobs: KnobValues,
+    /// The run's command, knob values blanked ([`command_shape`]): a run continues this one
+    /// only with the same command (none: written by an older build, taken as the same).
+    ///
+    /// [`command_shape`]: super::name::command_shape
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// The cause of the last attempt that ended in this run, as [`Cause::as_str`] spells it.
+    #[serde(default)]
+    pub last_cause: Option<String>,
+    /// That attempt's memory peaks.
+    #[serde(default)]
+    pub peaks: Option<PeakRecord>,
+    /// RFC 3339 UTC, once ended.
+    #[serde(default)]
+    pub ended_at: Option<String>,
+}
+
+impl JobMemory {
+    /// Every attempt of earlier runs (and of this one, once recorded), oldest first: points
+    /// for an estimate of the job's memory at each size.
+    pub fn attempts(&self) -> &[PastAttempt] {
+        &self.attempts
+    }
+
+    pub fn last_success(&self) -> Option<&LastSuccess> {
+        self.last_success.as_ref()
+    }
+
+    /// Adds an attempt, dropping the oldest beyond [`ATTEMPTS_KEPT`].
+    pub fn push(&mut self, attempt: PastAttempt) {
+        self.attempts.push(attempt);
+        let extra = self.attempts.len().saturating_sub(ATTEMPTS_KEPT);
+        self.attempts.drain(..extra);
+    }
+}
+
+/// The attempt that last succeeded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LastSuccess {
+    /// When it started, RFC 3339 UTC.
+    pub at: String,
+    /// Its run directory.
+    pub run: String,
+    /// Every knob's value, by name, typed as in summary.json.
+    pub knobs: KnobValues,
+}
+
+/// One attempt as the job's file keeps it: the summary.json record's knobs, cause and peaks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PastAttempt {
+    /// When it started, RFC 3339 UTC.
+    pub at: String,
+    /// Its run directory.
+    pub run: String,
+    pub attempt: u32,
+    pub knobs: KnobValues,
+    /// As [`Cause::as_str`] spells it; kept as text so a cause this build does not know (from
+    /// a newer one) is skipped by readers, not a corrupt file.
+    pub cause: String,
+    #[serde(flatten)]
+    pub peaks: PeakRecord,
+}
+
+impl PastAttempt {
+    /// From the attempt's summary.json record.
+    pub fn from_record(record: &AttemptRecord, run_dir: &Path) -> PastAttempt {
+        PastAttempt {
+            at: record.started_at.clone(),
+            run: run_dir.to_string_lossy().into_owned(),
+            attempt: record.attempt,
+            knobs: record.knobs.clone(),
+            cause: record.cause.as_str().to_string(),
+            peaks: record.peaks,
+        }
+    }
+
+    pub fn cause(&self) -> Option<Cause> {
+        Cause::from_name(&self.cause)
+    }
+
+    /// The value the knob `name` had, typed as the knob model types it.
+    pub fn value(&self, name: &str) -> Option<Value> {
+        value_of(&self.knobs, name)
+    }
+}
+
+/// The value named `name` in `knobs`, typed as [`Value`] (the inverse of [`Value::to_json`]).
+pub fn value_of(knobs: &KnobValues, name: &str) -> Option<Value> {
+    let (_, json) = knobs.0.iter().find(|(n, _)| n == name)?;
+    Some(match json {
+        serde_json::Value::Null => Value::Unset,
+        serde_json::Value::Bool(b) => Value::Bool(*b),
+        serde_json::Value::Number(n) => match n.as_u64() {
+            Some(n) => Value::Int(n),
+            None => Value::Float(n.as_f64()?),
+        },
+        serde_json::Value::String(s) => Value::Str(s.clone()),
+        serde_json::Value::Array(_) | serde_json::Value::Object(_) => return None,
+    })
+}
+
+/// Why a job file cannot be used as it is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unusable {
+    /// Not JSON, or not a job file of this format.
+    Corrupt(String),
+    /// Written by a newer oomguard in a format this one does not read.
+    Newer(u64),
+}
+
+/// Reads a job file's text.
+pub fn parse(bytes: &[u8]) -> Result<JobMemory, Unusable> {
+    let raw: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| Unusable::Corrupt(e.to_string()))?;
+    match raw.get("version").and_then(serde_json::Value::as_u64) {
+        Some(v) if v > FORMAT_VERSION => return Err(Unusable::Newer(v)),
+        Some(v) if v >= 1 => {}
+        _ => return Err(Unusable::Corrupt("no format version".into())),
+    }
+    serde_json::from_value(raw).map_err(|e| Unusable::Corrupt(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_record_this_build_cannot_read_costs_only_the_record() {
+        let table = [
+            (r#""state": "running""#, true),
+            (r#""state": "paused_by_a_newer_build""#, false),
+        ];
+        for (state, readable) in table {
+            let text = format!(
+                r#"{{"version": 1, "name": "j", "attempts": [], "run": {{"pid": 5, "run_dir": "/r",
+                 "started_at": "t", {state}, "attempt": 2, "knobs": {{"batch": 4}}}}}}"#
+            );
+            let memory = parse(text.as_bytes()).expect("the file stays usable");
+            assert_eq!(memory.run.is_some(), readable, "{state}");
+            assert_eq!(memory.name, "j");
+        }
+        // And an old file, without a run, reads as before.
+        assert_eq!(parse(br#"{"version": 1, "name": "j"}"#).unwrap().run, None);
+    }
+
+    #[test]
+    fn values_come_back_typed() {
+        use serde_json::json;
+        let knobs = KnobValues(vec![
+            ("a".into(), json!(8)),
+            ("b".into(), json!(0.5)),
+            ("c".into(), json!(true)),
+            ("d".into(), json!("x")),
+            ("e".into(), json!(null)),
+            ("f".into(), json!(2.0)),
+        ]);
+        let table = [
+            ("a", Some(Value::Int(8))),
+            ("b", Some(Value::Float(0.5))),
+            ("c", Some(Value::Bool(true))),
+            ("d", Some(Value::Str("x".into()))),
+            ("e", Some(Value::Unset)),
+            ("f", Some(Value::Float(2.0))),
+            ("g", None),
+        ];
+        for (name, want) in table {
+            assert_eq!(value_of(&knobs, name), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn unusable_files_are_told_apart() {
+        let table: &[(&str, Option<Unusable>)] = &[
+            (r#"{"version": 1, "name": "j"}"#, None),
+            (r#"{"version": 2, "name": "j"}"#, Some(Unusable::Newer(2))),
+            ("", Some(Unusable::Corrupt(String::new()))),
+            (
+                "{\"version\": 1, \"na",
+                Some(Unusable::Corrupt(String::new())),
+            ),
+            (r#"{"name": "j"}"#, Some(Unusable::Corrupt(String::new()))),
+            (
+                r#"{"version": 0, "name": "j"}"#,
+                Some(Unusable::Corrupt(String::new())),
+            ),
+            (
+                r#"{"version": 1, "name": "j", "attempts": [{"at": 3}]}"#,
+                Some(Unusable::Corrupt(String::new())),
+            ),
+            ("[1, 2]", Some(Unusable::Corrupt(String::new()))),
+        ];
+        for (text, want) in table {
+            let got = parse(text.as_bytes()).err().map(|e| match e {
+                Unusable::Corrupt(_) => Unusable::Corrupt(String::new()),
+                newer => newer,
+            });
+            assert_eq!(&got, want, "{text}");
+        }
+    }
+}

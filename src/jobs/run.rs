@@ -1,0 +1,290 @@
+//! One run's hold on its job ([`JobRun`]): loads the job's memory at the start and says where the
+//! first attempt starts, then records each attempt and where the run stands (running, waiting,
+//! ended) in the job's file; a problem with the file is told once and the run goes on. The
+//! file's format, its lock and the start rule are [`super::memory`]'s, [`super::store`]'s and
+//! [`super::start`]'s.
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use super::memory::{CurrentRun, JobMemory, LastSuccess, PastAttempt, RunState};
+use super::name::JobSettings;
+use super::start::{continue_from, start_from, Start, StartFrom};
+use super::store::JobStore;
+use crate::console::Reporter;
+use crate::knobs::KnobSet;
+use crate::liveness::{Liveness, ProcessId};
+use crate::outcome::Cause;
+use crate::outcome::Outcome;
+use crate::record::summary::{AttemptRecord, KnobValues};
+
+/// One run's hold on its job: the memory loaded at the start, the first attempt's values,
+/// and the store each attempt is added to.
+#[derive(Debug)]
+pub struct JobRun {
+    settings: JobSettings,
+    store: Option<JobStore>,
+    memory: JobMemory,
+    start: Option<Start>,
+    /// A problem with the store has been told: later ones are only logged, so a read-only
+    /// state directory costs one line, not one per attempt.
+    warned: bool,
+    /// Attempts (and the success among them) not yet in the file because a write failed (a full
+    /// disk): written with the next attempt's.
+    pending: Vec<PastAttempt>,
+    pending_success: Option<LastSuccess>,
+    /// This run as the job's file shows it (`oomguard status`), once an attempt has started.
+    current: Option<CurrentRun>,
+}
+
+impl JobRun {
+    /// Loads the job and, unless `--fresh`, works out where the first attempt starts, saying
+    /// so in one line. Any problem with the file is a warning: the run goes on.
+    pub fn open(settings: &JobSettings, knobs: &KnobSet, report: &Reporter) -> JobRun {
+        let mut run = JobRun {
+            settings: settings.clone(),
+            store: None,
+            memory: JobMemory::default(),
+            start: None,
+            warned: false,
+            pending: Vec::new(),
+            pending_success: None,
+            current: None,
+        };
+        let Some(state_dir) = &settings.state_dir else {
+            report.warn(&format!(
+                "no state directory (neither XDG_STATE_HOME nor HOME is set): job {} is not remembered; give --state-dir DIR",
+                settings.name
+            ));
+            return run;
+        };
+        let store = JobStore::new(state_dir, &settings.name).as_user(settings.state_dir_is_users);
+        match store.load() {
+            Ok((memory, moved)) => {
+                if let Some(moved) = moved {
+                    run.warn(report, &moved.to_string());
+                }
+                run.memory = memory;
+            }
+            Err(e) => run.warn(
+                report,
+                &format!("{e}; this run starts from the command's values"),
+            ),
+        }
+        run.store = Some(store);
+        // The job's last run, if its oomguard died without writing an end.
+        let died = run.memory.run.clone().filter(|last| {
+            last.state.under_way()
+                && match crate::liveness::liveness(&last.process) {
+                    Liveness::Dead => true,
+                    Liveness::Alive => {
+                        report.warn(&format!(
+                            "job {} is also being run by oomguard {} (run directory {}): `oomguard status` shows only the latest run; give --name for a job of its own",
+                            settings.name, last.process.pid, last.run_dir
+                        ));
+                        false
+                    }
+                    Liveness::Unknown => false,
+                }
+        });
+        if settings.fresh {
+            return run;
+        }
+        let continued = died.as_ref().and_then(|last| {
+            let start = continue_from(last, knobs, &settings.command);
+            if start.is_none() {
+                report.say(&format!(
+                    "the job's last run (oomguard {}, {}) died during attempt {} with another command: not continuing it",
+                    last.process.pid, last.run_dir, last.attempt
+                ));
+            }
+            start
+        });
+        if let Some(start) = continued {
+            let StartFrom::Interrupted {
+                attempt,
+                pid,
+                run_dir,
+            } = &start.from
+            else {
+                unreachable!("continue_from continues an interrupted run");
+            };
+            let values = match start.describe(knobs) {
+                described if described.is_empty() => "the command's".to_string(),
+                described => described,
+            };
+            report.say(&format!(
+                "the job's last run (oomguard {pid}, {run_dir}) died during attempt {attempt}: continuing with that attempt's values: {values}; --fresh to start from the command's values"
+            ));
+            run.start = Some(start);
+            return run;
+        }
+        run.start = run
+            .memory
+            .last_success()
+            .and_then(|last| start_from(last, knobs));
+        if let Some(start) = &run.start {
+            let day = start.at.get(..10).unwrap_or(&start.at);
+            report.say(&format!(
+                "starting from what worked last time ({day}): {}; --fresh to start from the command's values",
+                start.describe(knobs)
+            ));
+            if let Some(note) = &start.effective_note {
+                report.warn(note);
+            }
+        }
+        run
+    }
+
+    pub fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    /// What earlier runs learned, as loaded at the start.
+    pub fn memory(&self) -> &JobMemory {
+        &self.memory
+    }
+
+    /// Where the first attempt starts, when not at the command's values.
+    pub fn start(&self) -> Option<&Start> {
+        self.start.as_ref()
+    }
+
+    /// Adds an attempt (its summary.json record) to the job's file; a success also becomes
+    /// what the next run starts from.
+    pub fn remember(&mut self, record: &AttemptRecord, run_dir: &Path, report: &Reporter) {
+        let past = PastAttempt::from_record(record, run_dir);
+        let success = (record.cause == Cause::Ok).then(|| LastSuccess {
+            at: past.at.clone(),
+            run: past.run.clone(),
+            knobs: past.knobs.clone(),
+        });
+        if let Some(current) = &mut self.current {
+            current.last_cause = Some(past.cause.clone());
+            current.peaks = Some(past.peaks);
+        }
+        let Some(store) = &self.store else {
+            return;
+        };
+        self.pending.push(past);
+        if success.is_some() {
+            self.pending_success = success;
+        }
+        let settings = &self.settings;
+        let (pending, pending_success) = (&self.pending, &self.pending_success);
+        let current = self.current.clone();
+        // A success is what the next run starts from: synced. A death is synced with the
+        // run's end.
+        let updated = store.update_with(record.cause == Cause::Ok, |memory| {
+            memory.command = settings.command.clone();
+            memory.cwd = settings.cwd.to_string_lossy().into_owned();
+            for past in pending {
+                memory.push(past.clone());
+            }
+            if pending_success.is_some() {
+                memory.last_success = pending_success.clone();
+            }
+            if current.is_some() {
+                memory.run = current;
+            }
+        });
+        match updated {
+            Ok(moved) => {
+                self.pending.clear();
+                self.pending_success = None;
+                crate::record::unsaved::saved("job state");
+                if let Some(moved) = moved {
+                    self.warn(report, &moved.to_string());
+                }
+            }
+            // No space (or quota): the attempts stay pending, tried again with the next one;
+            // the run's last warning says so if they never get written.
+            Err(e) if e.is_out_of_space() => crate::record::unsaved::unsaved("job state", &e),
+            Err(e) => self.warn(
+                report,
+                &format!("{e}; the job's next run will not start from this one"),
+            ),
+        }
+    }
+
+    /// Attempt `attempt` is about to start with `knobs`: the run is `running` it.
+    pub fn attempt_started(
+        &mut self,
+        attempt: u32,
+        knobs: KnobValues,
+        run_dir: &Path,
+        report: &Reporter,
+    ) {
+        self.set_run(RunState::Running, attempt, knobs, run_dir, report);
+    }
+
+    /// Attempt `attempt` will start with `knobs` after the backoff: the run is `waiting`.
+    pub fn waiting(&mut self, attempt: u32, knobs: KnobValues, run_dir: &Path, report: &Reporter) {
+        self.set_run(RunState::Waiting, attempt, knobs, run_dir, report);
+    }
+
+    /// The run ended with `outcome`.
+    pub fn ended(&mut self, outcome: Outcome, report: &Reporter) {
+        let Some(current) = &mut self.current else {
+            // No attempt started: the job's last run stays the one shown.
+            return;
+        };
+        current.state = outcome.into();
+        current.ended_at = Some(crate::record::summary::rfc3339(SystemTime::now()));
+        self.save_run(report);
+    }
+
+    fn set_run(
+        &mut self,
+        state: RunState,
+        attempt: u32,
+        knobs: KnobValues,
+        run_dir: &Path,
+        report: &Reporter,
+    ) {
+        let current = self.current.get_or_insert_with(|| CurrentRun {
+            process: ProcessId::current(),
+            run_dir: run_dir.to_string_lossy().into_owned(),
+            started_at: crate::record::summary::rfc3339(SystemTime::now()),
+            state,
+            attempt,
+            knobs: KnobValues::default(),
+            command: Some(self.settings.command.clone()),
+            last_cause: None,
+            peaks: None,
+            ended_at: None,
+        });
+        current.state = state;
+        current.attempt = attempt;
+        current.knobs = knobs;
+        self.save_run(report);
+    }
+
+    /// Writes this run into the job's file (a failure is told once, as for attempts).
+    fn save_run(&mut self, report: &Reporter) {
+        let (Some(store), Some(current)) = (&self.store, &self.current) else {
+            return;
+        };
+        let current = current.clone();
+        // Running and waiting are for `oomguard status` while the run lives; its end is synced.
+        let durable = current.ended_at.is_some();
+        match store.update_with(durable, |memory| memory.run = Some(current)) {
+            Ok(None) => {}
+            Ok(Some(moved)) => self.warn(report, &moved.to_string()),
+            // A full disk is told once, at the end, with everything else left unsaved.
+            Err(e) if e.is_out_of_space() => crate::record::unsaved::unsaved("job state", &e),
+            Err(e) => self.warn(
+                report,
+                &format!("{e}; `oomguard status` will not show this run as it is"),
+            ),
+        }
+    }
+
+    fn warn(&mut self, report: &Reporter, line: &str) {
+        if std::mem::replace(&mut self.warned, true) {
+            tracing::info!("{line}");
+        } else {
+            report.warn(line);
+        }
+    }
+}
