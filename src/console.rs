@@ -10,6 +10,7 @@
 use std::io::{self, Write};
 use std::time::{Duration, SystemTime};
 
+use crate::knobs::{ACCUM, BATCH};
 use crate::record::summary::AttemptRecord;
 use crate::sampler::Peaks;
 use crate::units::human_bytes;
@@ -175,11 +176,11 @@ pub fn table(attempts: &[AttemptRecord]) -> Vec<String> {
     // A column per knob that ever moved, beside the batch and accumulation columns.
     let mut moved: Vec<&str> = Vec::new();
     for name in attempts.iter().flat_map(|a| &a.changed) {
-        if name != "batch" && name != "accum" && !moved.contains(&name.as_str()) {
+        if name != BATCH && name != ACCUM && !moved.contains(&name.as_str()) {
             moved.push(name);
         }
     }
-    let mut header: Vec<String> = ["attempt", "batch", "accum"].map(String::from).to_vec();
+    let mut header: Vec<String> = ["attempt", BATCH, ACCUM].map(String::from).to_vec();
     header.extend(moved.iter().map(|n| n.to_string()));
     header.extend(["cause", "exit", "duration", "peak mem", "peak gpu"].map(String::from));
     // Text columns are left-aligned, numbers right-aligned.

@@ -7,7 +7,6 @@ use super::memory::{value_of, CurrentRun, LastSuccess};
 use crate::knobs::Moves;
 use crate::knobs::{KnobSet, Value};
 use crate::policy;
-use crate::record::summary::KnobValues;
 
 /// The first attempt's values, from what worked last time.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,18 +47,6 @@ impl Start {
             .map(|&i| format!("{} {}", knobs.knobs[i].name, self.values[i]))
             .collect::<Vec<_>>()
             .join(", ")
-    }
-
-    /// Every knob's starting value, by name, as summary.json's `started_from`.
-    pub fn knob_values(&self, knobs: &KnobSet) -> KnobValues {
-        KnobValues(
-            knobs
-                .knobs
-                .iter()
-                .zip(&self.values)
-                .map(|(k, v)| (k.name.clone(), v.to_json()))
-                .collect(),
-        )
     }
 }
 
@@ -291,7 +278,7 @@ mod tests {
         assert_eq!(start.describe(&knobs), "batch 4, accum 3");
         assert!(start.effective_note.as_deref().unwrap().contains("12"));
         assert_eq!(
-            serde_json::to_string(&start.knob_values(&knobs)).unwrap(),
+            serde_json::to_string(&knobs.at(&start.values).json()).unwrap(),
             r#"{"batch":4,"accum":3}"#
         );
         // Without a partner, only the batch moves.

@@ -214,7 +214,9 @@ pub(super) fn say_run_started(
 pub(super) fn open_job(settings: &RunSettings, summary: &mut Summary, report: &Reporter) -> JobRun {
     let job = JobRun::open(&settings.job, &settings.knobs, report);
     summary.job = Some(job.name().to_string());
-    summary.started_from = job.start().map(|start| start.knob_values(&settings.knobs));
+    summary.started_from = job
+        .start()
+        .map(|start| settings.knobs.at(&start.values).json());
     job
 }
 
