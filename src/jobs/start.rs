@@ -174,6 +174,7 @@ mod tests {
     use crate::jobs::name::command_shape;
     use crate::jobs::name::tests::{argv, knobs_of};
     use crate::liveness::ProcessId;
+    use crate::record::summary::KnobValues;
 
     fn last(knobs: &[(&str, serde_json::Value)]) -> LastSuccess {
         LastSuccess {
