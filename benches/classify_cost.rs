@@ -35,14 +35,14 @@ fn main() {
     tail.push_str("RuntimeError: CUDA out of memory. Tried to allocate 1.71 GiB\n");
 
     let first = Instant::now();
-    let verdict = oomguard::classify::classify_text("warm-up: nothing to see");
+    let verdict = oomguard::api::classify::classify_text("warm-up: nothing to see");
     let compile = first.elapsed();
     assert!(verdict.is_none());
 
     let baseline = time(rounds, || {
         tail.lines().filter(|l| l.contains("out of memory")).count()
     });
-    let classify = time(rounds, || oomguard::classify::classify_text(&tail));
+    let classify = time(rounds, || oomguard::api::classify::classify_text(&tail));
     println!(
         "classifying a 256 KiB tail ({} bytes, median of {rounds}):",
         tail.len()

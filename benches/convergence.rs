@@ -27,10 +27,10 @@
 
 use std::time::Duration;
 
-use oomguard::fit;
-use oomguard::knobs::{self, Moves, Rule, Step, Value};
-use oomguard::outcome::Cause;
-use oomguard::policy::{self, Decision, Limits, StepPlan, Strategy};
+use oomguard::api::fit;
+use oomguard::api::knobs::{self, Moves, Rule, Step, Value};
+use oomguard::api::outcome::Cause;
+use oomguard::api::policy::{self, Decision, Limits, StepPlan, Strategy};
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -338,7 +338,7 @@ fn best(job: &Job) -> u64 {
         .rev()
         .find(|b| job.start % b == 0)
         .unwrap_or(1);
-    if divisor as f64 >= (1.0 - oomguard::fit::DIVISOR_SLACK) * largest as f64 {
+    if divisor as f64 >= (1.0 - oomguard::api::fit::DIVISOR_SLACK) * largest as f64 {
         divisor
     } else {
         largest
@@ -616,10 +616,10 @@ fn bare_bound(jobs: &[Job], full: bool) {
 /// as the job's file keeps them, the second run started from them by the real
 /// `jobs::start_from` (the code path `oomguard run` takes), then run under `fit`.
 fn second_run(jobs: &[Job]) {
-    use oomguard::jobs::memory::LastSuccess;
-    use oomguard::jobs::start::start_from;
-    use oomguard::knobs::{Knob, KnobSet, Place};
-    use oomguard::record::summary::KnobValues;
+    use oomguard::api::jobs::start_from;
+    use oomguard::api::jobs::LastSuccess;
+    use oomguard::api::knobs::{Knob, KnobSet, Place};
+    use oomguard::api::record::KnobValues;
     println!();
     println!("Second run of the same job (the start from the job's memory, `jobs::start_from`):");
     println!("| jobs | run | mean failed attempts | final / largest feasible (mean) | gave up |");

@@ -15,10 +15,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use oomguard::mem::process::ProcReader;
-use oomguard::mem::system::SystemReader;
-use oomguard::mem::tree::ProcTree;
-use oomguard::mem::tree_mem::read_tree;
+use oomguard::api::mem::read_tree;
+use oomguard::api::mem::ProcReader;
+use oomguard::api::mem::ProcTree;
+use oomguard::api::mem::SystemReader;
 
 /// Allocates and touches 50 MiB, says `ready`, then blocks until stdin closes.
 const HOLDER_PY: &str = "
@@ -165,7 +165,7 @@ fn main() {
             "meminfo, read + hand parse",
             Box::new(|| {
                 let text = std::fs::read_to_string("/proc/meminfo").unwrap();
-                black_box(oomguard::mem::system::parse_meminfo(&text));
+                black_box(oomguard::api::mem::parse_meminfo(&text));
             }),
         ),
         (

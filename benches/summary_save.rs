@@ -10,11 +10,9 @@
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime};
 
-use oomguard::outcome::Cause;
-use oomguard::record::run_dir::RunDir;
-use oomguard::record::summary::{
-    rfc3339, AttemptRecord, FinalSizes, KnobValues, PeakRecord, Summary,
-};
+use oomguard::api::outcome::Cause;
+use oomguard::api::record::RunDir;
+use oomguard::api::record::{rfc3339, AttemptRecord, FinalSizes, KnobValues, PeakRecord, Summary};
 
 fn record(attempt: u32) -> AttemptRecord {
     AttemptRecord {

@@ -22,12 +22,12 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use oomguard::cgroup::{JobCgroup, Limits, Parent};
-use oomguard::gpu::{GpuError, GpuProbe, GpuSnapshot};
-use oomguard::mem::process::ProcReader;
-use oomguard::mem::tree::ProcTree;
-use oomguard::mem::tree_mem::read_tree;
-use oomguard::sampler::Sampler;
+use oomguard::api::cgroup::{JobCgroup, Limits, Parent};
+use oomguard::api::gpu::{GpuError, GpuProbe, GpuSnapshot};
+use oomguard::api::mem::read_tree;
+use oomguard::api::mem::ProcReader;
+use oomguard::api::mem::ProcTree;
+use oomguard::api::sampler::Sampler;
 
 const MIB: u64 = 1 << 20;
 

@@ -224,11 +224,6 @@ impl Pending {
         }
     }
 
-    /// Whether no hook is left running.
-    pub fn is_empty(&self) -> bool {
-        self.started.is_empty()
-    }
-
     /// Collects the results that came by `now`, warning for each hook that failed or was
     /// killed at its limit. Returns whether none is left.
     pub fn check(&mut self, now: Instant, report: &Reporter, log_dir: &Path) -> bool {

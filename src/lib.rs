@@ -38,57 +38,117 @@
 //! killed is continued by the job's next start with the values of the attempt it was in.
 //! [`hooks`] runs `--on-relaunch` and `--on-exit` commands to tell someone not watching.
 
-pub mod cgroup;
-pub mod cgroup_chain;
-pub mod child;
-pub mod classify;
-pub mod cli;
-pub mod commands;
-pub mod console;
-pub mod doctor;
-pub mod dry_run;
-pub mod fit;
-pub mod fsutil;
-pub mod gpu;
-pub mod hooks;
-pub mod install;
-pub mod jobfile;
-pub mod jobs;
-pub mod kernel;
-pub mod knobs;
-pub mod liveness;
-pub mod logging;
-pub mod mem;
-pub mod metrics;
-pub mod notify;
-pub mod oom_numbers;
-pub mod outcome;
-pub mod pathwalk;
-pub mod policy;
-pub mod principal;
-pub mod quiet;
-pub mod record;
-pub mod report;
-pub mod resume;
-pub mod run;
-pub mod runas;
-pub mod sampler;
-pub mod scan;
-pub mod settings;
-pub mod signals;
-pub mod slurm;
-pub mod status;
-pub mod stream;
-pub mod supervise;
-pub mod terminal;
-pub mod units;
-pub mod watch;
+mod cgroup;
+mod cgroup_chain;
+mod child;
+mod classify;
+mod cli;
+mod commands;
+mod console;
+mod doctor;
+mod dry_run;
+mod fit;
+mod fsutil;
+mod gpu;
+mod hooks;
+mod install;
+mod jobfile;
+mod jobs;
+mod kernel;
+mod knobs;
+mod liveness;
+mod logging;
+mod mem;
+mod metrics;
+mod notify;
+mod oom_numbers;
+mod outcome;
+mod pathwalk;
+mod policy;
+mod principal;
+mod quiet;
+mod record;
+mod report;
+mod resume;
+mod run;
+mod runas;
+mod sampler;
+mod scan;
+mod settings;
+mod signals;
+mod slurm;
+mod status;
+mod stream;
+mod supervise;
+mod terminal;
+mod units;
+mod watch;
 
 use crate::child::SpawnError;
-use crate::cli::{Cli, Command};
-use crate::console::Reporter;
+use crate::cli::Command;
 use crate::record::run_dir::RunDirError;
 use crate::settings::from_args::UsageError;
+
+/// What the binary uses: the command line parsed, and the one line it prints on an error.
+pub use crate::cli::{parse_from, Cli, ParseError};
+pub use crate::console::Reporter;
+
+/// What the benchmarks (benches/) and the integration tests (tests/it/) drive directly, under
+/// the module paths they have inside the crate. Nothing else of the crate is public, so the
+/// compiler sees every item nothing uses.
+pub mod api {
+    pub mod cgroup {
+        pub use crate::cgroup::{JobCgroup, Limits, Parent};
+    }
+    pub mod classify {
+        pub use crate::classify::classify_text;
+    }
+    pub mod fit {
+        pub use crate::fit::{
+            attach_fixed, observe, Evidence, Memory, Observed, Ramp, DIVISOR_SLACK,
+        };
+    }
+    pub mod gpu {
+        pub use crate::gpu::{GpuError, GpuProbe, GpuSnapshot};
+    }
+    pub mod jobs {
+        pub use crate::jobs::memory::LastSuccess;
+        pub use crate::jobs::start::start_from;
+    }
+    pub mod knobs {
+        pub use crate::knobs::{default_causes, Knob, KnobSet, Moves, Place, Rule, Step, Value};
+        pub mod patch {
+            pub use crate::knobs::patch::{Mode, Patcher};
+        }
+    }
+    pub mod mem {
+        pub use crate::mem::process::ProcReader;
+        pub use crate::mem::system::{parse_meminfo, SystemReader};
+        pub use crate::mem::tree::ProcTree;
+        pub use crate::mem::tree_mem::read_tree;
+    }
+    pub mod outcome {
+        pub use crate::outcome::Cause;
+    }
+    pub mod policy {
+        pub use crate::policy::{decide_with, Decision, Limits, StepPlan, Strategy};
+    }
+    pub mod record {
+        pub use crate::record::run_dir::RunDir;
+        pub use crate::record::summary::{
+            rfc3339, AttemptRecord, FinalSizes, KnobValues, PeakRecord, Summary,
+        };
+    }
+    pub mod report {
+        pub use crate::report::RunReport;
+    }
+    pub mod sampler {
+        pub use crate::sampler::Sampler;
+    }
+    pub mod units {
+        pub use crate::units::human_bytes;
+    }
+}
 
 /// Exit status when out-of-memory deaths outlasted every remedy (EX_TEMPFAIL in sysexits.h:
 /// more memory, or a lower --min-batch, would let a retry succeed).

@@ -3,12 +3,12 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = match oomguard::cli::parse_from(std::env::args_os().collect()) {
+    let cli = match oomguard::parse_from(std::env::args_os().collect()) {
         Ok(cli) => cli,
-        Err(oomguard::cli::ParseError::Clap(e)) => return usage_error(e),
+        Err(oomguard::ParseError::Clap(e)) => return usage_error(e),
         Err(e) => {
             // A job file that cannot be used: one line naming it, exit 2, nothing started.
-            oomguard::console::Reporter { quiet: false }.error(&e.to_string());
+            oomguard::Reporter { quiet: false }.error(&e.to_string());
             return ExitCode::from(oomguard::EXIT_USAGE as u8);
         }
     };
@@ -16,7 +16,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // Through `report`: on a line of its own after the job's last output.
-            oomguard::console::Reporter { quiet: false }.error(&e.to_string());
+            oomguard::Reporter { quiet: false }.error(&e.to_string());
             e.exit_code()
         }
     };

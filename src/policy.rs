@@ -151,17 +151,7 @@ pub enum Decision {
 
 /// Decides after the last attempt in `history` (causes with the knob values each ran with).
 /// `original` holds the command's own values: the products to keep are theirs. Halving knobs
-/// halve; [`decide_with`] takes a strategy and the evidence.
-pub fn decide(
-    history: &[(Cause, Vec<Value>)],
-    rules: &[Rule],
-    original: &[Value],
-    limits: &Limits,
-) -> Decision {
-    decide_with(history, rules, original, limits, &StepPlan::default())
-}
-
-/// [`decide`], with halving knobs moved by `plan`'s strategy and the fragmentation hint.
+/// move by `plan`'s strategy (halve by default), and `plan` may give the fragmentation hint.
 pub fn decide_with(
     history: &[(Cause, Vec<Value>)],
     rules: &[Rule],
@@ -476,6 +466,18 @@ pub fn backoff_delay(n: u32, limits: &Limits) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Decides after the last attempt in `history` (causes with the knob values each ran with).
+    /// `original` holds the command's own values: the products to keep are theirs. Halving knobs
+    /// halve (the default [`StepPlan`]).
+    fn decide(
+        history: &[(Cause, Vec<Value>)],
+        rules: &[Rule],
+        original: &[Value],
+        limits: &Limits,
+    ) -> Decision {
+        decide_with(history, rules, original, limits, &StepPlan::default())
+    }
     use crate::knobs::default_causes;
 
     const LIMITS: Limits = Limits {

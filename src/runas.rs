@@ -325,20 +325,21 @@ pub fn place_is_users(path: &Path, who: Option<&RunAs>, what: &str) -> Result<bo
     }
 }
 
-/// [`check_steps`] on the file at `file`, walked now.
-pub fn check_trusted(
-    file: &Path,
-    owner_uid: Option<u32>,
-    owner: Option<&str>,
-) -> Result<Writers, String> {
-    let (_, opened) = crate::pathwalk::open(file)
-        .map_err(|e| format!("{}: cannot check who may write it: {e}", file.display()))?;
-    check_steps(&opened, owner_uid, owner)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
+
+    /// [`check_steps`] on the file at `file`, walked now.
+    fn check_trusted(
+        file: &Path,
+        owner_uid: Option<u32>,
+        owner: Option<&str>,
+    ) -> Result<Writers, String> {
+        let (_, opened) = crate::pathwalk::open(file)
+            .map_err(|e| format!("{}: cannot check who may write it: {e}", file.display()))?;
+        check_steps(&opened, owner_uid, owner)
+    }
     use std::os::unix::fs::PermissionsExt;
 
     /// Who may write the file or a directory above it decides, under a root-owned 0700

@@ -33,9 +33,6 @@ use crate::mem::system::{SystemMem, SystemReader};
 use crate::mem::tree_mem::{read_tree_cpu_ticks, read_tree_from, PerProcess, TreeMem};
 use crate::watch::Reading;
 
-/// How often PSS is read on a clock (`--pss-interval`'s default): never; see the module docs.
-pub const DEFAULT_PSS_INTERVAL: Duration = Duration::ZERO;
-
 /// How far the tree's summed RSS moves, as a share of what it was at the last PSS read, before
 /// PSS is read again for the record (without a cgroup). The record's peak PSS, which the fit
 /// takes for the job's host memory without a cgroup, is then within this share of the truth,
@@ -339,6 +336,10 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// How often PSS is read on a clock (`--pss-interval`'s default): never; see the module
+    /// docs.
+    const DEFAULT_PSS_INTERVAL: Duration = Duration::ZERO;
     use crate::cgroup::Version;
     use crate::gpu::FakeProbe;
 

@@ -1,5 +1,5 @@
 //! The user's config files are never left modified (issue 7, deliverable 4), through the guard:
-//! a process holding a real `oomguard::knobs::patch::Patcher` (this test binary, re-run as the
+//! a process holding a real `oomguard::api::knobs::patch::Patcher` (this test binary, re-run as the
 //! `holder` below) patches a file and is SIGKILLed, as oomguard would be; the real
 //! `oomguard __guard`, told the journal entry with a `restore` line, puts the file back when its
 //! stdin closes without `done`, and leaves it alone with `done` (the next start's
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 
 use nix::sys::signal::Signal;
-use oomguard::knobs::patch::{Mode, Patcher};
+use oomguard::api::knobs::patch::{Mode, Patcher};
 use util::Sandbox;
 
 const ORIGINAL: &str = "# training settings, read by main.py\ntraining:\n  batch_size: 64      # per GPU\n  gradient_accumulation_steps: 1\n  pin_memory: true\n";

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use oomguard::report::RunReport;
-use oomguard::units::human_bytes;
+use oomguard::api::report::RunReport;
+use oomguard::api::units::human_bytes;
 use util::{causes, fixture, stderr_of, wait_until, Sandbox};
 
 fn corpus(name: &str) -> String {

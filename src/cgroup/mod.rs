@@ -40,12 +40,11 @@ use crate::mem::KeptFiles;
 
 pub use parse::{
     lists_controller, parse_limit, parse_memory_stat_field, parse_memory_stat_fields, parse_pids,
-    parse_proc_cgroup, parse_u64, ProcCgroup,
+    parse_proc_cgroup, parse_u64,
 };
-pub use stale::{attempt_name, parse_attempt_name};
+pub use stale::attempt_name;
 pub use teardown::kill_and_remove;
-pub use v1::parse_oom_control_oom_kill;
-pub use v2::{needs_leaf, parse_memory_events_oom_kill, SUPERVISOR_LEAF};
+pub use v2::SUPERVISOR_LEAF;
 
 /// A testing hook: when set, [`Parent::detect_current`] looks for the cgroup mount there instead
 /// of /sys/fs/cgroup, so tests of the real binary can play a machine without writable cgroups

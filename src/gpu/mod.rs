@@ -16,7 +16,7 @@ use std::ffi::OsString;
 
 pub use attribute::{attribute, JobGpu};
 pub use fake::FakeProbe;
-pub use nvml::{NvmlProbe, NVML_LIBRARY};
+pub use nvml::NvmlProbe;
 
 /// A testing hook: when set to a path, [`open`] returns a [`FakeProbe`] reading that file
 /// instead of asking the driver, so integration tests of the real binary can drive the GPU

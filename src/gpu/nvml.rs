@@ -9,7 +9,6 @@
 //! ([`super::attribute`](fn@super::attribute) does).
 
 use std::collections::BTreeMap;
-use std::ffi::OsStr;
 
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
@@ -70,12 +69,6 @@ impl NvmlProbe {
     /// `Err` is the one-line reason for the user: `GPU monitoring off: ...`.
     pub fn init() -> Result<NvmlProbe, String> {
         Self::from_result(Nvml::init(), NVML_LIBRARY)
-    }
-
-    /// [`NvmlProbe::init`] with another library name or path (tests; unusual installs).
-    pub fn init_with_library(library: &OsStr) -> Result<NvmlProbe, String> {
-        let shown = library.to_string_lossy().into_owned();
-        Self::from_result(Nvml::builder().lib_path(library).init(), &shown)
     }
 
     fn from_result(nvml: Result<Nvml, NvmlError>, library: &str) -> Result<NvmlProbe, String> {
@@ -272,6 +265,13 @@ pub(super) fn driver_present() -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsStr;
+
+    /// [`NvmlProbe::init`] with another library name or path (these tests).
+    fn init_with_library(library: &OsStr) -> Result<NvmlProbe, String> {
+        let shown = library.to_string_lossy().into_owned();
+        NvmlProbe::from_result(Nvml::builder().lib_path(library).init(), &shown)
+    }
 
     fn info(pid: u32, used: UsedGpuMemory) -> ProcessInfo {
         ProcessInfo {
@@ -319,8 +319,7 @@ mod tests {
 
     #[test]
     fn missing_library_is_a_note_not_a_failure() {
-        let reason =
-            NvmlProbe::init_with_library(OsStr::new("/nonexistent/libnvidia-ml.so.1")).unwrap_err();
+        let reason = init_with_library(OsStr::new("/nonexistent/libnvidia-ml.so.1")).unwrap_err();
         assert_eq!(
             reason,
             "GPU monitoring off: NVIDIA driver library /nonexistent/libnvidia-ml.so.1 not found \
@@ -333,7 +332,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("libnvidia-ml.so.1");
         std::fs::write(&path, "not an ELF file\n").unwrap();
-        let reason = NvmlProbe::init_with_library(path.as_os_str()).unwrap_err();
+        let reason = init_with_library(path.as_os_str()).unwrap_err();
         assert!(
             reason.starts_with("GPU monitoring off: NVIDIA driver library"),
             "{reason}"
@@ -346,7 +345,7 @@ mod tests {
     /// NVML symbols loads, then fails at `nvmlInit_v2`.
     #[test]
     fn a_library_without_nvml_symbols_is_reported() {
-        let reason = NvmlProbe::init_with_library(OsStr::new("libc.so.6")).unwrap_err();
+        let reason = init_with_library(OsStr::new("libc.so.6")).unwrap_err();
         assert!(reason.contains("not a usable NVML"), "{reason}");
         assert!(reason.contains("nvmlInit"), "{reason}");
     }

@@ -79,12 +79,12 @@ impl JobStore {
     }
 
     /// The same store, its files touched as the job's user when `yes`.
-    pub fn as_user(mut self, yes: bool) -> JobStore {
+    pub fn touched_as_user(mut self, yes: bool) -> JobStore {
         self.as_user = yes && crate::principal::acting_for().is_some();
         self
     }
 
-    /// Runs `work` on the store's files as whoever owns them (see [`JobStore::as_user`]).
+    /// Runs `work` on the store's files as whoever owns them (see [`JobStore::touched_as_user`]).
     fn as_owner<T>(&self, work: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
         crate::principal::as_user_if_or(self.as_user, work, |source| StoreError {
             action: "act as the job's user for",
@@ -122,6 +122,7 @@ impl JobStore {
 
     /// Read-modify-write under the job's lock: `change` gets the file's memory (empty if
     /// missing or moved aside) and the result is written atomically and durably.
+    #[cfg(test)]
     pub fn update(
         &self,
         change: impl FnOnce(&mut JobMemory),

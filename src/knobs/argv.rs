@@ -102,6 +102,7 @@ pub struct Knobs {
 
 impl Knobs {
     /// The accumulation value in the original command, where there is one.
+    #[cfg(test)]
     pub fn accum_value(&self) -> Option<u64> {
         match &self.accum {
             Accum::Present(knob) => Some(knob.value),

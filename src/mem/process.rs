@@ -146,7 +146,8 @@ impl ProcReader {
     }
 
     /// How many smaps_rollup reads [`ProcReader::read_pss`] tried so far, over this reader
-    /// and its clones.
+    /// and its clones (what the sampler's tests count).
+    #[cfg(test)]
     pub fn pss_reads(&self) -> u64 {
         self.pss_reads.load(Ordering::Relaxed)
     }
