@@ -189,7 +189,7 @@ fn main() {
                     "",
                     tree_mem.rss_bytes / MIB,
                     tree_mem.pss_bytes.unwrap_or(0) / MIB,
-                    cg.usage_bytes().unwrap_or(0) / MIB,
+                    cg.memory().map_or(0, |m| m.usage_bytes) / MIB,
                 );
             }
             None => println!(

@@ -39,8 +39,8 @@ use nix::unistd::{access, AccessFlags};
 use crate::mem::KeptFiles;
 
 pub use parse::{
-    lists_controller, parse_limit, parse_memory_stat_field, parse_memory_stat_fields, parse_pids,
-    parse_proc_cgroup, parse_u64,
+    lists_controller, parse_limit, parse_memory_stat_fields, parse_pids, parse_proc_cgroup,
+    parse_u64,
 };
 pub use stale::attempt_name;
 pub use teardown::kill_and_remove;
@@ -102,7 +102,7 @@ pub(crate) enum SwapCounter {
 pub struct CgroupMem {
     /// Memory charged now, page cache included (what the hard limit applies to).
     pub usage_bytes: u64,
-    /// Usage less the inactive file cache (see [`JobCgroup::working_set_bytes`]).
+    /// Usage less the inactive file cache: the working set, as kubelet and cAdvisor define it.
     pub working_set_bytes: Option<u64>,
     pub anon_bytes: Option<u64>,
     /// Page cache charged to the job (files it read or wrote).
@@ -408,6 +408,7 @@ impl JobCgroup {
         &self.dir
     }
 
+    #[cfg(test)]
     pub fn version(&self) -> Version {
         self.version
     }
@@ -434,7 +435,9 @@ impl JobCgroup {
         }
     }
 
-    /// Memory charged to the cgroup now (v2 `memory.current`, v1 `memory.usage_in_bytes`).
+    /// Memory charged to the cgroup now (v2 `memory.current`, v1 `memory.usage_in_bytes`);
+    /// the tests' reading of what [`JobCgroup::memory`] gathers in one go.
+    #[cfg(test)]
     pub fn usage_bytes(&self) -> Option<u64> {
         self.read_u64(self.version.files().usage)
     }
@@ -444,12 +447,14 @@ impl JobCgroup {
     /// `total_inactive_file`, which unlike `inactive_file` counts the cgroups below too), never
     /// below 0. Page cache the kernel can drop at no cost must not count toward a soft memory
     /// bound: a job that streams its dataset from disk fills the cache up to the limit and would
-    /// otherwise be stopped for nothing. `None` when either file is unreadable.
+    /// otherwise be stopped for nothing. `None` when either file is unreadable. The tests'
+    /// reading of what [`JobCgroup::memory`] gathers in one go.
+    #[cfg(test)]
     pub fn working_set_bytes(&self) -> Option<u64> {
         let key = self.version.files().inactive_file;
         let usage = self.usage_bytes()?;
         let stat = self.read_kept("memory.stat")?;
-        Some(usage.saturating_sub(parse_memory_stat_field(&stat, key)?))
+        Some(usage.saturating_sub(parse_memory_stat_fields(&stat, [key])[0]?))
     }
 
     /// Every counter of [`CgroupMem`] in one go: the usage file, `memory.stat` read once for

@@ -108,6 +108,7 @@ pub(super) fn keyed_value(text: &str, key: &str) -> Option<u64> {
 /// unevictable 0
 /// ```
 /// Keys match whole: `inactive_file` never reads `total_inactive_file`.
+#[cfg(test)]
 pub fn parse_memory_stat_field(text: &str, key: &str) -> Option<u64> {
     keyed_value(text, key)
 }

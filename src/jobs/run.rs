@@ -58,7 +58,8 @@ impl JobRun {
             ));
             return run;
         };
-        let store = JobStore::new(state_dir, &settings.name).touched_as_user(settings.state_dir_is_users);
+        let store =
+            JobStore::new(state_dir, &settings.name).touched_as_user(settings.state_dir_is_users);
         match store.load() {
             Ok((memory, moved)) => {
                 if let Some(moved) = moved {
