@@ -5,13 +5,16 @@
 //! bounds) is clap's and `cli`'s; what the settings mean to the run is the run's.
 
 use std::ffi::OsString;
+use std::path::Path;
 use std::time::Duration;
 
 use crate::cgroup;
 use crate::cli::RunArgs;
 use crate::jobfile;
-use crate::knobs::resolve;
+use crate::jobs::name::JobSettings;
+use crate::knobs::{resolve, KnobSet};
 use crate::outcome::Cause;
+use crate::runas::JobContext;
 use crate::settings::{CgroupPlan, RunSettings};
 use crate::watch::Bounds;
 
@@ -111,24 +114,8 @@ fn hooks_of(
 impl RunArgs {
     /// Checks the flags against the command and builds the settings of a run.
     pub fn validate(mut self) -> Result<RunSettings, UsageError> {
-        match self.command.first() {
-            None => return Err(UsageError::NoCommand),
-            // clap hands an unknown option before the command over as the command itself.
-            Some(first) if first.as_encoded_bytes().starts_with(b"-") => {
-                return Err(UsageError::UnknownOption(
-                    first.to_string_lossy().into_owned(),
-                ))
-            }
-            Some(_) => {}
-        }
-        let dry_run = match self.dry_run.as_deref() {
-            None => None,
-            Some(name) => Some(
-                Cause::from_name(name)
-                    .filter(|c| c.is_memory())
-                    .ok_or_else(|| UsageError::DryRunCause(name.to_string()))?,
-            ),
-        };
+        self.check_command()?;
+        let dry_run = self.dry_run_cause()?;
         let job_file = match self.job_file.take() {
             Some(file) => Some(file),
             None => self
@@ -176,77 +163,21 @@ impl RunArgs {
             },
             self.config.as_deref().zip(job_file.as_ref()),
         )?;
-        let mut job = crate::jobs::name::JobSettings::new(
-            self.name,
-            self.state_dir,
-            self.fresh,
-            &self.command,
-            &knobs,
-            &cwd,
-        )
-        .map_err(UsageError::Job)?;
+        let mut job = self.job_settings(&knobs, &cwd, &job_context)?;
         job.state_dir_is_users = state_dir_is_users;
-        // A name chosen in a job file its user could write is that user's: kept apart from the
-        // same name of anyone else's (root's state directory holds every user's jobs), so one
-        // user's runs never read or write another's job memory.
-        if let (crate::runas::Writers::User, Some(who)) =
-            (job_context.writers, job_context.run_as.as_ref())
-        {
-            job.name = format!(
-                "{}.{}",
-                crate::fsutil::file_safe(&who.name, &['-', '_']),
-                job.name
-            );
-        }
-        let resume = match (self.resume_arg.as_deref(), self.checkpoint.as_deref()) {
-            (Some(flag), Some(pattern)) => Some(crate::resume::Resume::new(
-                &self.command,
-                flag,
-                pattern,
-                self.resume_first,
-                &knobs,
-            )?),
-            (None, None) if !self.resume_first => None,
-            (None, _) => return Err(UsageError::ResumeHalf("--resume-arg FLAG (the job's flag that takes the checkpoint's path, e.g. --resume-arg --resume)")),
-            (Some(_), None) => return Err(UsageError::ResumeHalf("--checkpoint GLOB (the checkpoint files, e.g. --checkpoint 'ckpt/*.pt')")),
-        };
+        let resume = self.resume(&knobs)?;
         let hooks = hooks_of(&self.on_exit, &self.on_relaunch, self.hook_timeout)?;
-        if let Some(bytes) = self.memory_max.filter(|b| *b < MIN_MEMORY_MAX_BYTES) {
-            return Err(UsageError::MemoryMaxTooSmall(bytes));
-        }
-        let program = self.command.first().map(OsString::as_os_str);
-        if self.memory_max.is_some() && program.is_some_and(crate::slurm::is_srun_command) {
-            return Err(UsageError::MemoryMaxAroundSrun);
-        }
-        if self.backoff_max < self.backoff {
-            return Err(UsageError::BackoffMax {
-                backoff: self.backoff,
-                max: self.backoff_max,
-            });
-        }
-        if self.interval < MIN_INTERVAL {
-            return Err(UsageError::IntervalTooShort(self.interval));
-        }
+        self.check_limits()?;
         let metrics = crate::metrics::MetricsPlan::new(
             self.metrics_addr.as_deref(),
             self.metrics_textfile.as_deref(),
             textfile_is_users,
         )
         .map_err(UsageError::Metrics)?;
-        let cgroup = if self.no_cgroup {
-            CgroupPlan::Off
-        } else if self.memory_max.is_some() {
-            CgroupPlan::Required(cgroup::Limits {
-                memory_max_bytes: self.memory_max,
-                swap_max_bytes: self.swap_max,
-            })
-        } else {
-            CgroupPlan::IfAvailable
-        };
         Ok(RunSettings {
             interval: self.interval,
             pss_interval: self.pss_interval,
-            cgroup,
+            cgroup: self.cgroup_plan(),
             bounds: Bounds {
                 max_rss_bytes: self.max_rss,
                 max_gpu_bytes: self.max_gpu,
@@ -281,6 +212,114 @@ impl RunArgs {
             job_context,
             metrics,
         })
+    }
+
+    /// A command is given, and it is not an option clap took for one.
+    fn check_command(&self) -> Result<(), UsageError> {
+        match self.command.first() {
+            None => Err(UsageError::NoCommand),
+            // clap hands an unknown option before the command over as the command itself.
+            Some(first) if first.as_encoded_bytes().starts_with(b"-") => Err(
+                UsageError::UnknownOption(first.to_string_lossy().into_owned()),
+            ),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// `--dry-run=CAUSE`: a cause oomguard relaunches after.
+    fn dry_run_cause(&self) -> Result<Option<Cause>, UsageError> {
+        self.dry_run
+            .as_deref()
+            .map(|name| {
+                Cause::from_name(name)
+                    .filter(|c| c.is_memory())
+                    .ok_or_else(|| UsageError::DryRunCause(name.to_string()))
+            })
+            .transpose()
+    }
+
+    /// Which job the run belongs to, where its memory is kept.
+    fn job_settings(
+        &mut self,
+        knobs: &KnobSet,
+        cwd: &Path,
+        job_context: &JobContext,
+    ) -> Result<JobSettings, UsageError> {
+        let mut job = JobSettings::new(
+            self.name.take(),
+            self.state_dir.take(),
+            self.fresh,
+            &self.command,
+            knobs,
+            cwd,
+        )
+        .map_err(UsageError::Job)?;
+        // A name chosen in a job file its user could write is that user's: kept apart from the
+        // same name of anyone else's (root's state directory holds every user's jobs), so one
+        // user's runs never read or write another's job memory.
+        if let (crate::runas::Writers::User, Some(who)) =
+            (job_context.writers, job_context.run_as.as_ref())
+        {
+            job.name = format!(
+                "{}.{}",
+                crate::fsutil::file_safe(&who.name, &['-', '_']),
+                job.name
+            );
+        }
+        Ok(job)
+    }
+
+    /// `--resume-arg` with `--checkpoint` (both or neither; `--resume-first` needs both).
+    fn resume(&self, knobs: &KnobSet) -> Result<Option<crate::resume::Resume>, UsageError> {
+        match (self.resume_arg.as_deref(), self.checkpoint.as_deref()) {
+            (Some(flag), Some(pattern)) => Ok(Some(crate::resume::Resume::new(
+                &self.command,
+                flag,
+                pattern,
+                self.resume_first,
+                knobs,
+            )?)),
+            (None, None) if !self.resume_first => Ok(None),
+            (None, _) => Err(UsageError::ResumeHalf("--resume-arg FLAG (the job's flag that takes the checkpoint's path, e.g. --resume-arg --resume)")),
+            (Some(_), None) => Err(UsageError::ResumeHalf("--checkpoint GLOB (the checkpoint files, e.g. --checkpoint 'ckpt/*.pt')")),
+        }
+    }
+
+    /// The limits and timings that cannot work: a `--memory-max` no job starts under or that
+    /// would cap srun alone, a backoff ceiling under the backoff, an interval too short.
+    fn check_limits(&self) -> Result<(), UsageError> {
+        if let Some(bytes) = self.memory_max.filter(|b| *b < MIN_MEMORY_MAX_BYTES) {
+            return Err(UsageError::MemoryMaxTooSmall(bytes));
+        }
+        let program = self.command.first().map(OsString::as_os_str);
+        if self.memory_max.is_some() && program.is_some_and(crate::slurm::is_srun_command) {
+            return Err(UsageError::MemoryMaxAroundSrun);
+        }
+        if self.backoff_max < self.backoff {
+            return Err(UsageError::BackoffMax {
+                backoff: self.backoff,
+                max: self.backoff_max,
+            });
+        }
+        if self.interval < MIN_INTERVAL {
+            return Err(UsageError::IntervalTooShort(self.interval));
+        }
+        Ok(())
+    }
+
+    /// Where the attempts' memory cgroups stand: off, required for `--memory-max`, else used
+    /// where they can be made.
+    fn cgroup_plan(&self) -> CgroupPlan {
+        if self.no_cgroup {
+            CgroupPlan::Off
+        } else if self.memory_max.is_some() {
+            CgroupPlan::Required(cgroup::Limits {
+                memory_max_bytes: self.memory_max,
+                swap_max_bytes: self.swap_max,
+            })
+        } else {
+            CgroupPlan::IfAvailable
+        }
     }
 }
 
