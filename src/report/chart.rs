@@ -26,7 +26,6 @@ impl RunReport {
 
     fn draw(&self, svg: &mut String) -> Result<(), Box<dyn std::error::Error + '_>> {
         use plotters::prelude::*;
-        use plotters::style::text_anchor::{HPos, Pos, VPos};
 
         const SIZE: (u32, u32) = (1100, 520);
         let span_s = self
@@ -99,90 +98,15 @@ impl RunReport {
                 .max_light_lines(1)
                 .draw()?;
 
-            for (name, colour, value) in series {
-                let mut labelled = false;
-                for a in &self.attempts {
-                    let line: Vec<(f64, f64)> = self
-                        .timeline
-                        .iter()
-                        .filter(|p| p.attempt == a.attempt)
-                        .filter_map(|p| value(p).map(|v| (p.t_s / per_unit, v as f64 / per_y_unit)))
-                        .collect();
-                    if line.is_empty() {
-                        continue;
-                    }
-                    // A day at 1s is 86,400 samples an attempt: keep what a pixel column shows.
-                    let line = thin(line, x_max / CHART_COLUMNS);
-                    let dots = line.len() <= MAX_DOTS;
-                    // One segment per attempt: no line across a death and relaunch.
-                    let drawn =
-                        chart.draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))?;
-                    if !labelled {
-                        drawn.label(name).legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
-                        });
-                        labelled = true;
-                    }
-                    if dots {
-                        chart.draw_series(PointSeries::of_element(
-                            line,
-                            2,
-                            colour.filled(),
-                            &|c, s, st| Circle::new(c, s, st),
-                        ))?;
-                    }
-                }
-            }
-            for (label, bytes, colour) in &limits {
-                let y = *bytes as f64 / per_y_unit;
-                let colour = *colour;
-                chart
-                    .draw_series(LineSeries::new(
-                        vec![(0.0, y), (x_max, y)],
-                        colour.stroke_width(1),
-                    ))?
-                    .label(label.clone())
-                    .legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(1))
-                    });
-            }
-            // A marker at each attempt's end: the cause, and the knobs the next one moved.
-            let marker = RGBColor(90, 90, 90);
-            for (i, a) in self.attempts.iter().enumerate() {
-                let x = a.end_s / per_unit;
-                let mut label = format!("#{} {}", a.attempt, a.cause);
-                if let Some(next) = self.attempts.get(i + 1) {
-                    if !next.changes.is_empty() {
-                        let _ = write!(label, "; {}", next.change_text());
-                    } else {
-                        label.push_str("; relaunched unchanged");
-                    }
-                }
-                chart.draw_series(LineSeries::new(
-                    vec![(x, 0.0), (x, y_max * 0.97)],
-                    marker.stroke_width(1),
-                ))?;
-                // Labels step down the chart so the ends of short attempts do not overwrite
-                // each other.
-                let y = y_max * (0.95 - 0.06 * (i % 6) as f64);
-                chart.draw_series(std::iter::once(Circle::new(
-                    (x, y_max * 0.97),
-                    4,
-                    marker.filled(),
-                )))?;
-                // Right of the marker, or left of it in the chart's last third, so it stays inside.
-                let anchor = if x > x_max * 0.66 {
-                    Pos::new(HPos::Right, VPos::Top)
-                } else {
-                    Pos::new(HPos::Left, VPos::Top)
-                };
-                let style = ("sans-serif", 13).into_font().color(&BLACK).pos(anchor);
-                chart.draw_series(std::iter::once(Text::new(
-                    format!(" {label} "),
-                    (x, y),
-                    style,
-                )))?;
-            }
+            let scale = Scale {
+                per_unit,
+                per_y_unit,
+                x_max,
+                y_max,
+            };
+            self.draw_series(&mut chart, &series, &scale)?;
+            draw_limits(&mut chart, &limits, &scale)?;
+            self.draw_markers(&mut chart, &scale)?;
             chart
                 .configure_series_labels()
                 .position(SeriesLabelPosition::LowerRight)
@@ -193,6 +117,143 @@ impl RunReport {
         }
         Ok(())
     }
+}
+
+/// The chart's plotting area, in the axes' units.
+type Chart<'a, 'b> = plotters::chart::ChartContext<
+    'a,
+    plotters::backend::SVGBackend<'b>,
+    plotters::coord::cartesian::Cartesian2d<
+        plotters::coord::types::RangedCoordf64,
+        plotters::coord::types::RangedCoordf64,
+    >,
+>;
+
+/// A drawing step's failure (only a plotting bug: the SVG goes into a string).
+type DrawError = plotters::drawing::DrawingAreaErrorKind<std::io::Error>;
+
+/// How data maps onto the chart: seconds and bytes per axis unit, and the axes' ends.
+struct Scale {
+    per_unit: f64,
+    per_y_unit: f64,
+    x_max: f64,
+    y_max: f64,
+}
+
+impl RunReport {
+    /// Each memory series, one segment per attempt (no line across a death and relaunch),
+    /// with dots where the segment is short enough to show them.
+    fn draw_series(
+        &self,
+        chart: &mut Chart,
+        series: &[(&str, plotters::style::RGBColor, Reading)],
+        scale: &Scale,
+    ) -> Result<(), DrawError> {
+        use plotters::prelude::*;
+        for &(name, colour, value) in series {
+            let mut labelled = false;
+            for a in &self.attempts {
+                let line: Vec<(f64, f64)> = self
+                    .timeline
+                    .iter()
+                    .filter(|p| p.attempt == a.attempt)
+                    .filter_map(|p| {
+                        value(p).map(|v| (p.t_s / scale.per_unit, v as f64 / scale.per_y_unit))
+                    })
+                    .collect();
+                if line.is_empty() {
+                    continue;
+                }
+                // A day at 1s is 86,400 samples an attempt: keep what a pixel column shows.
+                let line = thin(line, scale.x_max / CHART_COLUMNS);
+                let dots = line.len() <= MAX_DOTS;
+                let drawn =
+                    chart.draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))?;
+                if !labelled {
+                    drawn.label(name).legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
+                    });
+                    labelled = true;
+                }
+                if dots {
+                    chart.draw_series(PointSeries::of_element(
+                        line,
+                        2,
+                        colour.filled(),
+                        &|c, s, st| Circle::new(c, s, st),
+                    ))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A marker at each attempt's end: the cause, and the knobs the next one moved.
+    fn draw_markers(&self, chart: &mut Chart, scale: &Scale) -> Result<(), DrawError> {
+        use plotters::prelude::*;
+        use plotters::style::text_anchor::{HPos, Pos, VPos};
+        let (x_max, y_max) = (scale.x_max, scale.y_max);
+        let marker = RGBColor(90, 90, 90);
+        for (i, a) in self.attempts.iter().enumerate() {
+            let x = a.end_s / scale.per_unit;
+            let mut label = format!("#{} {}", a.attempt, a.cause);
+            if let Some(next) = self.attempts.get(i + 1) {
+                if !next.changes.is_empty() {
+                    let _ = write!(label, "; {}", next.change_text());
+                } else {
+                    label.push_str("; relaunched unchanged");
+                }
+            }
+            chart.draw_series(LineSeries::new(
+                vec![(x, 0.0), (x, y_max * 0.97)],
+                marker.stroke_width(1),
+            ))?;
+            // Labels step down the chart so the ends of short attempts do not overwrite each
+            // other.
+            let y = y_max * (0.95 - 0.06 * (i % 6) as f64);
+            chart.draw_series(std::iter::once(Circle::new(
+                (x, y_max * 0.97),
+                4,
+                marker.filled(),
+            )))?;
+            // Right of the marker, or left of it in the chart's last third, so it stays inside.
+            let anchor = if x > x_max * 0.66 {
+                Pos::new(HPos::Right, VPos::Top)
+            } else {
+                Pos::new(HPos::Left, VPos::Top)
+            };
+            let style = ("sans-serif", 13).into_font().color(&BLACK).pos(anchor);
+            chart.draw_series(std::iter::once(Text::new(
+                format!(" {label} "),
+                (x, y),
+                style,
+            )))?;
+        }
+        Ok(())
+    }
+}
+
+/// The limits, as horizontal lines across the chart.
+fn draw_limits(
+    chart: &mut Chart,
+    limits: &[(String, u64, plotters::style::RGBColor)],
+    scale: &Scale,
+) -> Result<(), DrawError> {
+    use plotters::prelude::*;
+    for (label, bytes, colour) in limits {
+        let y = *bytes as f64 / scale.per_y_unit;
+        let colour = *colour;
+        chart
+            .draw_series(LineSeries::new(
+                vec![(0.0, y), (scale.x_max, y)],
+                colour.stroke_width(1),
+            ))?
+            .label(label.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(1))
+            });
+    }
+    Ok(())
 }
 
 /// The time axis unit for a span: seconds up to 2 minutes, minutes up to 3 hours, else hours.
