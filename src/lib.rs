@@ -11,78 +11,78 @@
 //!
 //! ## How it works
 //!
-//! One run is a loop of attempts, each in named steps:
+//! [`run`] holds one `oomguard run`: its loop reads as the steps of one attempt, launch → run →
+//! judge → learn → decide → wait, and each step tells what happened as one event to everyone who
+//! listens (console, run directory, job memory, service manager, metrics, hooks). The modules,
+//! by the stage of the data path they serve:
 //!
-//! 1. [`knobs`] builds the attempt's argv, environment and config files from the knobs' values;
-//! 2. [`supervise`] spawns it ([`child`]; on a pseudo-terminal from [`terminal`] when oomguard
-//!    runs under one), records and forwards its output ([`stream`]), acts on signals counted
-//!    per delivery ([`signals`]), samples its memory ([`sampler`], [`mem`], [`gpu`], [`cgroup`]),
-//!    reaps every descendant and gathers kernel evidence ([`kernel`], [`cgroup_chain`]);
-//! 3. [`classify`] names the cause from the ending, the output tail ([`scan`]) and that evidence;
-//! 4. [`record`] saves summary.json and [`console`] tells the user;
-//! 5. [`policy`] decides: relaunch (smaller, after a backoff; how much smaller from the
-//!    attempts' out-of-memory numbers, [`oom_numbers`], through the model in [`fit`]) or stop
-//!    with an outcome.
+//! | stage | modules |
+//! |---|---|
+//! | settings | [`cli`] (the flags), [`settings`] (flags and job file → the run's settings), [`jobfile`] (`--config`: the knob ladder and the job), [`runas`] and [`principal`] (as root: whom the job and its files belong to), [`pathwalk`], [`fsutil`], [`units`] (sizes and durations) |
+//! | knobs | [`knobs`] (flags, overrides, environment, config files: found, rewritten, patched and given back), [`resume`] (the checkpoint to hand a relaunch) |
+//! | run | [`run`] (the attempt loop), [`supervise`] (one attempt: spawn, watch, stop, reap), [`child`], [`terminal`], [`stream`], [`signals`], [`slurm`], [`quiet`], [`watch`] |
+//! | observe | [`sampler`], [`mem`], [`gpu`], [`cgroup`], [`cgroup_chain`], [`kernel`], [`liveness`] |
+//! | judge | [`classify`] (the verdict), [`scan`] (reading the output), [`oom_numbers`], [`outcome`] (the words of an ending) |
+//! | decide | [`policy`] (relaunch or stop, and with what), [`fit`] (how much smaller, from the evidence) |
+//! | record | [`record`] (summary.json, samples.csv, the run directory), [`jobs`] (each job's memory), [`console`] and [`logging`] (what the user reads), [`notify`], [`metrics`], [`hooks`] |
+//! | commands | [`commands`] (`status`, `classify`, `report`, `man`), [`status`], [`report`], [`doctor`], [`install`], [`dry_run`] |
 //!
-//! What moves between attempts are [`knobs`]: flags, switches, overrides, environment variables
-//! and keys in config files ([`jobfile`] reads the `--config` ladder, and the job a job file
-//! carries: [`runas`] readies its workdir, environment and user); [`knobs::patch`] gives the
-//! user's files back however the run ends, and `--dry-run` prints the ladder ([`dry_run`]).
-//! [`jobs`] remembers, per job, what each attempt ran with and how it ended: a run starts from
-//! the knob values that worked in its job's last run. Before a relaunch, [`resume`] picks the
-//! newest complete checkpoint to hand the job (`--resume-arg FLAG --checkpoint GLOB`), looking
-//! at it while the backoff is waited.
-//!
-//! The job's file also holds its latest run (running, waiting, how it ended), rewritten on each
-//! change, which `oomguard status` ([`status`]) reads and checks; a run whose oomguard was
-//! killed is continued by the job's next start with the values of the attempt it was in.
-//! [`hooks`] runs `--on-relaunch` and `--on-exit` commands to tell someone not watching.
+//! Everything is private to the crate except the binary's entry ([`run()`], [`parse_from`],
+//! [`Reporter`]) and [`api`], the short list the benchmarks and integration tests drive.
 
-mod cgroup;
-mod cgroup_chain;
-mod child;
-mod classify;
+// settings
 mod cli;
-mod commands;
-mod console;
-mod doctor;
-mod dry_run;
-mod fit;
 mod fsutil;
-mod gpu;
-mod hooks;
-mod install;
 mod jobfile;
-mod jobs;
-mod kernel;
-mod knobs;
-mod liveness;
-mod logging;
-mod mem;
-mod metrics;
-mod notify;
-mod oom_numbers;
-mod outcome;
 mod pathwalk;
-mod policy;
 mod principal;
-mod quiet;
-mod record;
-mod report;
-mod resume;
-mod run;
 mod runas;
-mod sampler;
-mod scan;
 mod settings;
+mod units;
+// knobs
+mod knobs;
+mod resume;
+// run
+mod child;
+mod quiet;
+mod run;
 mod signals;
 mod slurm;
-mod status;
 mod stream;
 mod supervise;
 mod terminal;
-mod units;
 mod watch;
+// observe
+mod cgroup;
+mod cgroup_chain;
+mod gpu;
+mod kernel;
+mod liveness;
+mod mem;
+mod sampler;
+// judge
+mod classify;
+mod oom_numbers;
+mod outcome;
+mod scan;
+// decide
+mod fit;
+mod policy;
+// record
+mod console;
+mod hooks;
+mod jobs;
+mod logging;
+mod metrics;
+mod notify;
+mod record;
+// commands
+mod commands;
+mod doctor;
+mod dry_run;
+mod install;
+mod report;
+mod status;
 
 use crate::child::SpawnError;
 use crate::cli::Command;
