@@ -1,11 +1,11 @@
 //! oomguard around a real Slurm (issue 19): srun, sbatch and scancel against the one-node
 //! Slurm 22.05 that tests/slurm/start.sh starts (CI does, before the tests; `SLURM_CONF` names
 //! its configuration). Its tasks run under slurmstepd in Slurm's cgroups, not below oomguard,
-//! which is what tests/clusters.rs's fake srun cannot show: a stop must reach them through Slurm
+//! which is what tests/it/clusters.rs's fake srun cannot show: a stop must reach them through Slurm
 //! (srun answers SIGTERM by SIGKILLing every task), and the memory bounds must read them where
 //! they are. Where Slurm is not up, each test prints `SKIPPED <name>: <reason>`.
 
-mod util;
+use crate::util;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -3,7 +3,7 @@
 //! first rank's OOM is the root cause across ranks), exit status 137 as a SIGKILL only with
 //! evidence of one, and OOM kills by a cgroup limit above the job seen without root.
 
-mod util;
+use crate::util;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;

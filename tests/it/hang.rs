@@ -6,7 +6,7 @@
 //! (tests/fixtures/hang_job.py); nothing here waits on the clock: the tests read the job's
 //! output, the run directory and the job's own record.
 
-mod util;
+use crate::util;
 
 use std::io::Read;
 use std::path::Path;

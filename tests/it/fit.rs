@@ -4,7 +4,7 @@
 //! allocator-fragmentation hint relaunches once at the same batch with the variable set, but
 //! not when the user set it.
 
-mod util;
+use crate::util;
 
 use std::path::PathBuf;
 

@@ -7,7 +7,7 @@
 //! (whatever the job leaves running is stopped before a relaunch), while the job is held on a
 //! FIFO: the file is provably growing when the attempt ends.
 
-mod util;
+use crate::util;
 
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};

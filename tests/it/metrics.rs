@@ -4,7 +4,7 @@
 //! textfile; then the test lets it finish. Also: bad addresses, a port in use and a textfile
 //! in a missing directory are usage errors before anything starts.
 
-mod util;
+use crate::util;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -7,7 +7,7 @@
 //! deadline so that a bug fails a test instead of hanging it, and every test kills what it
 //! started, even when it fails.
 
-mod util;
+use crate::util;
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::ExitStatusExt;

@@ -3,7 +3,7 @@
 //! columns and the wait for a free GPU through the fake probe, the growth warning, and a machine
 //! without NVML or writable cgroups.
 
-mod util;
+use crate::util;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! variables of each attempt, dies of a CUDA out-of-memory error the first KNOB_OOMS times
 //! (default 1), then succeeds.
 
-mod util;
+use crate::util;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};

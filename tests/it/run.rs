@@ -2,7 +2,7 @@
 //! passthrough, convergence after out-of-memory deaths, kernel OOM kills in a real memory cgroup,
 //! SIGKILL without OOM, and every kind of bad input.
 
-mod util;
+use crate::util;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -126,7 +126,7 @@ fn converges_after_cuda_oom_keeping_the_effective_batch() {
     let sb = Sandbox::new();
     let record = sb.path("record.jsonl");
     // The halving ladder: fake_cuda_oom.py prints the same sizes at every batch, which no fit
-    // could read (tests/fit.rs has the fit's own).
+    // could read (tests/it/fit.rs has the fit's own).
     let out = sb
         .run(
             &["--strategy", "halve"],

@@ -4,7 +4,7 @@
 //! rank's argv per attempt: a relaunch must give every rank the same smaller batch, and nothing
 //! of a stopped step may be left running.
 
-mod util;
+use crate::util;
 
 use std::collections::BTreeMap;
 use std::path::Path;

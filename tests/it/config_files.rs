@@ -6,7 +6,7 @@
 //! the run is kept with the original left beside it. The job is tests/fixtures/situation_job.py,
 //! which reads configs/default.yaml itself, so oomguard patches it in place.
 
-mod util;
+use crate::util;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};

@@ -3,7 +3,7 @@
 //! JOB_FITS; an attempt that fits holds on a FIFO when JOB_HOLD names one), and `oomguard
 //! status --json` is read while the run is in each state.
 
-mod util;
+use crate::util;
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;

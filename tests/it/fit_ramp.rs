@@ -4,7 +4,7 @@
 //! part seen, it caps the next batch, but it never shows that half of the batch cannot fit, so
 //! the fit halves (issue 17: never cut deeper than the evidence shows) and says why.
 
-mod util;
+use crate::util;
 
 use util::{causes, fixture, own_v1_memory_cgroup, stderr_of, Sandbox};
 

@@ -1,7 +1,6 @@
 //! Shared harness of the integration tests: each test gets its own temporary directory, runs the
 //! real `oomguard` binary against real child processes (fixtures in tests/fixtures/), and reads
 //! back what it wrote.
-#![allow(dead_code)] // each test binary uses a different part of the harness
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -3,7 +3,7 @@
 //! lines start on a line of their own; a job under a terminal gets a pseudo-terminal that follows
 //! resizes, and `--no-pty` keeps pipes.
 
-mod util;
+use crate::util;
 
 use std::fs::File;
 use std::io::{Read, Write};
