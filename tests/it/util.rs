@@ -2,9 +2,15 @@
 //! real `oomguard` binary against real child processes (fixtures in tests/fixtures/), and reads
 //! back what it wrote.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
 
 /// The binary under test.
 pub fn bin() -> PathBuf {
@@ -298,4 +304,387 @@ pub fn sizes(summary: &serde_json::Value) -> Vec<(u64, u64)> {
             (after("--batch_size"), after("--grad_accum"))
         })
         .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes: identity that survives PID reuse, and cleanup on drop.
+// ---------------------------------------------------------------------------------------------
+
+/// The start time of `pid` (field 22 of /proc/PID/stat), to tell it from a later reuse of its PID.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // `rest` starts at field 3 (state); the start time is field 22.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// One process, as it was when first seen.
+#[derive(Debug, Clone, Copy)]
+struct Proc {
+    pid: u32,
+    start: u64,
+}
+
+impl Proc {
+    fn of(pid: u32) -> Option<Proc> {
+        Some(Proc {
+            pid,
+            start: start_time(pid)?,
+        })
+    }
+
+    /// Whether this very process still exists (zombie or not).
+    fn exists(&self) -> bool {
+        start_time(self.pid) == Some(self.start)
+    }
+}
+
+/// The command line of `pid`, for messages.
+pub fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .replace('\0', " ")
+                .trim()
+                .to_string()
+        })
+        .unwrap_or_else(|_| "<gone>".into())
+}
+
+/// The direct children of `pid`, over all its threads.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|s| s.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+/// Every live process whose environment holds `OOMGUARD_RUN_DIR=<run_dir>`: oomguard sets it
+/// for the job, so every process of every attempt of this run carries it (unless it rewrote its
+/// environment), wherever it sits in the process tree.
+pub fn processes_of_run(run_dir: &Path) -> Vec<u32> {
+    let needle = format!("OOMGUARD_RUN_DIR={}", run_dir.display());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
+        })
+        .filter(|&pid| alive(pid))
+        .collect()
+}
+
+/// Kills, when dropped, every process registered with it that still exists (and, for a group,
+/// the whole group while its leader exists) and every process of the run, so a failing test
+/// leaks nothing.
+pub struct Cleanup {
+    procs: Vec<Proc>,
+    groups: Vec<Proc>,
+    run_dir: PathBuf,
+}
+
+impl Cleanup {
+    pub fn track(&mut self, pid: u32) {
+        if let Some(p) = Proc::of(pid) {
+            self.procs.push(p);
+        }
+    }
+
+    pub fn track_group(&mut self, leader: u32) {
+        if let Some(p) = Proc::of(leader) {
+            self.groups.push(p);
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for g in &self.groups {
+            if g.exists() {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(g.pid as i32),
+                    Signal::SIGKILL,
+                );
+            }
+        }
+        for p in &self.procs {
+            if p.exists() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(p.pid as i32),
+                    Signal::SIGKILL,
+                );
+            }
+        }
+        // A few passes: a process may fork while the sweep runs.
+        for _ in 0..3 {
+            for pid in processes_of_run(&self.run_dir) {
+                let _ =
+                    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A running oomguard: its output read by threads, waits with deadlines.
+// ---------------------------------------------------------------------------------------------
+
+/// One output pipe of a running process, drained by a thread for the whole run (so the process
+/// never blocks on a full pipe): every byte is kept as it arrives and every whole line is also
+/// sent on a channel, so a test can wait for a line and still read the whole output.
+struct Stream {
+    bytes: Arc<Mutex<Vec<u8>>>,
+    lines: Receiver<String>,
+    reader: JoinHandle<()>,
+}
+
+impl Stream {
+    fn drain(mut pipe: impl Read + Send + 'static) -> Stream {
+        let bytes = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&bytes);
+        let (tx, lines) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            let mut partial = Vec::new();
+            while let Ok(n) = pipe.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .expect("no reader panics holding the buffer")
+                    .extend_from_slice(&buf[..n]);
+                partial.extend_from_slice(&buf[..n]);
+                while let Some(end) = partial.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = partial.drain(..=end).collect();
+                    let text = String::from_utf8_lossy(&line[..end]);
+                    // Nobody listening any more is fine: the bytes are kept.
+                    let _ = tx.send(text.strip_suffix('\r').unwrap_or(&text).to_string());
+                }
+            }
+        });
+        Stream {
+            bytes,
+            lines,
+            reader,
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(
+            &self
+                .bytes
+                .lock()
+                .expect("no reader panics holding the buffer"),
+        )
+        .into_owned()
+    }
+
+    /// Waits up to `timeout` for the pipe's end (every writer gone); whether it came.
+    fn ended_within(&self, timeout: Duration) -> bool {
+        wait_until(timeout, || self.reader.is_finished())
+    }
+}
+
+/// oomguard running in the background, its stdout and stderr drained by threads. Dropping it
+/// SIGKILLs oomguard if it still runs, then everything registered in `cleanup` and every
+/// process of its run.
+pub struct Running {
+    pub child: Child,
+    exited: bool,
+    stdout: Stream,
+    stderr: Stream,
+    /// The stdout lines read so far by [`Running::expect_line`].
+    pub stdout_seen: Vec<String>,
+    pub cleanup: Cleanup,
+}
+
+impl Running {
+    /// Starts `cmd`, an `oomguard run` of sandbox `sb`, with its stdout and stderr piped.
+    pub fn start(sb: &Sandbox, mut cmd: Command) -> Running {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("oomguard starts");
+        let stdout = Stream::drain(child.stdout.take().expect("stdout piped"));
+        let stderr = Stream::drain(child.stderr.take().expect("stderr piped"));
+        Running {
+            child,
+            exited: false,
+            stdout,
+            stderr,
+            stdout_seen: Vec::new(),
+            cleanup: Cleanup {
+                procs: Vec::new(),
+                groups: Vec::new(),
+                run_dir: sb.run_dir(),
+            },
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// oomguard's stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.text()
+    }
+
+    /// Sends `signal` to oomguard itself (not to its group).
+    pub fn signal(&self, signal: Signal) {
+        assert!(
+            !self.exited,
+            "oomguard already exited; cannot send {signal}"
+        );
+        kill(self.pid(), signal);
+    }
+
+    /// Whether oomguard has ended (its status is kept for [`Running::wait`]).
+    pub fn ended(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_some()
+    }
+
+    /// Reads oomguard's stdout until the line `want`; panics on timeout or end of output.
+    pub fn expect_line(&mut self, want: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stdout.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let found = line == want;
+                    self.stdout_seen.push(line);
+                    if found {
+                        return;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "no line {want:?} on oomguard's stdout within {timeout:?}\nstdout so far: {:?}\nstderr: {}",
+                    self.stdout_seen,
+                    self.stderr()
+                ),
+                Err(RecvTimeoutError::Disconnected) => panic!(
+                    "oomguard's stdout ended before the line {want:?}\nstdout: {:?}\nstderr: {}",
+                    self.stdout_seen,
+                    self.stderr()
+                ),
+            }
+        }
+    }
+
+    /// The next line of oomguard's stderr not taken yet; panics if none comes within `timeout`.
+    pub fn stderr_line(&self, timeout: Duration) -> String {
+        self.stderr
+            .lines
+            .recv_timeout(timeout)
+            .unwrap_or_else(|e| panic!("no line on oomguard's stderr ({e}): {}", self.stderr()))
+    }
+
+    /// Waits for oomguard to exit within `timeout`; on timeout SIGKILLs it and panics.
+    pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let mut status = None;
+        if !wait_until(timeout, || {
+            status = self.child.try_wait().expect("try_wait");
+            status.is_some()
+        }) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            self.exited = true;
+            panic!(
+                "oomguard did not exit within {timeout:?}\nstdout: {:?}\nstderr: {}",
+                self.stdout_seen,
+                self.stderr()
+            );
+        }
+        self.exited = true;
+        // The stderr pipe closes when oomguard (and nothing else) holds it; bounded wait.
+        self.stderr.ended_within(Duration::from_secs(5));
+        status.expect("ended")
+    }
+
+    /// Waits for oomguard to exit within `timeout` (on timeout SIGKILLs it and panics) and for
+    /// the end of both its pipes: its whole output.
+    pub fn finish(mut self, timeout: Duration) -> Output {
+        let status = self.wait(timeout);
+        assert!(
+            self.stdout.ended_within(timeout) && self.stderr.ended_within(timeout),
+            "oomguard's pipes were still open {timeout:?} after it ended; stderr:\n{}",
+            self.stderr()
+        );
+        Output {
+            status,
+            stdout: self.stdout.bytes.lock().expect("reader ended").clone(),
+            stderr: self.stderr.bytes.lock().expect("reader ended").clone(),
+        }
+    }
+
+    /// oomguard's children, as (job, guard): the job is the one that is not `oomguard __guard`.
+    pub fn job_and_guard(&self) -> (Option<u32>, Option<u32>) {
+        let mut job = None;
+        let mut guard = None;
+        for pid in children(self.pid()) {
+            if cmdline(pid).ends_with("__guard") {
+                guard = Some(pid);
+            } else {
+                job = Some(pid);
+            }
+        }
+        (job, guard)
+    }
+
+    /// Registers the running job (and its group) and the guard for cleanup; returns the job PID.
+    pub fn track_job(&mut self) -> u32 {
+        let (job, guard) = self.job_and_guard();
+        let job = job.unwrap_or_else(|| {
+            panic!(
+                "oomguard {} has no job child; stderr: {}",
+                self.pid(),
+                self.stderr()
+            )
+        });
+        self.cleanup.track_group(job);
+        self.cleanup.track(job);
+        if let Some(guard) = guard {
+            self.cleanup.track(guard);
+        }
+        job
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.exited {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        // `cleanup` is dropped next and kills whatever the job left.
+    }
+}
+
+/// Makes the FIFO `hold`, starts `cmd` (whose job, a fixture given `JOB_HOLD=hold`, blocks
+/// reading it) and returns once an attempt waits there (the fixture's `hold.waiting` exists).
+pub fn start_holding(sb: &Sandbox, cmd: Command, hold: &Path) -> Running {
+    nix::unistd::mkfifo(hold, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let run = Running::start(sb, cmd);
+    let waiting = hold.with_extension("waiting");
+    assert!(
+        wait_until(Duration::from_secs(60), || waiting.exists()),
+        "no attempt reached {}; stderr: {}",
+        hold.display(),
+        run.stderr()
+    );
+    run
 }
