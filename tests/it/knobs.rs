@@ -12,16 +12,7 @@ use std::path::Path;
 use std::process::Output;
 
 use serde_json::Value;
-use util::{fixture, stderr_of, Sandbox};
-
-/// What each attempt recorded, in order.
-fn records(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .expect("the job recorded its attempts")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a record is JSON"))
-        .collect()
-}
+use util::{fixture, records, stderr_of, Sandbox};
 
 /// One attempt's arguments (after the record path) as the bytes the job received.
 fn argv_bytes(record: &Value) -> Vec<Vec<u8>> {

@@ -69,6 +69,14 @@ impl Sandbox {
         self.oomguard(&args)
     }
 
+    /// [`Sandbox::run`] to its end, which must be a success (exit 0; its stderr shown
+    /// otherwise): its output and the summary.json it wrote.
+    pub fn run_ok(&self, extra: &[&str], job: &[&str]) -> (Output, serde_json::Value) {
+        let out = self.run(extra, job).output().expect("oomguard runs");
+        assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+        (out, self.summary())
+    }
+
     pub fn summary(&self) -> serde_json::Value {
         let text = std::fs::read_to_string(self.run_dir().join("summary.json"))
             .expect("summary.json written");
@@ -130,6 +138,15 @@ pub fn read_pids(path: &Path, count: usize) -> Vec<u32> {
 /// oomguard's stderr as text.
 pub fn stderr_of(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// What each attempt of a fixture recorded in the JSON-lines file `path`, in order.
+pub fn records(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .expect("the job recorded its attempts")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a record is JSON"))
+        .collect()
 }
 
 /// The cause of every attempt in a summary.json, in order.
@@ -196,13 +213,9 @@ impl Project {
 
     /// What each attempt saw, in order.
     pub fn seen(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(self.record())
-            .expect("the job recorded its attempts")
-            .lines()
-            .map(|l| {
-                serde_json::from_str::<serde_json::Value>(l).expect("a record is JSON")["settings"]
-                    .clone()
-            })
+        records(&self.record())
+            .into_iter()
+            .map(|r| r["settings"].clone())
             .collect()
     }
 }
@@ -687,4 +700,22 @@ pub fn start_holding(sb: &Sandbox, cmd: Command, hold: &Path) -> Running {
         run.stderr()
     );
     run
+}
+
+/// A pseudo-terminal opened by the test, `rows` x `cols`, as (master, slave), both ends
+/// close-on-exec so that no process spawned by another test holds it open.
+pub fn test_pty(rows: u16, cols: u16) -> (std::fs::File, std::os::fd::OwnedFd) {
+    use std::os::fd::AsRawFd;
+    let size = nix::pty::Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pair = nix::pty::openpty(&size, None).expect("a pseudo-terminal can be opened");
+    for fd in [pair.master.as_raw_fd(), pair.slave.as_raw_fd()] {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+        fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).unwrap();
+    }
+    (std::fs::File::from(pair.master), pair.slave)
 }

@@ -90,10 +90,7 @@ fn device_oom_for_run_and_classify(
     let sb = Sandbox::new();
     let job = fixture(fixture_name);
     let args = ["python3", &job, "--batch_size", "8", "--fits", "4"];
-    let out = sb.run(&[], &args).output().unwrap();
-    let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let summary = sb.summary();
+    let (_, summary) = sb.run_ok(&[], &args);
     assert_eq!(causes(&summary), ["device_oom", "ok"], "{summary:#}");
     let evidence = evidence(&summary, 0);
     assert!(evidence.contains(evidence_words), "{evidence}");
