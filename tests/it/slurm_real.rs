@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use util::{bin, causes, fixture, kill, stderr_of, wait_until, Sandbox};
+use util::{bin, causes, fixture, flag_value, kill, stderr_of, wait_until, Sandbox};
 
 /// Why the tests cannot use Slurm here, or `None` where its node answers within 30 s in a state
 /// that takes jobs. "comp" counts: the node is up and still cleaning after an earlier test's job
@@ -302,17 +302,13 @@ fn sbatch_example(sb: &Sandbox, oom_rank: &str) -> (Vec<Vec<u64>>, Vec<String>, 
         Default::default();
     for line in std::fs::read_to_string(&record).unwrap().lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let argv: Vec<&str> = v["argv"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .collect();
-        let at = argv.iter().position(|a| *a == "--batch_size").unwrap();
         attempts
             .entry(v["attempt"].as_str().unwrap().to_string())
             .or_default()
-            .insert(v["rank"].as_u64().unwrap(), argv[at + 1].parse().unwrap());
+            .insert(
+                v["rank"].as_u64().unwrap(),
+                flag_value(&v["argv"], "--batch_size"),
+            );
     }
     let batches = attempts
         .values()

@@ -304,19 +304,24 @@ pub fn sizes(summary: &serde_json::Value) -> Vec<(u64, u64)> {
         .unwrap()
         .iter()
         .map(|a| {
-            let command: Vec<&str> = a["command"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| t.as_str().unwrap())
-                .collect();
-            let after = |flag: &str| -> u64 {
-                let i = command.iter().position(|t| *t == flag).unwrap();
-                command[i + 1].parse().unwrap()
-            };
-            (after("--batch_size"), after("--grad_accum"))
+            (
+                flag_value(&a["command"], "--batch_size"),
+                flag_value(&a["command"], "--grad_accum"),
+            )
         })
         .collect()
+}
+
+/// The number after `flag` in a command line kept as JSON (an array of strings).
+pub fn flag_value(argv: &serde_json::Value, flag: &str) -> u64 {
+    let argv: Vec<&str> = argv
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let i = argv.iter().position(|a| *a == flag).unwrap();
+    argv[i + 1].parse().unwrap()
 }
 
 // ---------------------------------------------------------------------------------------------
