@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts a real one-node Slurm (22.05, Debian's slurm-wlm) on this machine for the tests in
-# tests/slurm_real.rs: munged, slurmctld and slurmd, all root, with their configuration, state,
+# tests/it/slurm_real.rs: munged, slurmctld and slurmd, all root, with their configuration, state,
 # logs and sockets under one directory (default /tmp/oomguard-slurm) and ports of their own, so a
 # Slurm of the machine's (or another run's) is left alone.
 #

@@ -3,7 +3,7 @@
 //! (smaps_rollup); without one PSS is read only on ticks where the summed RSS reaches
 //! `--max-rss`, and for the record where the tree's RSS moved (a steady job reads it no more).
 
-mod util;
+use crate::util;
 
 use std::path::Path;
 use std::process::Stdio;

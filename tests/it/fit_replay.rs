@@ -5,7 +5,7 @@
 //! 256 → 128 → 1 × 256, the post-OOM hold taken for the fixed part); the modelled step-wise
 //! climb of a ResNet-50 forward pass must not cut below half of the last batch.
 
-mod util;
+use crate::util;
 
 use util::{causes, fixture, stderr_of, Sandbox};
 

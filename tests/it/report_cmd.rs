@@ -4,7 +4,7 @@
 //! evidence and peaks; `--json` round-trips; `oomguard run` leaves `report.html`, which renders
 //! in a real headless Chromium without errors; bad input is one line and exit 2.
 
-mod util;
+use crate::util;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

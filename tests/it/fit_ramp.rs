@@ -4,7 +4,7 @@
 //! part seen, it caps the next batch, but it never shows that half of the batch cannot fit, so
 //! the fit halves (issue 17: never cut deeper than the evidence shows) and says why.
 
-mod util;
+use crate::util;
 
 use util::{causes, fixture, own_v1_memory_cgroup, stderr_of, Sandbox};
 
@@ -22,30 +22,26 @@ fn a_kill_at_the_limit_halves_with_the_fixed_part_seen() {
     let sb = Sandbox::new();
     let record = sb.path("record.txt");
     let script = fixture("fitramp_alloc.py");
-    let out = sb
-        .run(
-            &["--memory-max", "500M", "--interval", "100ms"],
-            &[
-                "python3",
-                &script,
-                "--record",
-                record.to_str().unwrap(),
-                "--batch_size",
-                "32",
-                "--fixed-mb",
-                "420",
-                "--sample-mb",
-                "5",
-                "--hold-s",
-                "1.5",
-            ],
-        )
-        .output()
-        .unwrap();
+    let (out, summary) = sb.run_ok(
+        &["--memory-max", "500M", "--interval", "100ms"],
+        &[
+            "python3",
+            &script,
+            "--record",
+            record.to_str().unwrap(),
+            "--batch_size",
+            "32",
+            "--fixed-mb",
+            "420",
+            "--sample-mb",
+            "5",
+            "--hold-s",
+            "1.5",
+        ],
+    );
     let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(
-        causes(&sb.summary()),
+        causes(&summary),
         ["oom_killed", "oom_killed", "ok"],
         "{stderr}"
     );

@@ -5,7 +5,7 @@
 //! `oomguard completions` and `oomguard man` print what the Debian package installs.
 //! Real processes (tests/fixtures/notify_job.py); the tests wait on messages and files.
 
-mod util;
+use crate::util;
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};

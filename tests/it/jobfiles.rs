@@ -7,7 +7,7 @@
 //! tests/fixtures/jobfile_job.py, run by /usr/bin/python3 (the `python3` on PATH may be a shim
 //! under /root that nobody cannot run).
 
-mod util;
+use crate::util;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -4,12 +4,12 @@
 //! rank's argv per attempt: a relaunch must give every rank the same smaller batch, and nothing
 //! of a stopped step may be left running.
 
-mod util;
+use crate::util;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use util::{alive, causes, fixture, is_root, stderr_of, Sandbox};
+use util::{alive, causes, fixture, flag_value, is_root, stderr_of, Sandbox};
 
 /// What the launchers and ranks recorded: per attempt, each rank's `--batch_size`; and every
 /// PID (launchers' and ranks') and cgroup the fixtures made.
@@ -39,14 +39,7 @@ fn recorded(path: &Path) -> Recorded {
         }
         rec.pids.push(v["pid"].as_u64().unwrap() as u32);
         let attempt: u32 = v["attempt"].as_str().unwrap().parse().unwrap();
-        let argv: Vec<&str> = v["argv"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .collect();
-        let at = argv.iter().position(|a| *a == "--batch_size").unwrap();
-        let batch: u64 = argv[at + 1].parse().unwrap();
+        let batch = flag_value(&v["argv"], "--batch_size");
         rec.batches
             .entry(attempt)
             .or_default()

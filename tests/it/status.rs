@@ -3,17 +3,20 @@
 //! JOB_FITS; an attempt that fits holds on a FIFO when JOB_HOLD names one), and `oomguard
 //! status --json` is read while the run is in each state.
 
-mod util;
+use crate::util;
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use serde_json::{json, Value};
-use util::{alive, fixture, guard_of, kill, release_fifo, stderr_of, wait_until, Project};
+use util::{
+    alive, fixture, guard_of, kill, release_fifo, start_holding, stderr_of, wait_until, Project,
+    Running,
+};
 
 const NAME: &str = "nightly";
 const ARGS: [&str; 4] = ["--batch_size", "8", "--grad_accum", "1"];
@@ -72,23 +75,6 @@ fn job_args(
     cmd
 }
 
-/// Starts `cmd` (a job with JOB_HOLD = `hold`) and returns once an attempt holds there.
-fn start_holding(mut cmd: Command, hold: &Path) -> Child {
-    nix::unistd::mkfifo(hold, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-    let child = cmd
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let waiting = hold.with_extension("waiting");
-    assert!(
-        wait_until(LONG, || waiting.exists()),
-        "no attempt reached {}",
-        hold.display()
-    );
-    child
-}
-
 /// Lets the attempt holding on `hold` go on, if one still reads it (after a kill, none may).
 fn release_if_read(hold: &Path) {
     // Non-blocking: with no reader left (a killed job), there is nobody to tell.
@@ -128,13 +114,13 @@ fn table(p: &Project) -> String {
 }
 
 /// SIGKILL to oomguard and its guard, as when systemd or the OOM killer takes them.
-fn kill_oomguard(child: Child, hold: &Path) -> String {
-    let guard = guard_of(child.id());
+fn kill_oomguard(child: Running, hold: &Path) -> String {
+    let guard = guard_of(child.pid());
     kill(guard, Signal::SIGKILL);
     assert!(wait_until(LONG, || !alive(guard)));
-    kill(child.id(), Signal::SIGKILL);
+    kill(child.pid(), Signal::SIGKILL);
     release_if_read(hold);
-    let out = child.wait_with_output().unwrap();
+    let out = child.finish(LONG);
     assert_eq!(out.status.code(), None, "killed");
     stderr_of(&out)
 }
@@ -163,11 +149,11 @@ fn status_follows_a_run_from_running_to_succeeded() {
     let p = Project::new();
     let hold = p.sb.path("hold");
     let cmd = job(&p, "run-1", "0s", &[], "s['batch_size'] <= 2", Some(&hold));
-    let child = start_holding(cmd, &hold);
+    let child = start_holding(&p.sb, cmd, &hold);
     // Attempt 3 (batch 2) runs, after two out-of-memory deaths.
     let running = nightly(&p);
     assert_eq!(running["state"], "running", "{running}");
-    assert_eq!(running["pid"], child.id(), "{running}");
+    assert_eq!(running["pid"], child.pid(), "{running}");
     assert_eq!(running["attempt"], 3, "{running}");
     assert_eq!(running["knobs"], json!({"batch": 2, "accum": 4}));
     assert_eq!(running["last_cause"], "device_oom");
@@ -186,7 +172,7 @@ fn status_follows_a_run_from_running_to_succeeded() {
     assert!(lines.starts_with("NAME"), "{lines}");
 
     release_fifo(&hold);
-    let out = child.wait_with_output().unwrap();
+    let out = child.finish(LONG);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let done = nightly(&p);
     assert_eq!(done["state"], "succeeded", "{done}");
@@ -242,8 +228,8 @@ fn status_calls_a_run_whose_oomguard_was_killed_dead() {
     let p = Project::new();
     let hold = p.sb.path("hold");
     let cmd = job(&p, "run-1", "0s", &[], "True", Some(&hold));
-    let child = start_holding(cmd, &hold);
-    let pid = child.id();
+    let child = start_holding(&p.sb, cmd, &hold);
+    let pid = child.pid();
     assert_eq!(nightly(&p)["state"], "running");
     kill_oomguard(child, &hold);
     let dead = nightly(&p);
@@ -273,6 +259,7 @@ fn a_restarted_job_continues_with_the_values_of_the_attempt_its_killed_oomguard_
     let fits = "s['batch_size'] <= 4";
     let hold_b = p.sb.path("hold-b");
     let b = start_holding(
+        &p.sb,
         job(&p, "run-b", "0s", &["--fresh"], fits, Some(&hold_b)),
         &hold_b,
     );
@@ -287,6 +274,7 @@ fn a_restarted_job_continues_with_the_values_of_the_attempt_its_killed_oomguard_
     // Run C with --fresh ignores the dead run: it starts over from the command's 8.
     let hold_c = p.sb.path("hold-c");
     let c = start_holding(
+        &p.sb,
         job(&p, "run-c", "0s", &["--fresh"], fits, Some(&hold_c)),
         &hold_c,
     );
@@ -297,9 +285,13 @@ fn a_restarted_job_continues_with_the_values_of_the_attempt_its_killed_oomguard_
     // Run D continues attempt 2 of run C: (4, 2), not the command's (8, 1) nor what worked
     // last time (2, 4), and says so once.
     let hold_d = p.sb.path("hold-d");
-    let d = start_holding(job(&p, "run-d", "0s", &[], fits, Some(&hold_d)), &hold_d);
+    let d = start_holding(
+        &p.sb,
+        job(&p, "run-d", "0s", &[], fits, Some(&hold_d)),
+        &hold_d,
+    );
     release_fifo(&hold_d);
-    let out = d.wait_with_output().unwrap();
+    let out = d.finish(LONG);
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(sizes(&p, "run-d"), [(4, 2)]);
@@ -326,6 +318,7 @@ fn a_restarted_job_continues_with_the_values_of_the_attempt_its_killed_oomguard_
 fn killed_in_attempt_2(p: &Project) {
     let hold = p.sb.path("hold-a");
     let a = start_holding(
+        &p.sb,
         job(p, "run-a", "0s", &[], "s['batch_size'] <= 4", Some(&hold)),
         &hold,
     );

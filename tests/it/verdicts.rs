@@ -3,7 +3,7 @@
 //! first rank's OOM is the root cause across ranks), exit status 137 as a SIGKILL only with
 //! evidence of one, and OOM kills by a cgroup limit above the job seen without root.
 
-mod util;
+use crate::util;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -90,10 +90,7 @@ fn device_oom_for_run_and_classify(
     let sb = Sandbox::new();
     let job = fixture(fixture_name);
     let args = ["python3", &job, "--batch_size", "8", "--fits", "4"];
-    let out = sb.run(&[], &args).output().unwrap();
-    let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let summary = sb.summary();
+    let (_, summary) = sb.run_ok(&[], &args);
     assert_eq!(causes(&summary), ["device_oom", "ok"], "{summary:#}");
     let evidence = evidence(&summary, 0);
     assert!(evidence.contains(evidence_words), "{evidence}");

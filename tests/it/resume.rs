@@ -7,26 +7,17 @@
 //! (whatever the job leaves running is stopped before a relaunch), while the job is held on a
 //! FIFO: the file is provably growing when the attempt ends.
 
-mod util;
+use crate::util;
 
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
-use util::{fixture, stderr_of, wait_until, Sandbox};
-
-/// What each attempt recorded, in order.
-fn records(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .expect("the job recorded its attempts")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a record is JSON"))
-        .collect()
-}
+use util::{fixture, records, stderr_of, wait_until, Sandbox};
 
 /// `oomguard run --run-dir <sandbox>/run <flags> -- python3 resume_job.py RECORD <job args>`,
 /// run in the sandbox (where ckpt/ is).

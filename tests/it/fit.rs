@@ -4,7 +4,7 @@
 //! allocator-fragmentation hint relaunches once at the same batch with the variable set, but
 //! not when the user set it.
 
-mod util;
+use crate::util;
 
 use std::path::PathBuf;
 
@@ -236,27 +236,23 @@ fn a_cgroup_kill_is_read_as_the_limit_and_the_peak() {
     let sb = Sandbox::new();
     let record = sb.path("record.txt");
     let script = fixture("fit_alloc.py");
-    let out = sb
-        .run(
-            &["--memory-max", "100M"],
-            &[
-                "python3",
-                &script,
-                "--record",
-                record.to_str().unwrap(),
-                "--batch_size",
-                "16",
-                "--fixed-mb",
-                "10",
-                "--sample-mb",
-                "8",
-            ],
-        )
-        .output()
-        .unwrap();
+    let (out, summary) = sb.run_ok(
+        &["--memory-max", "100M"],
+        &[
+            "python3",
+            &script,
+            "--record",
+            record.to_str().unwrap(),
+            "--batch_size",
+            "16",
+            "--fixed-mb",
+            "10",
+            "--sample-mb",
+            "8",
+        ],
+    );
     let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert_eq!(causes(&sb.summary()), ["oom_killed", "ok"], "{stderr}");
+    assert_eq!(causes(&summary), ["oom_killed", "ok"], "{stderr}");
     assert!(
         stderr.contains(
             "attempt 2 in 0.0s: --batch_size 16→8 (halving: cgroup limit 100.0 MiB, need at 16 ≥ 100.0 MiB: \

@@ -1,18 +1,18 @@
 //! oomguard around a real Slurm (issue 19): srun, sbatch and scancel against the one-node
 //! Slurm 22.05 that tests/slurm/start.sh starts (CI does, before the tests; `SLURM_CONF` names
 //! its configuration). Its tasks run under slurmstepd in Slurm's cgroups, not below oomguard,
-//! which is what tests/clusters.rs's fake srun cannot show: a stop must reach them through Slurm
+//! which is what tests/it/clusters.rs's fake srun cannot show: a stop must reach them through Slurm
 //! (srun answers SIGTERM by SIGKILLing every task), and the memory bounds must read them where
 //! they are. Where Slurm is not up, each test prints `SKIPPED <name>: <reason>`.
 
-mod util;
+use crate::util;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use util::{bin, causes, fixture, kill, stderr_of, wait_until, Sandbox};
+use util::{bin, causes, fixture, flag_value, kill, stderr_of, wait_until, Sandbox};
 
 /// Why the tests cannot use Slurm here, or `None` where its node answers within 30 s in a state
 /// that takes jobs. "comp" counts: the node is up and still cleaning after an earlier test's job
@@ -302,17 +302,13 @@ fn sbatch_example(sb: &Sandbox, oom_rank: &str) -> (Vec<Vec<u64>>, Vec<String>, 
         Default::default();
     for line in std::fs::read_to_string(&record).unwrap().lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let argv: Vec<&str> = v["argv"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .collect();
-        let at = argv.iter().position(|a| *a == "--batch_size").unwrap();
         attempts
             .entry(v["attempt"].as_str().unwrap().to_string())
             .or_default()
-            .insert(v["rank"].as_u64().unwrap(), argv[at + 1].parse().unwrap());
+            .insert(
+                v["rank"].as_u64().unwrap(),
+                flag_value(&v["argv"], "--batch_size"),
+            );
     }
     let batches = attempts
         .values()

@@ -6,16 +6,13 @@
 //! (tests/fixtures/hang_job.py); nothing here waits on the clock: the tests read the job's
 //! output, the run directory and the job's own record.
 
-mod util;
+use crate::util;
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde_json::Value;
-use util::{alive, causes, fixture, release_fifo, stderr_of, wait_until, Sandbox};
+use util::{alive, causes, fixture, release_fifo, stderr_of, wait_until, Running, Sandbox};
 
 /// A real PyTorch 2.5 out-of-memory traceback (RLinf issue #255) from the corpus: a worker that
 /// ran out of memory while its main process waits on it.
@@ -27,76 +24,19 @@ fn oom_text() -> String {
 /// good, which is the bug under test: it is then killed and the test fails.
 const NEVER: Duration = Duration::from_secs(120);
 
-/// oomguard running in the background, its output collected by threads.
-struct Running {
-    child: Child,
-    stdout: JoinHandle<Vec<u8>>,
-    stderr: JoinHandle<Vec<u8>>,
-}
-
-fn collect(mut from: impl Read + Send + 'static) -> JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = from.read_to_end(&mut buf);
-        buf
-    })
-}
-
-impl Running {
-    fn start(mut cmd: Command) -> Running {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("oomguard starts");
-        let stdout = collect(child.stdout.take().expect("piped"));
-        let stderr = collect(child.stderr.take().expect("piped"));
-        Running {
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    /// Waits until oomguard has taken `n` more samples of the job (each `--interval` after the
-    /// last at least); fails if it ended first.
-    fn wait_ticks(&mut self, sb: &Sandbox, n: usize) {
-        let from = ticks(sb);
-        let mut ended = false;
-        wait_until(NEVER, || {
-            ended = self.child.try_wait().expect("try_wait").is_some();
-            ended || ticks(sb) >= from + n
-        });
-        assert!(
-            !ended && ticks(sb) >= from + n,
-            "oomguard ended (or stopped sampling) while the job should have been left running"
-        );
-    }
-
-    /// Waits for oomguard to end; if it has not within [`NEVER`], kills it (its guard then
-    /// kills the job) and fails with what it printed.
-    fn finish(mut self) -> Output {
-        let mut status = None;
-        let ended = wait_until(NEVER, || {
-            status = self.child.try_wait().expect("try_wait");
-            status.is_some()
-        });
-        if !ended {
-            let _ = self.child.kill();
-            status = Some(self.child.wait().expect("killed oomguard reaped"));
-        }
-        let out = Output {
-            status: status.expect("ended or killed"),
-            stdout: self.stdout.join().expect("stdout reader"),
-            stderr: self.stderr.join().expect("stderr reader"),
-        };
-        assert!(
-            ended,
-            "oomguard still waited on the job after {NEVER:?}; stderr:\n{}",
-            stderr_of(&out)
-        );
-        out
-    }
+/// Waits until oomguard has taken `n` more samples of the job (each `--interval` after the
+/// last at least); fails if it ended first.
+fn wait_ticks(running: &mut Running, sb: &Sandbox, n: usize) {
+    let from = ticks(sb);
+    let mut ended = false;
+    wait_until(NEVER, || {
+        ended = running.ended();
+        ended || ticks(sb) >= from + n
+    });
+    assert!(
+        !ended && ticks(sb) >= from + n,
+        "oomguard ended (or stopped sampling) while the job should have been left running"
+    );
 }
 
 /// The job's own record: per attempt, its PID and batch.
@@ -150,18 +90,21 @@ fn a_job_silent_after_an_oom_is_stopped_and_relaunched_smaller() {
     let sb = Sandbox::new();
     let rec = sb.path("record.jsonl");
     let job = hang_job("pause", &rec, &["--batch_size", "8", "--fits", "4"]);
-    let out = Running::start(sb.run(
-        &[
-            "--hang-timeout",
-            "1s",
-            "--interval",
-            "100ms",
-            "--grace",
-            "5s",
-        ],
-        &strs(&job),
-    ))
-    .finish();
+    let out = Running::start(
+        &sb,
+        sb.run(
+            &[
+                "--hang-timeout",
+                "1s",
+                "--interval",
+                "100ms",
+                "--grace",
+                "5s",
+            ],
+            &strs(&job),
+        ),
+    )
+    .finish(NEVER);
     let err = stderr_of(&out);
     assert!(out.status.success(), "{err}");
     assert!(
@@ -202,11 +145,14 @@ fn a_job_that_keeps_printing_after_its_oom_is_not_touched() {
     let sb = Sandbox::new();
     let rec = sb.path("record.jsonl");
     let job = hang_job("print", &rec, &["--batch_size", "8"]);
-    let out = Running::start(sb.run(
-        &["--hang-timeout", "1s", "--interval", "100ms"],
-        &strs(&job),
-    ))
-    .finish();
+    let out = Running::start(
+        &sb,
+        sb.run(
+            &["--hang-timeout", "1s", "--interval", "100ms"],
+            &strs(&job),
+        ),
+    )
+    .finish(NEVER);
     let err = stderr_of(&out);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("no output for"), "{err}");
@@ -241,8 +187,10 @@ fn hang_timeout_zero_waits_for_the_job() {
         &rec,
         &["--batch_size", "8", "--release", fifo.to_str().unwrap()],
     );
-    let mut running =
-        Running::start(sb.run(&["--hang-timeout", "0", "--interval", "50ms"], &strs(&job)));
+    let mut running = Running::start(
+        &sb,
+        sb.run(&["--hang-timeout", "0", "--interval", "50ms"], &strs(&job)),
+    );
     let log = sb.run_dir().join("attempt-1.log");
     assert!(
         wait_until(NEVER, || std::fs::read_to_string(&log)
@@ -251,11 +199,11 @@ fn hang_timeout_zero_waits_for_the_job() {
     );
     // 40 ticks at least 50 ms apart: more than 2 s of silence after the OOM, twice what
     // `--hang-timeout 1s` waits.
-    running.wait_ticks(&sb, 40);
+    wait_ticks(&mut running, &sb, 40);
     let pid = record(&rec)[0]["pid"].as_u64().unwrap() as u32;
     assert!(alive(pid), "the job was left waiting");
     util::release_fifo(&fifo);
-    let out = running.finish();
+    let out = running.finish(NEVER);
     let err = stderr_of(&out);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("no output for"), "{err}");
@@ -270,20 +218,23 @@ fn a_stalled_job_is_stopped_and_relaunched_unchanged_within_retries() {
     let sb = Sandbox::new();
     let rec = sb.path("record.jsonl");
     let job = hang_job("silent", &rec, &["--batch_size", "8"]);
-    let out = Running::start(sb.run(
-        &[
-            "--stall-timeout",
-            "1s",
-            "--retries",
-            "1",
-            "--interval",
-            "100ms",
-            "--grace",
-            "5s",
-        ],
-        &strs(&job),
-    ))
-    .finish();
+    let out = Running::start(
+        &sb,
+        sb.run(
+            &[
+                "--stall-timeout",
+                "1s",
+                "--retries",
+                "1",
+                "--interval",
+                "100ms",
+                "--grace",
+                "5s",
+            ],
+            &strs(&job),
+        ),
+    )
+    .finish(NEVER);
     let err = stderr_of(&out);
     // Not a memory death: relaunched once (--retries 1), unchanged, then the run fails with the
     // job's own ending (SIGTERM).
@@ -315,18 +266,21 @@ fn a_silent_job_busy_on_the_cpu_is_not_stalled() {
         &rec,
         &["--batch_size", "8", "--release", done.to_str().unwrap()],
     );
-    let mut running = Running::start(sb.run(
-        &["--stall-timeout", "1s", "--interval", "50ms"],
-        &strs(&job),
-    ));
+    let mut running = Running::start(
+        &sb,
+        sb.run(
+            &["--stall-timeout", "1s", "--interval", "50ms"],
+            &strs(&job),
+        ),
+    );
     assert!(
         wait_until(NEVER, || !record(&rec).is_empty()),
         "the job started"
     );
     // More than 2 s of silence, twice the stall timeout.
-    running.wait_ticks(&sb, 40);
+    wait_ticks(&mut running, &sb, 40);
     std::fs::write(&done, "").unwrap();
-    let out = running.finish();
+    let out = running.finish(NEVER);
     let err = stderr_of(&out);
     assert!(out.status.success(), "{err}");
     assert!(!err.contains("no CPU time"), "{err}");
@@ -357,15 +311,18 @@ fn reading_a_silent_job_without_an_oom_leaves_oomguard_as_small_as_before() {
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         let job =
             "echo 'step 10 | loss 2.31 | mem 1.2G | max_memory_allocated 1.0 GiB'; exec cat \"$0\"";
-        let mut running = Running::start(sb.run(
-            &["--interval", "100ms", "--no-cgroup", "--hang-timeout", hang],
-            &["sh", "-c", job, fifo.to_str().unwrap()],
-        ));
+        let mut running = Running::start(
+            &sb,
+            sb.run(
+                &["--interval", "100ms", "--no-cgroup", "--hang-timeout", hang],
+                &["sh", "-c", job, fifo.to_str().unwrap()],
+            ),
+        );
         // 2 s of ticks: the job has been silent for 1 s, and the watch has read it.
-        running.wait_ticks(&sb, 20);
+        wait_ticks(&mut running, &sb, 20);
         let peak_kib = peak_rss_kib(running.child.id());
         release_fifo(&fifo);
-        let out = running.finish();
+        let out = running.finish(NEVER);
         assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
         peak_kib
     };

@@ -2,7 +2,7 @@
 //! directory holding one it would write, removes only what it made when the job cannot start,
 //! and hands the job absolute paths.
 
-mod util;
+use crate::util;
 
 use std::path::Path;
 

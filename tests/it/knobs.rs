@@ -4,7 +4,7 @@
 //! variables of each attempt, dies of a CUDA out-of-memory error the first KNOB_OOMS times
 //! (default 1), then succeeds.
 
-mod util;
+use crate::util;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -12,16 +12,7 @@ use std::path::Path;
 use std::process::Output;
 
 use serde_json::Value;
-use util::{fixture, stderr_of, Sandbox};
-
-/// What each attempt recorded, in order.
-fn records(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .expect("the job recorded its attempts")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a record is JSON"))
-        .collect()
-}
+use util::{fixture, records, stderr_of, Sandbox};
 
 /// One attempt's arguments (after the record path) as the bytes the job received.
 fn argv_bytes(record: &Value) -> Vec<Vec<u8>> {

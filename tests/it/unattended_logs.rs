@@ -2,7 +2,7 @@
 //! json`, and a full disk under the run directory that does not turn the job's success into
 //! oomguard's failure.
 
-mod util;
+use crate::util;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

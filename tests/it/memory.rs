@@ -3,7 +3,7 @@
 //! columns and the wait for a free GPU through the fake probe, the growth warning, and a machine
 //! without NVML or writable cgroups.
 
-mod util;
+use crate::util;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -62,23 +62,17 @@ fn memory_max_gets_a_real_kernel_oom_kill_attributed_by_the_cgroup_and_converges
         return;
     };
     let sb = Sandbox::new();
-    let out = sb
-        .run(
-            &["--memory-max", "100M"],
-            &[
-                "python3",
-                &fixture("alloc.py"),
-                "--batch_size",
-                "16",
-                "--sample-mb",
-                "16",
-            ],
-        )
-        .output()
-        .unwrap();
-    let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let summary = sb.summary();
+    let (_, summary) = sb.run_ok(
+        &["--memory-max", "100M"],
+        &[
+            "python3",
+            &fixture("alloc.py"),
+            "--batch_size",
+            "16",
+            "--sample-mb",
+            "16",
+        ],
+    );
     let causes = causes(&summary);
     assert_eq!(
         causes.first().map(String::as_str),
@@ -125,29 +119,24 @@ fn memory_max_gets_a_real_kernel_oom_kill_attributed_by_the_cgroup_and_converges
 fn a_soft_limit_stops_the_job_gracefully_and_relaunches_it_smaller() {
     let sb = Sandbox::new();
     let checkpoint = sb.path("checkpoint");
-    let out = sb
-        .run(
-            &["--interval", "50ms", "--max-rss", "150M", "--grace", "20s"],
-            &[
-                "python3",
-                &fixture("grow.py"),
-                "--batch_size",
-                "8",
-                "--sample-mb",
-                "40",
-                "--hold",
-                "60",
-                "--fits",
-                "2",
-                "--checkpoint",
-                checkpoint.to_str().unwrap(),
-            ],
-        )
-        .output()
-        .unwrap();
+    let (out, summary) = sb.run_ok(
+        &["--interval", "50ms", "--max-rss", "150M", "--grace", "20s"],
+        &[
+            "python3",
+            &fixture("grow.py"),
+            "--batch_size",
+            "8",
+            "--sample-mb",
+            "40",
+            "--hold",
+            "60",
+            "--fits",
+            "2",
+            "--checkpoint",
+            checkpoint.to_str().unwrap(),
+        ],
+    );
     let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let summary = sb.summary();
     let first = &summary["attempts"][0];
     assert_eq!(first["cause"], "memory_limit", "{summary:#}");
     // Stopped with SIGTERM, it saved its state and exited by itself: no SIGKILL was needed.
@@ -210,27 +199,22 @@ fn min_available_protects_the_machine() {
 #[test]
 fn samples_csv_and_peaks_agree_and_a_forked_tree_is_counted_once() {
     let sb = Sandbox::new();
-    let out = sb
-        .run(
-            // PSS, which this test is about, is read for the record only every --pss-interval.
-            &["--interval", "50ms", "--pss-interval", "50ms"],
-            &[
-                "python3",
-                &fixture("grow.py"),
-                "--batch_size",
-                "10",
-                "--sample-mb",
-                "20",
-                "--fork",
-                "4",
-                "--hold",
-                "1.5",
-            ],
-        )
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    let summary = sb.summary();
+    let (_, summary) = sb.run_ok(
+        // PSS, which this test is about, is read for the record only every --pss-interval.
+        &["--interval", "50ms", "--pss-interval", "50ms"],
+        &[
+            "python3",
+            &fixture("grow.py"),
+            "--batch_size",
+            "10",
+            "--sample-mb",
+            "20",
+            "--fork",
+            "4",
+            "--hold",
+            "1.5",
+        ],
+    );
     let a = &summary["attempts"][0];
     let rows = samples(&sb);
     assert!(rows.len() >= 10, "{} rows", rows.len());

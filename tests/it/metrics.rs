@@ -4,17 +4,15 @@
 //! textfile; then the test lets it finish. Also: bad addresses, a port in use and a textfile
 //! in a missing directory are usage errors before anything starts.
 
-mod util;
+use crate::util;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
-use util::{stderr_of, wait_until, Project};
+use util::{release_fifo, start_holding, stderr_of, wait_until, Project, Running};
 
 /// The families every output carries once an attempt ran, each with HELP and TYPE.
 const FAMILIES: &[(&str, &str)] = &[
@@ -24,67 +22,35 @@ const FAMILIES: &[(&str, &str)] = &[
     ("oomguard_tree_memory_bytes", "gauge"),
 ];
 
-/// oomguard running attempt 2, held on its FIFO, with the lines of its stderr.
-struct Held {
-    child: Child,
-    hold: PathBuf,
-    lines: mpsc::Receiver<String>,
-}
-
 /// Starts `oomguard run <extra> -- situation_job.py --batch_size 64` (fits at 32) and returns
-/// once attempt 2 waits on the FIFO.
-fn start_holding(p: &Project, extra: &[&str]) -> Held {
+/// it, with its FIFO, once attempt 2 waits on the FIFO.
+fn start(p: &Project, extra: &[&str]) -> (Running, PathBuf) {
     let hold = p.sb.path("hold");
-    nix::unistd::mkfifo(&hold, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
     let mut flags = vec!["--interval", "50ms"];
     flags.extend_from_slice(extra);
-    let mut child = p
-        .command(
-            &flags,
-            &["--batch_size", "64"],
-            &[
-                ("JOB_FITS", "s['batch_size'] <= 32"),
-                ("JOB_HOLD", hold.to_str().unwrap()),
-            ],
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Drained for the whole run, so oomguard never blocks on a full pipe.
-    let stderr = child.stderr.take().unwrap();
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let waiting = hold.with_extension("waiting");
-    assert!(
-        wait_until(Duration::from_secs(30), || waiting.exists()),
-        "attempt 2 never started"
+    let cmd = p.command(
+        &flags,
+        &["--batch_size", "64"],
+        &[
+            ("JOB_FITS", "s['batch_size'] <= 32"),
+            ("JOB_HOLD", hold.to_str().unwrap()),
+        ],
     );
-    Held { child, hold, lines }
+    (start_holding(&p.sb, cmd, &hold), hold)
 }
 
-impl Held {
-    /// Lets attempt 2 finish; oomguard must exit 0.
-    fn finish(mut self) {
-        std::fs::write(&self.hold, "go\n").unwrap();
-        let status = self.child.wait().unwrap();
-        assert_eq!(status.code(), Some(0));
-    }
+/// Lets attempt 2 finish; oomguard must exit 0.
+fn finish(mut run: Running, hold: &Path) {
+    release_fifo(hold);
+    assert_eq!(run.wait(Duration::from_secs(60)).code(), Some(0));
+}
 
-    /// The URL oomguard said it serves at (`--metrics-addr 0`: the kernel's pick).
-    fn url(&self) -> String {
-        loop {
-            let line = self
-                .lines
-                .recv_timeout(Duration::from_secs(30))
-                .expect("oomguard says where its metrics are");
-            if let Some(url) = line.split("metrics at ").nth(1) {
-                return url.trim().to_string();
-            }
+/// The URL oomguard said it serves at (`--metrics-addr 0`: the kernel's pick).
+fn url(run: &Running) -> String {
+    loop {
+        let line = run.stderr_line(Duration::from_secs(30));
+        if let Some(url) = line.split("metrics at ").nth(1) {
+            return url.trim().to_string();
         }
     }
 }
@@ -157,8 +123,8 @@ fn assert_plausible_rss(text: &str) {
 #[test]
 fn the_endpoint_serves_the_run_as_it_stands() {
     let p = Project::new();
-    let held = start_holding(&p, &["--metrics-addr", "0"]);
-    let url = held.url();
+    let (held, hold) = start(&p, &["--metrics-addr", "0"]);
+    let url = url(&held);
     assert!(url.starts_with("http://127.0.0.1:"), "{url}: loopback only");
     // Attempt 2's first sample comes at its first tick after start.
     let mut text = String::new();
@@ -175,7 +141,7 @@ fn the_endpoint_serves_the_run_as_it_stands() {
     assert_plausible_rss(&text);
     let (status, _) = get(&url.replace("/metrics", "/other"));
     assert_eq!(status, "HTTP/1.1 404 Not Found");
-    held.finish();
+    finish(held, &hold);
 }
 
 #[test]
@@ -183,7 +149,7 @@ fn the_textfile_carries_the_same_and_is_replaced_whole() {
     let p = Project::new();
     let prom = p.sb.path("textfile/oomguard.prom");
     std::fs::create_dir(prom.parent().unwrap()).unwrap();
-    let held = start_holding(&p, &["--metrics-textfile", prom.to_str().unwrap()]);
+    let (held, hold) = start(&p, &["--metrics-textfile", prom.to_str().unwrap()]);
     // Read it while oomguard replaces it every 50ms tick: each read sees one whole file. A
     // replacement is a rename, so an inode other than the last read's is a new file (a freed
     // inode may come back later: count changes, not distinct numbers); watch a good number.
@@ -215,7 +181,7 @@ fn the_textfile_carries_the_same_and_is_replaced_whole() {
         .filter(|e| e.as_ref().unwrap().path().extension() == Some("prom".as_ref()))
         .count();
     assert_eq!(proms, 1);
-    held.finish();
+    finish(held, &hold);
 }
 
 /// Refused with exit 2 and one line before anything starts: no job ran, no run directory.

@@ -3,18 +3,18 @@
 //! lines start on a line of their own; a job under a terminal gets a pseudo-terminal that follows
 //! resizes, and `--no-pty` keeps pipes.
 
-mod util;
+use crate::util;
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::process::{Child, ChildStderr, ChildStdout, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::pty::{openpty, Winsize};
+use nix::pty::Winsize;
 use nix::sys::signal::Signal;
-use util::{causes, fixture, wait_until, Sandbox};
+use util::{causes, fixture, test_pty, wait_until, Sandbox};
 
 /// Long enough for a run of a few attempts on a loaded machine; only reached on failure.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -248,23 +248,6 @@ fn oomguards_line_after_an_unfinished_bar_starts_a_new_line() {
     assert!(err
         .lines()
         .any(|l| l.starts_with("oomguard: attempt 1 ended")));
-}
-
-/// A pseudo-terminal opened by the test, `rows` x `cols`, both ends close-on-exec so that no
-/// process spawned by another test holds it open.
-fn test_pty(rows: u16, cols: u16) -> (File, OwnedFd) {
-    let size = Winsize {
-        ws_row: rows,
-        ws_col: cols,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    let pair = openpty(&size, None).expect("a pseudo-terminal can be opened");
-    for fd in [pair.master.as_raw_fd(), pair.slave.as_raw_fd()] {
-        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-        fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).unwrap();
-    }
-    (File::from(pair.master), pair.slave)
 }
 
 /// Runs oomguard with its stdout and stderr on the slave of a new pty; a thread collects what

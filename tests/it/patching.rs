@@ -5,7 +5,7 @@
 //! stdin closes without `done`, and leaves it alone with `done` (the next start's
 //! `Patcher::recover` then does it). End-to-end runs of `oomguard run` are in the knob tests.
 
-mod util;
+use crate::util;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
@@ -67,7 +67,12 @@ struct Holder {
 impl Holder {
     fn start(sandbox: &Sandbox, file: &Path, mode: &str) -> Holder {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "holder", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "patching::holder",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("PATCHING_HOLDER_FILE", file)
             .env("PATCHING_HOLDER_MODE", mode)
             .env("PATCHING_HOLDER_STATE", sandbox.path("state"))

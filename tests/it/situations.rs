@@ -6,7 +6,7 @@
 //! order, the effective batch was kept where a partner exists, summary.json names the knobs, and
 //! the user's files are byte for byte what they were.
 
-mod util;
+use crate::util;
 
 use std::path::Path;
 

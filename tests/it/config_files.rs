@@ -6,15 +6,17 @@
 //! the run is kept with the original left beside it. The job is tests/fixtures/situation_job.py,
 //! which reads configs/default.yaml itself, so oomguard patches it in place.
 
-mod util;
+use crate::util;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use serde_json::json;
-use util::{alive, guard_of, kill, stderr_of, wait_until, Project};
+use util::{alive, guard_of, kill, stderr_of, wait_until, Project, Running};
+
+/// How long oomguard may take to end once told to, on a slow, busy machine.
+const LONG: Duration = Duration::from_secs(60);
 
 /// Comments, order, quoting and blank lines an edit must not disturb.
 const YAML: &str = "# EMG training\ntraining:\n  # per step\n  batch_size: 64   # fits 24G\n\n  gradient_accumulation_steps: 1\n  num_workers: 4\n  pin_memory: true\n  optimizer: 'adamw'\n";
@@ -105,29 +107,18 @@ fn the_file_is_identical_after_success_failure_and_giving_up() {
 
 /// Starts oomguard with attempt 2 (patched in place) holding on the FIFO `hold`; returns once
 /// the job waits there.
-fn start_holding(p: &Project, hold: &Path, extra: &[&str]) -> Child {
-    nix::unistd::mkfifo(hold, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+fn start_holding(p: &Project, hold: &Path, extra: &[&str]) -> Running {
     let mut flags = vec![BATCH, ACCUM];
     flags.extend_from_slice(extra);
-    let child = p
-        .command(
-            &flags,
-            &[],
-            &[
-                ("JOB_FITS", "s['training.batch_size'] <= 32"),
-                ("JOB_HOLD", hold.to_str().unwrap()),
-            ],
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let waiting = hold.with_extension("waiting");
-    assert!(
-        wait_until(Duration::from_secs(30), || waiting.exists()),
-        "attempt 2 never started"
+    let cmd = p.command(
+        &flags,
+        &[],
+        &[
+            ("JOB_FITS", "s['training.batch_size'] <= 32"),
+            ("JOB_HOLD", hold.to_str().unwrap()),
+        ],
     );
-    child
+    util::start_holding(&p.sb, cmd, hold)
 }
 
 #[test]
@@ -140,8 +131,8 @@ fn the_file_is_identical_after_sigint_and_sigterm() {
         assert!(std::fs::read_to_string(&config)
             .unwrap()
             .contains("batch_size: 32   # fits 24G"));
-        kill(child.id(), signal);
-        let out = child.wait_with_output().unwrap();
+        kill(child.pid(), signal);
+        let out = child.finish(LONG);
         assert_eq!(
             out.status.code(),
             Some(code),
@@ -158,8 +149,8 @@ fn the_guard_restores_the_file_when_oomguard_is_sigkilled() {
     let (p, config) = project();
     let hold = p.sb.path("hold");
     let mut child = start_holding(&p, &hold, &[]);
-    kill(child.id(), Signal::SIGKILL);
-    child.wait().unwrap();
+    kill(child.pid(), Signal::SIGKILL);
+    child.wait(LONG);
     assert!(
         wait_until(Duration::from_secs(30), || {
             std::fs::read_to_string(&config).is_ok_and(|t| t == YAML)
@@ -176,11 +167,11 @@ fn after_oomguard_and_its_guard_are_sigkilled_the_next_start_restores_the_file_f
     let (p, config) = project();
     let hold = p.sb.path("hold");
     let mut child = start_holding(&p, &hold, &[]);
-    let guard = guard_of(child.id());
+    let guard = guard_of(child.pid());
     kill(guard, Signal::SIGKILL);
     assert!(wait_until(Duration::from_secs(10), || !alive(guard)));
-    kill(child.id(), Signal::SIGKILL);
-    child.wait().unwrap();
+    kill(child.pid(), Signal::SIGKILL);
+    child.wait(LONG);
     assert_ne!(
         std::fs::read_to_string(&config).unwrap(),
         YAML,
@@ -221,11 +212,11 @@ fn the_next_run_after_both_were_killed_starts_from_the_users_values() {
         let (p, config) = project();
         let hold = p.sb.path("hold");
         let mut child = start_holding(&p, &hold, &[]);
-        let guard = guard_of(child.id());
+        let guard = guard_of(child.pid());
         kill(guard, Signal::SIGKILL);
         assert!(wait_until(Duration::from_secs(10), || !alive(guard)));
-        kill(child.id(), Signal::SIGKILL);
-        child.wait().unwrap();
+        kill(child.pid(), Signal::SIGKILL);
+        child.wait(LONG);
         assert!(std::fs::read_to_string(&config)
             .unwrap()
             .contains("batch_size: 32"));
@@ -277,13 +268,14 @@ fn a_second_oomguard_patching_the_same_file_is_refused() {
         let stderr = stderr_of(&second);
         assert_eq!(second.status.code(), Some(2), "{other_state}: {stderr}");
         assert!(
-            stderr.contains(&format!("oomguard {}", first.id())) && stderr.contains("default.yaml"),
+            stderr.contains(&format!("oomguard {}", first.pid()))
+                && stderr.contains("default.yaml"),
             "{stderr}"
         );
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
         assert!(!p.sb.path("run2").exists(), "nothing created");
         std::fs::write(&hold, "go\n").unwrap();
-        let out = first.wait_with_output().unwrap();
+        let out = first.finish(LONG);
         assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
         assert_untouched(&config);
         assert_nothing_beside(&p);
@@ -298,7 +290,7 @@ fn someone_elses_edit_during_the_run_is_kept_and_the_original_left_beside_it() {
     let theirs = YAML.replace("pin_memory: true", "pin_memory: false");
     std::fs::write(&config, &theirs).unwrap();
     std::fs::write(&hold, "go\n").unwrap();
-    let out = first.wait_with_output().unwrap();
+    let out = first.finish(LONG);
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(std::fs::read_to_string(&config).unwrap(), theirs);

@@ -2,7 +2,7 @@
 //! passthrough, convergence after out-of-memory deaths, kernel OOM kills in a real memory cgroup,
 //! SIGKILL without OOM, and every kind of bad input.
 
-mod util;
+use crate::util;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -126,28 +126,23 @@ fn converges_after_cuda_oom_keeping_the_effective_batch() {
     let sb = Sandbox::new();
     let record = sb.path("record.jsonl");
     // The halving ladder: fake_cuda_oom.py prints the same sizes at every batch, which no fit
-    // could read (tests/fit.rs has the fit's own).
-    let out = sb
-        .run(
-            &["--strategy", "halve"],
-            &[
-                "python3",
-                &fixture("fake_cuda_oom.py"),
-                "--batch_size",
-                "64",
-                "--gradient_accumulation_steps",
-                "1",
-                "--fits",
-                "10",
-                "--record",
-                record.to_str().unwrap(),
-            ],
-        )
-        .output()
-        .unwrap();
+    // could read (tests/it/fit.rs has the fit's own).
+    let (out, summary) = sb.run_ok(
+        &["--strategy", "halve"],
+        &[
+            "python3",
+            &fixture("fake_cuda_oom.py"),
+            "--batch_size",
+            "64",
+            "--gradient_accumulation_steps",
+            "1",
+            "--fits",
+            "10",
+            "--record",
+            record.to_str().unwrap(),
+        ],
+    );
     let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let summary = sb.summary();
     assert_eq!(summary["outcome"], "succeeded");
     assert_eq!(
         causes(&summary),
@@ -262,24 +257,20 @@ fn gives_up_at_min_batch_with_its_own_exit_code() {
 fn without_an_accumulation_flag_it_warns_once_that_the_effective_batch_shrinks() {
     let sb = Sandbox::new();
     let record = sb.path("record.jsonl");
-    let out = sb
-        .run(
-            &[],
-            &[
-                "python3",
-                &fixture("fake_cuda_oom.py"),
-                "--batch-size=16",
-                "--fits",
-                "3",
-                "--record",
-                record.to_str().unwrap(),
-            ],
-        )
-        .output()
-        .unwrap();
+    let (out, summary) = sb.run_ok(
+        &[],
+        &[
+            "python3",
+            &fixture("fake_cuda_oom.py"),
+            "--batch-size=16",
+            "--fits",
+            "3",
+            "--record",
+            record.to_str().unwrap(),
+        ],
+    );
     let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert_eq!(column(&sb.summary(), "batch_size"), [16, 8, 4, 2]);
+    assert_eq!(column(&summary, "batch_size"), [16, 8, 4, 2]);
     assert_eq!(
         stderr.matches("effective batch shrinks").count(),
         1,
@@ -292,24 +283,19 @@ fn without_an_accumulation_flag_it_warns_once_that_the_effective_batch_shrinks()
 fn a_named_accumulation_flag_is_appended() {
     let sb = Sandbox::new();
     let record = sb.path("record.jsonl");
-    let out = sb
-        .run(
-            &["--accum-arg", "--gradient_accumulation_steps"],
-            &[
-                "python3",
-                &fixture("fake_cuda_oom.py"),
-                "--batch_size",
-                "6",
-                "--fits",
-                "3",
-                "--record",
-                record.to_str().unwrap(),
-            ],
-        )
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    let summary = sb.summary();
+    let (_, summary) = sb.run_ok(
+        &["--accum-arg", "--gradient_accumulation_steps"],
+        &[
+            "python3",
+            &fixture("fake_cuda_oom.py"),
+            "--batch_size",
+            "6",
+            "--fits",
+            "3",
+            "--record",
+            record.to_str().unwrap(),
+        ],
+    );
     assert_eq!(column(&summary, "batch_size"), [6, 3]);
     assert_eq!(column(&summary, "accum"), [1, 2]);
     let cmd2 = summary["attempts"][1]["command"].as_array().unwrap();
@@ -327,22 +313,17 @@ fn a_named_accumulation_flag_is_appended() {
 #[test]
 fn sigkill_without_oom_evidence_is_killed_not_oom_killed() {
     let sb = Sandbox::new();
-    let out = sb
-        .run(
-            &[],
-            &[
-                "python3",
-                &fixture("self_kill.py"),
-                "--batch_size",
-                "8",
-                "--fits",
-                "4",
-            ],
-        )
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    let summary = sb.summary();
+    let (_, summary) = sb.run_ok(
+        &[],
+        &[
+            "python3",
+            &fixture("self_kill.py"),
+            "--batch_size",
+            "8",
+            "--fits",
+            "4",
+        ],
+    );
     assert_eq!(causes(&summary), ["killed", "ok"]);
     assert_eq!(summary["attempts"][0]["signal"], 9);
     assert_eq!(summary["attempts"][0]["exit_code"], Value::Null);
@@ -440,27 +421,21 @@ fn a_real_kernel_oom_kill_is_oom_killed_and_the_batch_converges() {
     let sb = Sandbox::new();
     let procs = cg.procs();
     // The job moves itself into the small cgroup, then becomes the allocator (same PID).
-    let out = sb
-        .run(
-            &[],
-            &[
-                "sh",
-                "-c",
-                "echo $$ > \"$1\" && shift && exec python3 \"$@\"",
-                "sh",
-                &procs,
-                &fixture("alloc.py"),
-                "--batch_size",
-                "8",
-                "--sample-mb",
-                "12",
-            ],
-        )
-        .output()
-        .unwrap();
-    let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let summary = sb.summary();
+    let (_, summary) = sb.run_ok(
+        &[],
+        &[
+            "sh",
+            "-c",
+            "echo $$ > \"$1\" && shift && exec python3 \"$@\"",
+            "sh",
+            &procs,
+            &fixture("alloc.py"),
+            "--batch_size",
+            "8",
+            "--sample-mb",
+            "12",
+        ],
+    );
     let causes = causes(&summary);
     assert_eq!(
         causes.first().map(String::as_str),

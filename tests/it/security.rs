@@ -5,7 +5,7 @@
 //! `<T>/rootonly`, mode 0700. Without root these tests cannot make the files or switch users:
 //! they say SKIPPED (CI runs them as root).
 
-mod util;
+use crate::util;
 
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;

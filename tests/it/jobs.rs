@@ -2,7 +2,7 @@
 //! at a batch of 2 or less) several times in one project, and each run finds in
 //! `<state>/jobs/NAME.json` what the runs before it learned.
 
-mod util;
+use crate::util;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

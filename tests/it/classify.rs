@@ -1,7 +1,7 @@
 //! `oomguard classify` over the OOM corpus (tests/fixtures/oom-corpus, copied from real error
 //! output of real frameworks): every file must land in one of its accepted classes.
 
-mod util;
+use crate::util;
 
 use std::collections::HashMap;
 use std::io::Write;

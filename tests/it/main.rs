@@ -1,0 +1,37 @@
+//! The integration tests, one crate: each module is one area of oomguard run end to end through
+//! the real binary (`CARGO_BIN_EXE_oomguard`) against real child processes (the fixtures in
+//! tests/fixtures/), with the shared harness in `util`. One crate compiles and links the harness
+//! once instead of once per file; a test is named `MODULE::TEST` (`cargo test --test it hang::`).
+//! All tests share one process and run in parallel threads, so none may change process-wide
+//! state (environment, current directory, signal dispositions): each passes what it needs to the
+//! command it spawns. Pure logic is tested by unit tests in src/, not here.
+
+mod util;
+
+mod classify;
+mod clusters;
+mod config_files;
+mod fit;
+mod fit_ramp;
+mod fit_replay;
+mod hang;
+mod hygiene;
+mod jobfiles;
+mod jobs;
+mod knobs;
+mod memory;
+mod metrics;
+mod output;
+mod patching;
+mod report_cmd;
+mod resume;
+mod run;
+mod rundir;
+mod security;
+mod situations;
+mod slurm_real;
+mod status;
+mod unattended_logs;
+mod unattended_notify;
+mod verdicts;
+mod watchcost;
