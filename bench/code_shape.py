@@ -61,7 +61,7 @@ def functions(path):
         end = j
         if not lines[j].rstrip().endswith("}"):
             end = next((k for k in range(j + 1, len(lines)) if lines[k] == indent + "}"), j)
-        yield name, end - i + 1, params(sig)
+        yield name, end - i + 1, params(sig[sig.index("fn " + name):])
 
 
 def main():

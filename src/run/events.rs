@@ -28,7 +28,7 @@ use crate::{hooks, metrics, notify, principal, units};
 use crate::{record, report};
 
 use super::ladder::AttemptRamp;
-use super::prepare::lossy;
+use super::prepare::{self, lossy};
 
 /// What happened in the run, as its listeners hear it.
 pub(super) enum RunEvent<'a> {
@@ -109,16 +109,19 @@ pub(super) struct Observers<'a> {
 }
 
 impl<'a> Observers<'a> {
-    /// The listeners of a run whose directory is `run_dir` (samples.csv opened there).
-    pub(super) fn new(
+    /// The listeners of a run whose directory is `run_dir`, started: samples.csv opened there,
+    /// the run's first lines said, and the job's memory opened (which says where attempt 1
+    /// starts).
+    pub(super) fn start(
         settings: &'a RunSettings,
         console: Reporter,
         run_dir: &'a RunDir,
         summary: &'a mut Summary,
-        job: JobRun,
         metrics: Option<metrics::Exporter>,
     ) -> Result<Observers<'a>, crate::Error> {
         let samples = run_dir.open_samples().map_err(crate::Error::RunDir)?;
+        prepare::say_run_started(settings, run_dir, summary, console, metrics.as_ref());
+        let job = prepare::open_job(settings, summary, &console);
         Ok(Observers {
             settings,
             console,

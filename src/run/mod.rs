@@ -67,8 +67,7 @@ fn run_in(settings: &RunSettings, ready: &mut Ready, report: Reporter) -> Result
         metrics,
     } = ready;
     run_dir.save(summary, false).map_err(Error::RunDir)?;
-    prepare::say_run_started(settings, run_dir, summary, report, metrics.as_ref());
-    let job = prepare::open_job(settings, summary, &report);
+    let mut observers = Observers::start(settings, report, run_dir, summary, metrics.take())?;
     let (gpu, gpu_off) = gpu::open();
     if let Some(reason) = gpu_off {
         report.say(&reason);
@@ -93,7 +92,6 @@ fn run_in(settings: &RunSettings, ready: &mut Ready, report: Reporter) -> Result
             action: "cannot start the async runtime",
             source,
         })?;
-    let mut observers = Observers::new(settings, report, run_dir, summary, job, metrics.take())?;
     let metrics_server = observers.metrics_server();
     // From here on the job's output and our own lines go through the writer threads, so a slow
     // reader of our output never costs the log, the classifier or the attempt's end a byte.
