@@ -460,6 +460,7 @@ mod tests {
     use super::*;
     use crate::cli::run_command;
     use crate::jobfile::parse;
+    use crate::jobfile::tests::refused;
     use std::fs;
     use std::path::Path;
 
@@ -621,21 +622,7 @@ flag = "--batch_size"
             ("[run]\nmemory_max = \"1G\"\nno_cgroup = true\n", 1, "[run]: the argument '--memory-max <SIZE>' cannot be used with '--no-cgroup'"),
         ];
         for (text, line, wanted) in rows {
-            let err = match parse("job.toml", text, &run_command()) {
-                Ok(file) => panic!("{text:?} was accepted: {file:?}"),
-                Err(err) => err,
-            };
-            let message = err.to_string();
-            assert!(!message.contains('\n'), "{text:?}: {message:?}");
-            assert!(
-                message.starts_with(&format!("job.toml:{line}: ")),
-                "{text:?}: wanted line {line}: {message}"
-            );
-            assert!(
-                message.contains(wanted),
-                "{text:?}: wanted {wanted:?} in {message}"
-            );
-            assert!(message.contains("; "), "{text:?}: no fix in {message}");
+            refused(text, *line, wanted);
         }
     }
 

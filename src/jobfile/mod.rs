@@ -325,10 +325,31 @@ fn edit_distance(a: &str, b: &str) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::cli::run_command;
     use std::fs;
+
+    /// `text` as a job file is refused with one line: `job.toml:LINE: ` the problem containing
+    /// `wanted`, then `; ` and the fix. Returns the error.
+    pub(super) fn refused(text: &str, line: usize, wanted: &str) -> JobFileError {
+        let err = match parse("job.toml", text, &run_command()) {
+            Ok(file) => panic!("{text:?} was accepted: {file:?}"),
+            Err(err) => err,
+        };
+        let message = err.to_string();
+        assert!(!message.contains('\n'), "{text:?}: {message:?}");
+        assert!(
+            message.starts_with(&format!("job.toml:{line}: ")),
+            "{text:?}: wanted line {line}: {message}"
+        );
+        assert!(
+            message.contains(wanted),
+            "{text:?}: wanted {wanted:?} in {message}"
+        );
+        assert!(message.contains("; "), "{text:?}: no fix in {message}");
+        err
+    }
 
     #[test]
     fn a_file_without_knobs_is_fine() {
@@ -415,21 +436,7 @@ mod tests {
         // The valid knob alone parses, so each row's error is its own mistake.
         parse("job.toml", OK, &run_command()).expect("the base knob is valid");
         for (text, line, wanted) in rows {
-            let err = match parse("job.toml", text, &run_command()) {
-                Ok(file) => panic!("{text:?} was accepted: {file:?}"),
-                Err(err) => err,
-            };
-            let message = err.to_string();
-            assert!(!message.contains('\n'), "{text:?}: {message:?}");
-            assert!(
-                message.starts_with(&format!("job.toml:{line}: ")),
-                "{text:?}: wanted line {line}: {message}"
-            );
-            assert!(
-                message.contains(wanted),
-                "{text:?}: wanted {wanted:?} in {message}"
-            );
-            assert!(message.contains("; "), "{text:?}: no fix in {message}");
+            let err = refused(text, *line, wanted);
             match err {
                 JobFileError::Invalid { line: got, .. } => assert_eq!(got, *line),
                 other => panic!("{text:?}: {other:?}"),
