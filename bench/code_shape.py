@@ -19,7 +19,7 @@ def production_lines(path):
     if lines and lines[-1] == "":
         lines.pop()
     for i, line in enumerate(lines):
-        if line.startswith("#[cfg(test)]") and i + 1 < len(lines) and re.match(r"^mod \w+ \{", lines[i + 1]):
+        if line.startswith("#[cfg(test)]") and i + 1 < len(lines) and re.match(r"^(?:pub(?:\([\w:]+\))? )?mod \w+ \{", lines[i + 1]):
             return lines[:i]
     return lines
 

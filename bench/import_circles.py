@@ -23,7 +23,7 @@ def module_of(path):
 def production(text):
     lines = text.split("\n")
     for i, line in enumerate(lines):
-        if line.startswith("#[cfg(test)]") and i + 1 < len(lines) and re.match(r"^mod \w+ \{", lines[i + 1]):
+        if line.startswith("#[cfg(test)]") and i + 1 < len(lines) and re.match(r"^(?:pub(?:\([\w:]+\))? )?mod \w+ \{", lines[i + 1]):
             lines = lines[:i]
             break
     text = "\n".join(lines)
