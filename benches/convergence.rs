@@ -258,6 +258,25 @@ fn batch_of(values: &[Value]) -> u64 {
     values[0].as_int().expect("the batch is an integer")
 }
 
+/// The policy's limits and plan for a simulated run under `strategy`: up to 30 attempts, no
+/// retries, no backoff, the default 10% margin, no evidence yet.
+fn policy_for(strategy: Strategy) -> (Limits, StepPlan) {
+    let limits = Limits {
+        max_attempts: 30,
+        retries: 0,
+        backoff: Duration::ZERO,
+        backoff_max: Duration::ZERO,
+    };
+    let plan = StepPlan {
+        strategy,
+        margin: 0.10,
+        evidence: Vec::new(),
+        past: Vec::new(),
+        allocator_hint: false,
+    };
+    (limits, plan)
+}
+
 /// The two knobs every simulated job has: the batch, halved by default, and its partner.
 fn rules() -> Vec<Rule> {
     vec![
@@ -290,19 +309,7 @@ fn converge_from(
 ) -> (u32, Option<Vec<Value>>) {
     let rules = rules();
     let original = vec![Value::Int(job.start), Value::Int(1)];
-    let limits = Limits {
-        max_attempts: 30,
-        retries: 0,
-        backoff: Duration::ZERO,
-        backoff_max: Duration::ZERO,
-    };
-    let mut plan = StepPlan {
-        strategy,
-        margin: 0.10,
-        evidence: Vec::new(),
-        past: Vec::new(),
-        allocator_hint: false,
-    };
+    let (limits, mut plan) = policy_for(strategy);
     let mut history = Vec::new();
     let mut values = first;
     let mut failures = 0;
@@ -754,19 +761,7 @@ fn replay_recorded(job: &Recorded, strategy: Strategy) -> Vec<u64> {
         rules[0].partner = None;
         vec![Value::Int(job.start)]
     };
-    let limits = Limits {
-        max_attempts: 30,
-        retries: 0,
-        backoff: Duration::ZERO,
-        backoff_max: Duration::ZERO,
-    };
-    let mut plan = StepPlan {
-        strategy,
-        margin: 0.10,
-        evidence: Vec::new(),
-        past: Vec::new(),
-        allocator_hint: false,
-    };
+    let (limits, mut plan) = policy_for(strategy);
     let (mut history, mut values, mut tried) = (Vec::new(), original.clone(), Vec::new());
     loop {
         let batch = batch_of(&values);

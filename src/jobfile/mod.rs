@@ -193,13 +193,7 @@ impl Ctx<'_> {
     }
 
     fn syntax(&self, err: &toml_edit::TomlError) -> JobFileError {
-        // toml_edit's message may be several lines (a snippet with a caret): keep the first.
-        let message = err
-            .message()
-            .lines()
-            .next()
-            .unwrap_or("invalid TOML")
-            .trim();
+        let message = crate::knobs::file::toml::first_line(err);
         let line = err.span().map_or(1, |span| line_of(self.text, span.start));
         self.invalid(
             line,

@@ -114,28 +114,38 @@ fn a_stop_under_srun_reaches_every_task_as_sigterm_and_waits_its_grace() {
     assert_eq!(causes(&sb.summary()), ["interrupted"], "{stderr}");
 }
 
-#[test]
-fn max_rss_around_srun_judges_the_tasks_and_stops_them_gracefully() {
-    need_slurm!("max_rss_around_srun_judges_the_tasks_and_stops_them_gracefully");
-    let sb = Sandbox::new();
+/// Two tasks of 300 MiB each under srun (srun itself holds a few MiB), run with `--max-rss
+/// 400M`; `cgroup_root`, where given, is where oomguard looks for cgroups. The tasks end by
+/// themselves after 40 s: a bound that watches only srun never fires, and the attempt ends
+/// `ok`. Returns oomguard's stderr, summary.json and the tasks' events.
+fn max_rss_around_srun(
+    sb: &Sandbox,
+    name: &str,
+    cgroup_root: Option<&Path>,
+) -> (String, serde_json::Value, Vec<(u64, String)>) {
     let record = sb.path("record.jsonl");
-    // Two tasks of 300 MiB each; srun itself holds a few MiB. They end by themselves after
-    // 40 s: a bound that watches only srun never fires, and the attempt ends `ok`.
     let job = srun_tasks(
-        "og-maxrss",
+        name,
         &record,
         &["--hold-mb", "300", "--for-s", "40", "--save-s", "0.5"],
     );
     let job: Vec<&str> = job.iter().map(String::as_str).collect();
-    let out = sb
-        .run(
-            &["--max-rss", "400M", "--grace", "30s", "--max-attempts", "1"],
-            &job,
-        )
-        .output()
-        .expect("oomguard runs");
-    let stderr = stderr_of(&out);
-    let summary = sb.summary();
+    let mut run = sb.run(
+        &["--max-rss", "400M", "--grace", "30s", "--max-attempts", "1"],
+        &job,
+    );
+    if let Some(root) = cgroup_root {
+        run.env("OOMGUARD_CGROUP_ROOT", root);
+    }
+    let out = run.output().expect("oomguard runs");
+    (stderr_of(&out), sb.summary(), events(&record))
+}
+
+#[test]
+fn max_rss_around_srun_judges_the_tasks_and_stops_them_gracefully() {
+    need_slurm!("max_rss_around_srun_judges_the_tasks_and_stops_them_gracefully");
+    let sb = Sandbox::new();
+    let (stderr, summary, seen) = max_rss_around_srun(&sb, "og-maxrss", None);
     assert_eq!(causes(&summary), ["memory_limit"], "{stderr}");
     assert!(stderr.contains("over --max-rss 400.0 MiB"), "{stderr}");
     // The peak is the tasks' (600 MiB together), not srun's.
@@ -143,7 +153,6 @@ fn max_rss_around_srun_judges_the_tasks_and_stops_them_gracefully() {
         .as_u64()
         .expect("the attempt has a peak RSS");
     assert!(peak > 500 << 20, "peak {peak} is srun's: {stderr}");
-    let seen = events(&record);
     assert_eq!(count(&seen, "saved"), 2, "{seen:?}\n{stderr}");
     assert_eq!(count(&seen, "done"), 0, "{seen:?}\n{stderr}");
 }
@@ -152,28 +161,12 @@ fn max_rss_around_srun_judges_the_tasks_and_stops_them_gracefully() {
 fn max_rss_around_srun_asks_sstat_where_the_step_cgroup_cannot_be_read() {
     need_slurm!("max_rss_around_srun_asks_sstat_where_the_step_cgroup_cannot_be_read");
     let sb = Sandbox::new();
-    let record = sb.path("record.jsonl");
     // An empty cgroup root: no attempt cgroup and no step cgroup to read, as for tasks on
     // another node; Slurm's accounting (sstat) is all that sees them.
     let no_cgroups = sb.path("no-cgroups");
     std::fs::create_dir(&no_cgroups).unwrap();
-    let job = srun_tasks(
-        "og-sstat",
-        &record,
-        &["--hold-mb", "300", "--for-s", "40", "--save-s", "0.5"],
-    );
-    let job: Vec<&str> = job.iter().map(String::as_str).collect();
-    let out = sb
-        .run(
-            &["--max-rss", "400M", "--grace", "30s", "--max-attempts", "1"],
-            &job,
-        )
-        .env("OOMGUARD_CGROUP_ROOT", &no_cgroups)
-        .output()
-        .expect("oomguard runs");
-    let stderr = stderr_of(&out);
-    assert_eq!(causes(&sb.summary()), ["memory_limit"], "{stderr}");
-    let seen = events(&record);
+    let (stderr, summary, seen) = max_rss_around_srun(&sb, "og-sstat", Some(&no_cgroups));
+    assert_eq!(causes(&summary), ["memory_limit"], "{stderr}");
     assert_eq!(count(&seen, "saved"), 2, "{seen:?}\n{stderr}");
     assert_eq!(count(&seen, "done"), 0, "{seen:?}\n{stderr}");
 }

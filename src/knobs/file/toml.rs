@@ -203,14 +203,18 @@ fn not_found(key: &str) -> EditError {
     }
 }
 
-/// toml_edit's error as one line: its message (first line) and where.
-fn syntax(text: &str, err: &toml_edit::TomlError) -> EditError {
-    let message = err
-        .message()
+/// The first line of toml_edit's message, which may be several (a snippet with a caret).
+pub fn first_line(err: &toml_edit::TomlError) -> &str {
+    err.message()
         .lines()
         .next()
         .unwrap_or("invalid TOML")
-        .trim();
+        .trim()
+}
+
+/// toml_edit's error as one line: its message (first line) and where.
+fn syntax(text: &str, err: &toml_edit::TomlError) -> EditError {
+    let message = first_line(err);
     let detail = match err.span() {
         Some(span) => format!("line {}: {message}", line_of(text, span.start)),
         None => message.to_string(),
