@@ -80,7 +80,7 @@ pub(super) fn keyed_value(text: &str, key: &str) -> Option<u64> {
     })
 }
 
-/// The value of `key` in `memory.stat`, e.g. `inactive_file`. v1 (kernel 6.x, abridged) lists
+/// `memory.stat` holds one `key value` a line, e.g. `inactive_file 16384`. v1 (kernel 6.x, abridged) lists
 /// this cgroup's own counters, then `total_*` ones that include the cgroups below it:
 /// ```text
 /// cache 643072
@@ -108,11 +108,7 @@ pub(super) fn keyed_value(text: &str, key: &str) -> Option<u64> {
 /// unevictable 0
 /// ```
 /// Keys match whole: `inactive_file` never reads `total_inactive_file`.
-#[cfg(test)]
-pub fn parse_memory_stat_field(text: &str, key: &str) -> Option<u64> {
-    keyed_value(text, key)
-}
-
+///
 /// The values of several `memory.stat` `keys` from one pass over the text (the sampler reads
 /// the file once a tick and wants five of its ~40 lines); `None` for a key not present. An
 /// empty key matches nothing.
@@ -246,7 +242,7 @@ mod tests {
             ("", "inactive_file", None),
         ];
         for (text, key, want) in table {
-            assert_eq!(parse_memory_stat_field(text, key), want, "{key}");
+            assert_eq!(parse_memory_stat_fields(text, [key])[0], want, "{key}");
         }
     }
 
