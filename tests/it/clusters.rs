@@ -98,6 +98,21 @@ fn task(record: &Path, oom: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// `python3 LAUNCHER --record RECORD FLAGS -- TASK`: a launcher fixture (srun, torchrun) running
+/// cluster_task.py's tasks, the one named in `oom` running out of memory that way.
+fn launched(launcher: &str, record: &Path, flags: &[&str], oom: &str) -> Vec<String> {
+    let mut job = vec![
+        "python3".to_string(),
+        fixture(launcher),
+        "--record".into(),
+        record.to_str().unwrap().into(),
+    ];
+    job.extend(flags.iter().map(|f| f.to_string()));
+    job.push("--".into());
+    job.extend(task(record, oom));
+    job
+}
+
 /// `oomguard run` with a short hang timeout (and a stall timeout, so a build that never sees
 /// the OOM ends too, as `stalled`, instead of hanging the test).
 fn run_step(sb: &Sandbox, job: &[String]) -> std::process::Output {
@@ -125,15 +140,7 @@ fn srun_task_killed_by_a_cgroup_oom_stops_the_step_and_relaunches_every_task_sma
     }
     let sb = Sandbox::new();
     let record = sb.path("record.jsonl");
-    let mut job = vec![
-        "python3".to_string(),
-        fixture("cluster_srun.py"),
-        "--record".into(),
-        record.to_str().unwrap().into(),
-        "--oom-cgroup".into(),
-        "--".into(),
-    ];
-    job.extend(task(&record, "alloc"));
+    let job = launched("cluster_srun.py", &record, &["--oom-cgroup"], "alloc");
     let out = run_step(&sb, &job);
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
@@ -155,15 +162,8 @@ fn srun_task_killed_by_a_cgroup_oom_stops_the_step_and_relaunches_every_task_sma
 fn srun_labelled_out_of_memory_of_one_task_is_read_through_the_labels() {
     let sb = Sandbox::new();
     let record = sb.path("record.jsonl");
-    let mut job = vec![
-        "python3".to_string(),
-        fixture("cluster_srun.py"),
-        "--record".into(),
-        record.to_str().unwrap().into(),
-        "--".into(),
-    ];
     // Task 1 dies with a bare `MemoryError` (srun shows it as `1: MemoryError`); task 0 waits.
-    job.extend(task(&record, "host"));
+    let job = launched("cluster_srun.py", &record, &[], "host");
     let out = run_step(&sb, &job);
     let stderr = stderr_of(&out);
     assert!(stderr.contains("1: MemoryError"), "{stderr}");
@@ -176,14 +176,7 @@ fn srun_labelled_out_of_memory_of_one_task_is_read_through_the_labels() {
 fn torchrun_rank_out_of_memory_while_another_rank_hangs_stops_the_step() {
     let sb = Sandbox::new();
     let record = sb.path("record.jsonl");
-    let mut job = vec![
-        "python3".to_string(),
-        fixture("cluster_torchrun.py"),
-        "--record".into(),
-        record.to_str().unwrap().into(),
-        "--".into(),
-    ];
-    job.extend(task(&record, "cuda"));
+    let job = launched("cluster_torchrun.py", &record, &[], "cuda");
     let out = run_step(&sb, &job);
     let stderr = stderr_of(&out);
     assert!(
@@ -199,15 +192,12 @@ fn torchrun_rank_out_of_memory_while_another_rank_hangs_stops_the_step() {
 fn torchrun_child_failed_error_is_read_as_the_rank_out_of_memory() {
     let sb = Sandbox::new();
     let record = sb.path("record.jsonl");
-    let mut job = vec![
-        "python3".to_string(),
-        fixture("cluster_torchrun.py"),
-        "--record".into(),
-        record.to_str().unwrap().into(),
-        "--stop-on-failure".into(),
-        "--".into(),
-    ];
-    job.extend(task(&record, "cuda"));
+    let job = launched(
+        "cluster_torchrun.py",
+        &record,
+        &["--stop-on-failure"],
+        "cuda",
+    );
     let out = run_step(&sb, &job);
     let stderr = stderr_of(&out);
     // The agent stopped rank 0 itself and raised ChildFailedError naming rank 1's exit 1: the
