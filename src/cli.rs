@@ -142,6 +142,16 @@ pub struct RunArgs {
     /// After an attempt, wait at most this long for the GPU to release its processes.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
     pub gpu_free_timeout: Duration,
+    /// When other processes on the card took the room of a job that fits alone (cause
+    /// gpu_taken), wait at most this long for that room and relaunch at the same batch; after
+    /// it, fit the batch into the room left. Also before attempt 1 where the job's memory says
+    /// what it needs. 0: never wait.
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = parse_duration)]
+    pub gpu_wait: Duration,
+    /// Give the job the N cards with the most free memory (among those in CUDA_VISIBLE_DEVICES
+    /// where it is set), named by UUID in CUDA_VISIBLE_DEVICES.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub gpus: Option<u32>,
     /// After the job's output shows an out-of-memory error, stop it (SIGTERM, --grace, SIGKILL)
     /// and relaunch it smaller when it has neither exited nor written a byte for this long
     /// (cause hung_after_oom); 0 turns this off.

@@ -34,6 +34,9 @@ pub enum Memory {
 /// The name of the limit of oomguard's own attempt cgroup (`--memory-max`) in the fit's lines.
 pub const CGROUP_LIMIT: &str = "cgroup limit";
 
+/// The name of the room other processes left on a shared card, in the fit's lines.
+pub const ROOM: &str = "room left on the GPU";
+
 /// The name of the soft host bound in the fit's lines (and what tells it from a cgroup's).
 pub const MAX_RSS: &str = "--max-rss";
 
@@ -112,7 +115,8 @@ pub fn observe(o: &Observed) -> Option<Evidence> {
         (_, Some(("--max-rss", value, limit))) => failure(Memory::Host, value, (limit, MAX_RSS)),
         // A job stopped for hanging after an out-of-memory error (one rank died, the others
         // wait) shows the same message, sizes and all.
-        (Cause::DeviceOom | Cause::HungAfterOom, _) => {
+        // A death the neighbours caused still bounds what the job needs from below.
+        (Cause::DeviceOom | Cause::GpuTaken | Cause::HungAfterOom, _) => {
             let numbers = oom_numbers::parse(o.tail)?;
             let need = numbers.need_bytes()?;
             let card = numbers.limit_bytes().map(|l| (l, "GPU"));

@@ -132,6 +132,8 @@ pub struct Metrics {
     cgroup_working_set_bytes: GaugeVec,
     cgroup_limit_bytes: GaugeVec,
     gpu_bytes: GaugeVec,
+    gpu_card_bytes: GaugeVec,
+    gpu_room_wait_bytes: GaugeVec,
     attempt: IntGauge,
     relaunches: IntCounterVec,
     knobs: GaugeVec,
@@ -184,6 +186,16 @@ impl Metrics {
             "GPU memory held by the job's processes over all devices (NVML).",
             &[],
         );
+        let gpu_card_bytes = gauge(
+            "oomguard_gpu_card_memory_bytes",
+            "Memory of each card the job uses (all cards before it touches one), by holder: job, neighbours (other processes, e.g. other users' jobs), driver (used memory no listed process accounts for), free.",
+            &["device", "holder"],
+        );
+        let gpu_room_wait_bytes = gauge(
+            "oomguard_gpu_room_wait_bytes",
+            "While the run waits for room on a shared card (--gpu-wait): the room it waits for, per card; absent otherwise.",
+            &[],
+        );
         let knobs = gauge(
             "oomguard_knob_value",
             "Current value of each knob oomguard turns (numbers as they are, booleans as 0/1).",
@@ -218,6 +230,8 @@ impl Metrics {
             cgroup_working_set_bytes,
             cgroup_limit_bytes: cgroup_limit,
             gpu_bytes,
+            gpu_card_bytes,
+            gpu_room_wait_bytes,
             attempt,
             relaunches,
             knobs,
@@ -256,6 +270,28 @@ impl Metrics {
             &self.gpu_bytes,
             sample.gpu.as_ref().and_then(|gpu| gpu.job_bytes),
         );
+        self.gpu_card_bytes.reset();
+        for card in sample.gpu.iter().flat_map(|gpu| gpu.job_devices()) {
+            let device = card.index.to_string();
+            let holders = [
+                ("job", card.job_bytes),
+                ("neighbours", Some(card.neighbours_bytes)),
+                ("driver", Some(card.driver_bytes)),
+                ("free", Some(card.free_bytes())),
+            ];
+            for (holder, bytes) in holders {
+                if let Some(bytes) = bytes {
+                    self.gpu_card_bytes
+                        .with_label_values(&[device.as_str(), holder])
+                        .set(bytes as f64);
+                }
+            }
+        }
+    }
+
+    /// The run waits for `need_bytes` of room on a shared card (`None`: no longer).
+    pub fn waiting_for_room(&self, need_bytes: Option<u64>) {
+        set_or_clear(&self.gpu_room_wait_bytes, need_bytes);
     }
 
     /// An attempt starts with these knob values (name, value as text): the previous attempt's
@@ -390,6 +426,13 @@ impl Exporter {
     /// A relaunch was decided (see [`Metrics::relaunch`]).
     pub fn relaunch(&self, cause: &str) {
         self.metrics.relaunch(cause);
+        self.write_textfile();
+    }
+
+    /// The run waits for this much room on a shared card, or no longer (see
+    /// [`Metrics::waiting_for_room`]).
+    pub fn waiting_for_room(&self, need_bytes: Option<u64>) {
+        self.metrics.waiting_for_room(need_bytes);
         self.write_textfile();
     }
 

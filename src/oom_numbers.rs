@@ -37,6 +37,9 @@ pub struct OomNumbers {
     pub process_bytes: Option<u64>,
     /// What other processes held on the device (`Process N has X memory in use`).
     pub others_bytes: Option<u64>,
+    /// The device the allocation failed on, as the framework numbers it (`GPU 0 has a total
+    /// capacity`: CUDA's ordinal, which is NVML's index only without a renumbering).
+    pub device: Option<u32>,
     /// Live tensors (`allocated by PyTorch`, `already allocated`).
     pub allocated_bytes: Option<u64>,
     /// Held by PyTorch's cache but unallocated: memory fragmentation can waste it.
@@ -54,6 +57,7 @@ impl OomNumbers {
             free_bytes: None,
             process_bytes: None,
             others_bytes: None,
+            device: None,
             allocated_bytes: None,
             reserved_unallocated_bytes: None,
             allowed_bytes: None,
@@ -130,6 +134,7 @@ struct Patterns {
     free: Regex,
     process: Regex,
     others: Regex,
+    device: Regex,
     allocated: Regex,
     reserved_unallocated: Regex,
     reserved_total: Regex,
@@ -153,7 +158,8 @@ fn patterns() -> &'static Patterns {
             total: re(r"(?i)(?:total capacity of SIZE|SIZE total capacity)"),
             free: re(r"(?i)(?:of which SIZE is free|SIZE free;)"),
             process: re(r"(?i)this process has SIZE memory in use"),
-            others: re(r"Process \d+ has SIZE memory in use"),
+            others: re(r"Process (\d+) has SIZE memory in use"),
+            device: Regex::new(r"(?i)GPU (\d+) has a total capacity").expect("the pattern compiles"),
             allocated: re(r"(?i)(?:SIZE is allocated by PyTorch|SIZE already allocated)"),
             reserved_unallocated: re(r"(?i)SIZE is reserved by PyTorch but unallocated"),
             reserved_total: re(r"(?i)SIZE\s*reserved in total by PyTorch"),
@@ -223,15 +229,39 @@ fn wraps(line: &str) -> bool {
     line.len() >= 79 && !line.trim_end().ends_with(['.', ')'])
 }
 
+/// The other processes a PyTorch message names (`Process 4242 has 40.00 GiB memory in use`),
+/// each PID with what it held.
+fn other_processes(text: &str) -> Vec<(u32, u64)> {
+    patterns()
+        .others
+        .captures_iter(text)
+        .filter_map(|c| {
+            let pid = c.get(1)?.as_str().parse().ok()?;
+            Some((pid, size_bytes(c.get(2)?.as_str(), c.get(3)?.as_str())?))
+        })
+        .collect()
+}
+
+/// The text of the last out-of-memory message in `tail`, from the start of its line.
+fn last_message(tail: &str) -> Option<(String, &str)> {
+    let anchor = patterns().anchor.find_iter(tail).last()?;
+    // From the start of the anchor's line: the MPS numbers come before "Tried to allocate".
+    let line_start = tail[..anchor.start()].rfind('\n').map_or(0, |i| i + 1);
+    Some((message_at(tail, line_start), anchor.as_str()))
+}
+
+/// The other processes the last out-of-memory message in `tail` names, with what each held
+/// (PyTorch lists them since 2.1): a shared card's neighbours at the moment of the failure.
+pub fn others_named(tail: &str) -> Vec<(u32, u64)> {
+    last_message(tail).map_or_else(Vec::new, |(text, _)| other_processes(&text))
+}
+
 /// The numbers of the last out-of-memory message in `tail`, or `None` where it has none with
 /// a size.
 pub fn parse(tail: &str) -> Option<OomNumbers> {
     let p = patterns();
-    let anchor = p.anchor.find_iter(tail).last()?;
-    // From the start of the anchor's line: the MPS numbers come before "Tried to allocate".
-    let line_start = tail[..anchor.start()].rfind('\n').map_or(0, |i| i + 1);
-    let text = message_at(tail, line_start);
-    let matched = anchor.as_str().to_ascii_lowercase();
+    let (text, anchor) = last_message(tail)?;
+    let matched = anchor.to_ascii_lowercase();
     let source = if matched.contains("mps") {
         Source::Mps
     } else if matched.contains("oom when allocating") {
@@ -250,12 +280,12 @@ pub fn parse(tail: &str) -> Option<OomNumbers> {
             n.process_bytes = size_in(&p.process, &text);
             n.allocated_bytes = size_in(&p.allocated, &text);
             n.allowed_bytes = size_in(&p.allowed, &text);
-            let others: Vec<u64> = p
-                .others
-                .captures_iter(&text)
-                .filter_map(|c| size_bytes(c.get(1)?.as_str(), c.get(2)?.as_str()))
-                .collect();
-            n.others_bytes = (!others.is_empty()).then(|| others.iter().sum());
+            let others = other_processes(&text);
+            n.others_bytes = (!others.is_empty()).then(|| others.iter().map(|(_, b)| b).sum());
+            n.device = p
+                .device
+                .captures(&text)
+                .and_then(|c| c.get(1)?.as_str().parse().ok());
             n.reserved_unallocated_bytes = size_in(&p.reserved_unallocated, &text)
                 .or_else(|| {
                     // 1.5 to 2.0: the total reserved, allocated included.

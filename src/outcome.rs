@@ -79,6 +79,10 @@ pub enum Cause {
     Ok,
     /// The process reported running out of accelerator memory.
     DeviceOom,
+    /// The process ran out of accelerator memory that other processes on the card (another
+    /// user's job) had taken: alone on the card it fits. Not the batch's fault: the run waits
+    /// for room rather than cutting it.
+    GpuTaken,
     /// The process reported running out of host memory.
     HostOom,
     /// A DataLoader worker was killed (SIGKILL/SIGBUS) or shared memory ran out under it.
@@ -104,9 +108,10 @@ pub enum Cause {
 impl Cause {
     /// Every cause, in the order they are documented (the match in `all_listed` stops the build
     /// when a cause is added without being listed here).
-    pub const ALL: [Cause; 11] = [
+    pub const ALL: [Cause; 12] = [
         Cause::Ok,
         Cause::DeviceOom,
+        Cause::GpuTaken,
         Cause::HostOom,
         Cause::WorkerKilled,
         Cause::OomKilled,
@@ -124,6 +129,7 @@ impl Cause {
         match self {
             Cause::Ok
             | Cause::DeviceOom
+            | Cause::GpuTaken
             | Cause::HostOom
             | Cause::WorkerKilled
             | Cause::OomKilled
@@ -146,6 +152,7 @@ impl Cause {
         match self {
             Cause::Ok => "ok",
             Cause::DeviceOom => "device_oom",
+            Cause::GpuTaken => "gpu_taken",
             Cause::HostOom => "host_oom",
             Cause::WorkerKilled => "worker_killed",
             Cause::OomKilled => "oom_killed",
@@ -158,6 +165,13 @@ impl Cause {
         }
     }
 
+    /// Whether a knob steps after a death of this cause: memory pressure of the job's own
+    /// ([`Cause::is_memory`] but `gpu_taken`, after which the run waits for room and keeps the
+    /// batch). The causes a knob's `on` may name.
+    pub fn steps_knobs(self) -> bool {
+        self.is_memory() && self != Cause::GpuTaken
+    }
+
     /// Whether the cause is (or is most likely) memory pressure, so the job is worth
     /// relaunching with a smaller batch. An unexplained SIGKILL counts: on a training machine
     /// it is almost always an OOM killer whose record we could not see.
@@ -165,6 +179,7 @@ impl Cause {
         matches!(
             self,
             Cause::DeviceOom
+                | Cause::GpuTaken
                 | Cause::HostOom
                 | Cause::WorkerKilled
                 | Cause::OomKilled

@@ -199,6 +199,18 @@ pub fn decide_with(
         let reason = (limits.retries > 0).then(|| format!("--retries {} used up", limits.retries));
         return stop(Outcome::Failed, reason);
     }
+    if cause == Cause::GpuTaken {
+        // Other processes took the room of a job that fits alone: the same values, once the
+        // room is back (the run waits for it; where it never comes, it cuts for room).
+        return Decision::Relaunch(Next {
+            values: current.clone(),
+            changed: Vec::new(),
+            effective_note: None,
+            delay,
+            reason: None,
+            hint: None,
+        });
+    }
     let last = plan
         .evidence
         .get(history.len() - 1)
@@ -579,6 +591,30 @@ mod tests {
                 assert_eq!(effective_note.is_some(), note, "{effective_note:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_gpu_taken_death_relaunches_at_the_same_values() {
+        let history = [(Cause::GpuTaken, vec![int(64), int(1)])];
+        let (values, changed, note) = relaunch(decide(
+            &history,
+            &batch_accum(1),
+            &[int(64), int(1)],
+            &LIMITS,
+        ));
+        assert_eq!((values, changed, note), (vec![int(64), int(1)], vec![], None));
+        // It is still a memory death: the attempts' limit ends the run as given up.
+        let limits = Limits {
+            max_attempts: 1,
+            ..LIMITS
+        };
+        assert!(matches!(
+            decide(&history, &batch_accum(1), &[int(64), int(1)], &limits),
+            Decision::Stop {
+                outcome: Outcome::GaveUp,
+                ..
+            }
+        ));
     }
 
     #[test]

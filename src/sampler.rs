@@ -119,6 +119,8 @@ pub struct Peaks {
     /// The largest resident set of any single process of the job (VmHWM while it ran,
     /// `ru_maxrss` when it was reaped).
     pub process_rss_bytes: Option<u64>,
+    /// What other processes held on the job's cards.
+    pub gpu_neighbours_bytes: Option<u64>,
 }
 
 impl Peaks {
@@ -131,6 +133,10 @@ impl Peaks {
             (&mut self.pss_bytes, s.tree.pss_bytes),
             (&mut self.swap_bytes, s.tree.swap_bytes),
             (&mut self.gpu_bytes, s.gpu_bytes()),
+            (
+                &mut self.gpu_neighbours_bytes,
+                s.gpu.as_ref().map(JobGpu::neighbours_bytes),
+            ),
             (&mut self.cgroup_bytes, s.cgroup_bytes),
             (
                 &mut self.process_rss_bytes,
@@ -217,6 +223,8 @@ pub struct Sampler {
     pss: PssPolicy,
     /// Whether samples read the tree's CPU time (one more small read per process).
     read_cpu: bool,
+    /// Who the other processes on the card are, looked up once per listed PID.
+    names: gpu::who::Names,
 }
 
 impl Sampler {
@@ -230,6 +238,7 @@ impl Sampler {
             gpu_failing: false,
             pss: PssPolicy::new(None, None, Instant::now()),
             read_cpu: false,
+            names: gpu::who::Names::default(),
         }
     }
 
@@ -282,9 +291,7 @@ impl Sampler {
             tree.swap_bytes = cgroup_swap_bytes;
         }
         // The PID set is built only when there is a snapshot to attribute.
-        let gpu = self
-            .gpu_snapshot()
-            .map(|snap| gpu::attribute(&snap, &pids.iter().copied().collect()));
+        let gpu = self.gpu_now(pids);
         Sample {
             unix_time_s,
             attempt,
@@ -301,6 +308,25 @@ impl Sampler {
                 .flatten(),
             remote_tasks_bytes: None,
         }
+    }
+
+    /// The card now, split by whose it is, the neighbours named.
+    pub fn gpu_now(&mut self, pids: &[u32]) -> Option<JobGpu> {
+        let snap = self.gpu_snapshot()?;
+        let mut shares = gpu::attribute(&snap, &pids.iter().copied().collect());
+        self.names
+            .keep_only(|pid| snap.processes.iter().any(|p| p.pid == pid));
+        for device in &mut shares.devices {
+            for n in &mut device.neighbours {
+                n.who = self.names.who(n.pid);
+            }
+        }
+        Some(shares)
+    }
+
+    /// The devices as the driver lists them (index, name, UUID, memory), for picking cards.
+    pub fn gpu_devices(&mut self) -> Option<Vec<gpu::GpuDevice>> {
+        self.gpu_snapshot().map(|snap| snap.devices)
     }
 
     fn gpu_snapshot(&mut self) -> Option<gpu::GpuSnapshot> {

@@ -217,6 +217,7 @@ mod tests {
             last_cause: Some("device_oom".into()),
             peaks: None,
             ended_at: None,
+            waiting_for: None,
         });
         memory
     }

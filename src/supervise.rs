@@ -27,6 +27,7 @@ use tokio::time::{sleep_until, Instant as TokioInstant};
 
 use crate::cgroup::{self, JobCgroup, Parent};
 use crate::cgroup_chain;
+use crate::gpu::JobGpu;
 use crate::child::{self, ChildEvent, Guard, JobOutput, Launch, SpawnError};
 use crate::classify::{self, KernelEvidence};
 use crate::kernel::{self, Kmsg};
@@ -97,8 +98,11 @@ pub enum Notice {
     /// The job stopped itself by reading (SIGTTIN) or writing (SIGTTOU, with `stty tostop`) the
     /// terminal from the background: it waits for input oomguard cannot give it.
     TerminalStop { signal: Signal },
-    /// The GPU driver lists processes, none of them the job's (a PID namespace, e.g. a
-    /// container): the job's GPU memory is unknown, and `--max-gpu` cannot act.
+    /// The GPU driver lists, while the job runs, processes that appeared after it started and
+    /// that this PID namespace cannot see, none of them the job's: oomguard most likely runs in
+    /// a container with its own PID namespace, the job's GPU memory is unknown, and `--max-gpu`
+    /// cannot act. (Processes listed before the job started are a shared card's neighbours,
+    /// not evidence of a namespace.)
     GpuUnattributed { pids: Vec<u32> },
     /// The job went quiet (see [`QuietStop`]): it is being stopped gracefully.
     QuietStop(QuietStop),
@@ -150,6 +154,10 @@ pub struct AttemptEnd {
     /// stopped it (its leftovers after the main process ended, or the job on a soft bound or
     /// going quiet): a checkpoint among them was cut short and is never resumed from.
     pub writing_at_stop: HashSet<(u64, u64)>,
+    /// The card at the attempt's first and last readings while the job had processes (who
+    /// held what at its start and at its death); `None` without GPU readings.
+    pub gpu_at_start: Option<JobGpu>,
+    pub gpu_at_end: Option<JobGpu>,
 }
 
 /// The files (device, inode) that `pids` hold open for writing, from `/proc/PID/fd` and the
@@ -280,6 +288,12 @@ struct SampleWatch {
     trend: Trend,
     growth_warned: bool,
     gpu_unattributed_told: bool,
+    /// The PIDs the driver listed on the attempt's first reading: the card's neighbours then.
+    gpu_listed_at_start: Option<Vec<u32>>,
+    /// The attempt's first and last readings of the card while the job had processes: who held
+    /// what at its start and at its death.
+    gpu_first: Option<JobGpu>,
+    gpu_last: Option<JobGpu>,
 }
 
 impl SampleWatch {
@@ -290,7 +304,41 @@ impl SampleWatch {
             trend: Trend::new(setup.trend_window),
             growth_warned: false,
             gpu_unattributed_told: false,
+            gpu_listed_at_start: None,
+            gpu_first: None,
+            gpu_last: None,
         }
+    }
+
+    /// The notice that the job seems to live in another PID namespace, where this reading shows
+    /// it (see [`Notice::GpuUnattributed`]).
+    fn namespace_notice(&mut self, sample: &Sample) -> Option<Notice> {
+        let gpu = sample.gpu.as_ref()?;
+        let listed = || {
+            gpu.devices
+                .iter()
+                .flat_map(|d| d.neighbours.iter())
+                .map(|n| n.pid)
+        };
+        let at_start = self
+            .gpu_listed_at_start
+            .get_or_insert_with(|| listed().collect());
+        if self.gpu_unattributed_told || sample.tree.processes == 0 || !gpu.job_pids_listed.is_empty()
+        {
+            return None;
+        }
+        let unseen: Vec<u32> = gpu
+            .devices
+            .iter()
+            .flat_map(|d| d.neighbours.iter())
+            .filter(|n| n.who.is_none() && !at_start.contains(&n.pid))
+            .map(|n| n.pid)
+            .collect();
+        if unseen.is_empty() {
+            return None;
+        }
+        self.gpu_unattributed_told = true;
+        Some(Notice::GpuUnattributed { pids: unseen })
     }
 
     /// Takes in a sample taken `at` after spawn; returns the crossing that should stop the job,
@@ -305,16 +353,12 @@ impl SampleWatch {
         observer: &mut dyn Observer,
     ) -> Option<Crossing> {
         self.peaks.update(sample);
-        if let Some(gpu) = sample
-            .gpu
-            .as_ref()
-            .filter(|g| g.job_bytes.is_none() && !g.unattributed.is_empty())
-        {
-            if !std::mem::replace(&mut self.gpu_unattributed_told, true) {
-                observer.notice(&Notice::GpuUnattributed {
-                    pids: gpu.unattributed.iter().map(|p| p.pid).collect(),
-                });
-            }
+        if let Some(notice) = self.namespace_notice(sample) {
+            observer.notice(&notice);
+        }
+        if let (Some(gpu), true) = (&sample.gpu, sample.tree.processes > 0) {
+            self.gpu_first.get_or_insert_with(|| gpu.clone());
+            self.gpu_last = Some(gpu.clone());
         }
         if let (false, Some(job_bytes)) = (self.growth_warned, sample.job_bytes()) {
             self.trend.push(at, job_bytes);
@@ -1182,6 +1226,8 @@ impl Supervisor {
             sigkilled_descendant: state.sigkilled_descendant,
             quiet_stop: state.quiet_stop,
             writing_at_stop: state.writing_at_stop,
+            gpu_at_start: state.watch.gpu_first,
+            gpu_at_end: state.watch.gpu_last,
         }
     }
 
@@ -1210,6 +1256,18 @@ impl Supervisor {
                 _ = tokio::time::sleep(GPU_FREE_POLL) => {}
             }
         }
+    }
+
+    /// The card now, split by whose it is (`pids`' processes are the job's); `None` without
+    /// GPU readings.
+    pub fn gpu_now(&mut self, pids: &HashSet<u32>) -> Option<JobGpu> {
+        let pids: Vec<u32> = pids.iter().copied().collect();
+        self.sampler.gpu_now(&pids)
+    }
+
+    /// The cards as the driver lists them; `None` without GPU readings.
+    pub fn gpu_devices(&mut self) -> Option<Vec<crate::gpu::GpuDevice>> {
+        self.sampler.gpu_devices()
     }
 
     /// Waits `delay` before a relaunch; returns the user's stop signal if one came first.

@@ -1,8 +1,11 @@
 //! The job's share of a [`GpuSnapshot`]: which listed processes are the job's and how much device
-//! memory they hold, or, when that cannot be told, which processes are left unattributed. A pure
-//! function of the snapshot and the job's PIDs.
+//! memory they hold, or, when that cannot be told, which processes are left unattributed; and,
+//! per device, whose the rest is: the neighbours' (processes that are not the job's: on a shared
+//! card, other users') and the driver's own share (used memory no listed process accounts for).
+//! A pure function of the snapshot and the job's PIDs.
 //!
-//! Finding the job's PIDs and keeping peaks over ticks are the caller's.
+//! Finding the job's PIDs, naming the neighbours (user, command: [`super::who`]) and keeping
+//! peaks over ticks are the caller's.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -32,6 +35,111 @@ pub struct JobGpu {
     /// Processes that may or may not be the job's: every listed process when no job PID is
     /// listed; empty otherwise.
     pub unattributed: Vec<GpuProcess>,
+    /// Every device, by index: what the job, its neighbours and the driver hold on it.
+    pub devices: Vec<DeviceShare>,
+}
+
+/// One device's memory by whose it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceShare {
+    pub index: u32,
+    pub total_bytes: u64,
+    pub used_bytes: u64,
+    /// What the job's processes hold on it; `None` where no job PID is listed on it, or one's
+    /// memory is unavailable.
+    pub job_bytes: Option<u64>,
+    /// The listed processes that are not the job's, largest first. Where no job PID is listed
+    /// anywhere they may still be the job's own under other PIDs (a container); the caller
+    /// weighs that ([`Neighbour::visible`]).
+    pub neighbours: Vec<Neighbour>,
+    /// What they hold (a memory the driver does not give counts as none).
+    pub neighbours_bytes: u64,
+    /// Used memory that no listed process accounts for: the driver's own reservations and
+    /// contexts NVML does not list. Part of the card the job can never have.
+    pub driver_bytes: u64,
+}
+
+impl DeviceShare {
+    /// What is free on the card now, whoever holds the rest.
+    pub fn free_bytes(&self) -> u64 {
+        self.total_bytes.saturating_sub(self.used_bytes)
+    }
+
+    /// The room a job alone on the card would have: all of it but the driver's share.
+    pub fn room_alone_bytes(&self) -> u64 {
+        self.total_bytes.saturating_sub(self.driver_bytes)
+    }
+}
+
+/// A process on a device that is not the job's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Neighbour {
+    pub pid: u32,
+    pub used_bytes: Option<u64>,
+    /// Whose it is and what it runs, where this PID namespace's /proc shows it (filled by the
+    /// sampler through [`super::who`]; [`attribute`] leaves it `None`).
+    pub who: Option<super::who::Who>,
+}
+
+impl Neighbour {
+    /// `PID 4242 (alice: python3 train.py) 40.0 GiB`.
+    pub fn describe(&self) -> String {
+        let who = self
+            .who
+            .as_ref()
+            .map(|w| format!(" ({}: {})", w.user, w.command))
+            .unwrap_or_default();
+        let bytes = self
+            .used_bytes
+            .map(|b| format!(" {}", crate::units::human_bytes(b)))
+            .unwrap_or_default();
+        format!("PID {}{who}{bytes}", self.pid)
+    }
+}
+
+/// Each device's share: the job's processes on it, the others largest first, the driver's rest.
+fn device_shares(snapshot: &GpuSnapshot, job_pids: &HashSet<u32>) -> Vec<DeviceShare> {
+    let mut shares: Vec<DeviceShare> = snapshot
+        .devices
+        .iter()
+        .map(|d| {
+            let on_it = snapshot.processes.iter().filter(|p| p.device == d.index);
+            let listed_bytes = on_it
+                .clone()
+                .fold(0u64, |sum, p| sum.saturating_add(p.used_bytes.unwrap_or(0)));
+            let (mine, others): (Vec<&GpuProcess>, Vec<&GpuProcess>) =
+                on_it.partition(|p| job_pids.contains(&p.pid));
+            let job_bytes = (!mine.is_empty())
+                .then(|| {
+                    mine.iter()
+                        .try_fold(0u64, |sum, p| p.used_bytes.map(|b| sum.saturating_add(b)))
+                })
+                .flatten();
+            let mut neighbours: Vec<Neighbour> = others
+                .iter()
+                .map(|p| Neighbour {
+                    pid: p.pid,
+                    used_bytes: p.used_bytes,
+                    who: None,
+                })
+                .collect();
+            neighbours.sort_by_key(|n| (std::cmp::Reverse(n.used_bytes.unwrap_or(0)), n.pid));
+            let neighbours_bytes = neighbours
+                .iter()
+                .fold(0u64, |sum, n| sum.saturating_add(n.used_bytes.unwrap_or(0)));
+            DeviceShare {
+                index: d.index,
+                total_bytes: d.total_bytes,
+                used_bytes: d.used_bytes,
+                job_bytes,
+                neighbours,
+                neighbours_bytes,
+                driver_bytes: d.used_bytes.saturating_sub(listed_bytes),
+            }
+        })
+        .collect();
+    shares.sort_by_key(|s| s.index);
+    shares
 }
 
 /// Splits a snapshot into the job's share and the rest.
@@ -70,6 +178,7 @@ pub fn attribute(snapshot: &GpuSnapshot, job_pids: &HashSet<u32>) -> JobGpu {
         .iter()
         .partition(|p| job_pids.contains(&p.pid));
 
+    let devices = device_shares(snapshot, job_pids);
     if mine.is_empty() {
         return JobGpu {
             job_bytes: None,
@@ -79,6 +188,7 @@ pub fn attribute(snapshot: &GpuSnapshot, job_pids: &HashSet<u32>) -> JobGpu {
             job_pids_listed: Vec::new(),
             job_bytes_by_device: Vec::new(),
             unattributed: others.into_iter().cloned().collect(),
+            devices,
         };
     }
 
@@ -110,6 +220,31 @@ pub fn attribute(snapshot: &GpuSnapshot, job_pids: &HashSet<u32>) -> JobGpu {
         job_pids_listed,
         job_bytes_by_device: by_device.into_iter().collect(),
         unattributed: Vec::new(),
+        devices,
+    }
+}
+
+impl JobGpu {
+    /// The devices the job is listed on; all of them where it is listed on none (it has not
+    /// touched the card yet, or it runs in another PID namespace).
+    pub fn job_devices(&self) -> impl Iterator<Item = &DeviceShare> {
+        let listed = self.devices.iter().any(|d| d.job_bytes.is_some())
+            || !self.job_bytes_by_device.is_empty();
+        self.devices.iter().filter(move |d| {
+            !listed || self.job_bytes_by_device.iter().any(|(i, _)| *i == d.index)
+        })
+    }
+
+    /// What the neighbours hold on the job's devices (see [`JobGpu::job_devices`]).
+    pub fn neighbours_bytes(&self) -> u64 {
+        self.job_devices()
+            .fold(0u64, |sum, d| sum.saturating_add(d.neighbours_bytes))
+    }
+
+    /// The driver's share on the job's devices.
+    pub fn driver_bytes(&self) -> u64 {
+        self.job_devices()
+            .fold(0u64, |sum, d| sum.saturating_add(d.driver_bytes))
     }
 }
 
@@ -124,6 +259,7 @@ mod tests {
         GpuDevice {
             index,
             name: "NVIDIA H100 80GB HBM3".into(),
+            uuid: None,
             used_bytes: used,
             total_bytes: total,
         }
@@ -171,6 +307,7 @@ mod tests {
                     job_device_capacity_bytes: Some(80 * GIB),
                     job_pids_listed: vec![100, 101],
                     job_bytes_by_device: vec![(0, Some(21 * GIB))],
+                    devices: vec![],
                     unattributed: vec![],
                 },
             },
@@ -205,6 +342,7 @@ mod tests {
                     job_device_capacity_bytes: None,
                     job_pids_listed: vec![],
                     job_bytes_by_device: vec![],
+                    devices: vec![],
                     unattributed: vec![
                         proc_(2_345_678, 0, Some(29 * GIB)),
                         proc_(2_345_690, 1, Some(49 * GIB)),
@@ -240,6 +378,7 @@ mod tests {
                     job_device_capacity_bytes: Some(80 * GIB),
                     job_pids_listed: vec![100],
                     job_bytes_by_device: vec![(0, None)],
+                    devices: vec![],
                     unattributed: vec![],
                 },
             },
@@ -257,6 +396,7 @@ mod tests {
                     job_device_capacity_bytes: Some(80 * GIB),
                     job_pids_listed: vec![100],
                     job_bytes_by_device: vec![(0, Some(3 * GIB))],
+                    devices: vec![],
                     unattributed: vec![],
                 },
             },
@@ -279,6 +419,7 @@ mod tests {
                     job_device_capacity_bytes: Some(80 * GIB),
                     job_pids_listed: vec![100, 101],
                     job_bytes_by_device: vec![(0, Some(12 * GIB)), (1, Some(40 * GIB))],
+                    devices: vec![],
                     unattributed: vec![],
                 },
             },
@@ -296,6 +437,7 @@ mod tests {
                     job_device_capacity_bytes: Some(80 * GIB),
                     job_pids_listed: vec![100],
                     job_bytes_by_device: vec![(0, Some(10 * GIB)), (1, None)],
+                    devices: vec![],
                     unattributed: vec![],
                 },
             },
@@ -307,13 +449,83 @@ mod tests {
             },
         ];
         for case in cases {
-            assert_eq!(
-                attribute(&case.snapshot, &pids(case.job)),
-                case.want,
-                "{}",
-                case.name
-            );
+            // The per-device shares have a table of their own, below.
+            let mut got = attribute(&case.snapshot, &pids(case.job));
+            assert_eq!(got.devices.len(), case.snapshot.devices.len(), "{}", case.name);
+            got.devices.clear();
+            assert_eq!(got, case.want, "{}", case.name);
         }
+    }
+
+    fn neighbour(pid: u32, used: u64) -> Neighbour {
+        Neighbour {
+            pid,
+            used_bytes: Some(used),
+            who: None,
+        }
+    }
+
+    #[test]
+    fn each_device_splits_into_the_job_the_neighbours_and_the_driver() {
+        // Card 0: the job (100, 101) 21 GiB, neighbours 999 (8 GiB) and 998 (unknown), and
+        // 1 GiB the driver holds. Card 1: only a neighbour, 40 of 50 GiB used.
+        let snapshot = GpuSnapshot {
+            devices: vec![dev(0, 30 * GIB, 80 * GIB), dev(1, 50 * GIB, 80 * GIB)],
+            processes: vec![
+                proc_(100, 0, Some(20 * GIB)),
+                proc_(101, 0, Some(GIB)),
+                proc_(998, 0, None),
+                proc_(999, 0, Some(8 * GIB)),
+                proc_(777, 1, Some(40 * GIB)),
+            ],
+        };
+        let got = attribute(&snapshot, &pids(&[100, 101]));
+        assert_eq!(
+            got.devices,
+            vec![
+                DeviceShare {
+                    index: 0,
+                    total_bytes: 80 * GIB,
+                    used_bytes: 30 * GIB,
+                    job_bytes: Some(21 * GIB),
+                    neighbours: vec![
+                        neighbour(999, 8 * GIB),
+                        Neighbour {
+                            pid: 998,
+                            used_bytes: None,
+                            who: None
+                        }
+                    ],
+                    neighbours_bytes: 8 * GIB,
+                    driver_bytes: GIB,
+                },
+                DeviceShare {
+                    index: 1,
+                    total_bytes: 80 * GIB,
+                    used_bytes: 50 * GIB,
+                    job_bytes: None,
+                    neighbours: vec![neighbour(777, 40 * GIB)],
+                    neighbours_bytes: 40 * GIB,
+                    driver_bytes: 10 * GIB,
+                },
+            ]
+        );
+        // The job is on card 0 only: card 1's neighbour is not its neighbour.
+        let on: Vec<u32> = got.job_devices().map(|d| d.index).collect();
+        assert_eq!(on, [0]);
+        assert_eq!((got.neighbours_bytes(), got.driver_bytes()), (8 * GIB, GIB));
+        assert_eq!(got.devices[0].free_bytes(), 50 * GIB);
+        assert_eq!(got.devices[0].room_alone_bytes(), 79 * GIB);
+
+        // Before the job touches a card, every card may be its own.
+        let before = attribute(&snapshot, &pids(&[5]));
+        assert_eq!(before.job_devices().count(), 2);
+        assert_eq!(before.neighbours_bytes(), 69 * GIB);
+        assert_eq!(
+            neighbour(999, 8 * GIB).describe(),
+            "PID 999 8.0 GiB",
+            "no /proc entry: the PID and its memory"
+        );
     }
 
     #[test]

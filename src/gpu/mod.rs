@@ -11,10 +11,11 @@
 mod attribute;
 mod fake;
 mod nvml;
+pub mod who;
 
 use std::ffi::OsString;
 
-pub use attribute::{attribute, JobGpu};
+pub use attribute::{attribute, DeviceShare, JobGpu, Neighbour};
 pub use fake::FakeProbe;
 pub use nvml::NvmlProbe;
 
@@ -29,6 +30,10 @@ pub const FAKE_GPU_ENV: &str = "OOMGUARD_FAKE_GPU";
 pub struct GpuDevice {
     pub index: u32,
     pub name: String,
+    /// The card's UUID (`GPU-8f3c…`), which `CUDA_VISIBLE_DEVICES` accepts: it names the same
+    /// card whatever order CUDA numbers them in. `None` where the driver does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
     /// Allocated memory, by every process on the device and the driver's own bookkeeping.
     pub used_bytes: u64,
     pub total_bytes: u64,
@@ -170,6 +175,7 @@ mod tests {
             devices: vec![GpuDevice {
                 index: 0,
                 name: "Fake GPU".into(),
+                uuid: None,
                 used_bytes: 5 << 30,
                 total_bytes: 80 << 30,
             }],

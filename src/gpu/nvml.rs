@@ -39,6 +39,7 @@ pub struct NvmlProbe {
 struct OpenDevice {
     index: u32,
     name: String,
+    uuid: Option<String>,
     device: Device<'static>,
 }
 
@@ -129,9 +130,13 @@ fn open_devices(nvml: &'static Nvml) -> Result<Vec<OpenDevice>, GpuError> {
             let name = device
                 .name()
                 .map_err(nvml_error(format!("reading the name of GPU {index}")))?;
+            // CUDA_VISIBLE_DEVICES takes UUIDs, which name a card whatever the numbering; a
+            // card that does not tell its UUID can still be watched, just not picked by it.
+            let uuid = device.uuid().ok();
             Ok(OpenDevice {
                 index,
                 name,
+                uuid,
                 device,
             })
         })
@@ -183,6 +188,7 @@ impl GpuProbe for NvmlProbe {
             snap.devices.push(GpuDevice {
                 index,
                 name: open.name.clone(),
+                uuid: open.uuid.clone(),
                 used_bytes: memory.used,
                 total_bytes: memory.total,
             });

@@ -437,7 +437,7 @@ impl Ctx<'_> {
     ) -> Result<Vec<Cause>, JobFileError> {
         let memory: Vec<&str> = Cause::ALL
             .iter()
-            .filter(|cause| cause.is_memory())
+            .filter(|cause| cause.steps_knobs())
             .map(|cause| cause.as_str())
             .collect();
         let known = format!("use names from: {}", memory.join(", "));
@@ -479,7 +479,7 @@ impl Ctx<'_> {
                     format!("{hint}{known}"),
                 ));
             };
-            if !cause.is_memory() {
+            if !cause.steps_knobs() {
                 return Err(self.invalid(
                     line,
                     label,

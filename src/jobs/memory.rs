@@ -12,7 +12,7 @@ use crate::knobs::Value;
 use crate::liveness::ProcessId;
 use crate::outcome::Cause;
 use crate::outcome::Outcome;
-use crate::record::summary::{AttemptRecord, KnobValues, PeakRecord};
+use crate::record::summary::{AttemptRecord, KnobValues, PeakRecord, RoomCut};
 
 /// The format this build writes and reads. A file with a higher one is moved aside, never
 /// overwritten by a format that would drop what it holds.
@@ -130,6 +130,10 @@ pub struct CurrentRun {
     /// RFC 3339 UTC, once ended.
     #[serde(default)]
     pub ended_at: Option<String>,
+    /// While waiting for room on a shared card: what for (`waiting for 57.2 GiB free on
+    /// GPU 0 before attempt 2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 impl JobMemory {
@@ -160,6 +164,10 @@ pub struct LastSuccess {
     pub run: String,
     /// Every knob's value, by name, typed as in summary.json.
     pub knobs: KnobValues,
+    /// Set when these values were cut for a shared card's room: the job's own size, apart.
+    /// (A build that does not know it starts from `knobs`, the size that worked.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room_cut: Option<RoomCut>,
 }
 
 /// One attempt as the job's file keeps it: the summary.json record's knobs, cause and peaks.
@@ -176,6 +184,9 @@ pub struct PastAttempt {
     pub cause: String,
     #[serde(flatten)]
     pub peaks: PeakRecord,
+    /// The cards (NVML indices) it was seen on; absent where none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_devices: Vec<u32>,
 }
 
 impl PastAttempt {
@@ -188,6 +199,7 @@ impl PastAttempt {
             knobs: record.knobs.clone(),
             cause: record.cause.as_str().to_string(),
             peaks: record.peaks,
+            gpu_devices: record.gpu_devices.clone(),
         }
     }
 

@@ -26,6 +26,9 @@ pub struct JobRun {
     store: Option<JobStore>,
     memory: JobMemory,
     start: Option<Start>,
+    /// Where the last run's success was cut for a shared card's room: `start` is then the job's
+    /// own size, and this the room-limited one, for while the card is still short.
+    room_start: Option<Start>,
     /// A problem with the store has been told: later ones are only logged, so a read-only
     /// state directory costs one line, not one per attempt.
     warned: bool,
@@ -35,6 +38,8 @@ pub struct JobRun {
     pending_success: Option<LastSuccess>,
     /// This run as the job's file shows it (`oomguard status`), once an attempt has started.
     current: Option<CurrentRun>,
+    /// What the next state written waits for (room on a shared card), once.
+    waiting_for: Option<String>,
 }
 
 impl JobRun {
@@ -46,6 +51,8 @@ impl JobRun {
             store: None,
             memory: JobMemory::default(),
             start: None,
+            room_start: None,
+            waiting_for: None,
             warned: false,
             pending: Vec::new(),
             pending_success: None,
@@ -120,10 +127,29 @@ impl JobRun {
             run.start = Some(start);
             return run;
         }
-        run.start = run
-            .memory
-            .last_success()
-            .and_then(|last| start_from(last, knobs));
+        let last = run.memory.last_success().cloned();
+        if let Some((last, cut)) = last.as_ref().and_then(|l| Some((l, l.room_cut.clone()?))) {
+            // The job's own size first; the room-limited one only while the card is short.
+            let own = LastSuccess {
+                knobs: cut.own.clone(),
+                ..last.clone()
+            };
+            run.start = start_from(&own, knobs);
+            run.room_start = start_from(last, knobs);
+            let day = last.at.get(..10).unwrap_or(&last.at);
+            let own_values = match &run.start {
+                Some(start) => start.describe(knobs),
+                None => "the command's values".to_string(),
+            };
+            report.say(&format!(
+                "starting from the job's own size ({own_values}): the last run ({day}) was cut to {} only for a shared card's room; --fresh to start from the command's values",
+                run.room_start
+                    .as_ref()
+                    .map_or_else(|| "the command's values".to_string(), |s| s.describe(knobs))
+            ));
+            return run;
+        }
+        run.start = last.as_ref().and_then(|last| start_from(last, knobs));
         if let Some(start) = &run.start {
             let day = start.at.get(..10).unwrap_or(&start.at);
             report.say(&format!(
@@ -151,6 +177,12 @@ impl JobRun {
         self.start.as_ref()
     }
 
+    /// Where it starts instead while a shared card is short of room for `start` (the last run
+    /// was cut for room).
+    pub fn room_start(&self) -> Option<&Start> {
+        self.room_start.as_ref()
+    }
+
     /// Adds an attempt (its summary.json record) to the job's file; a success also becomes
     /// what the next run starts from.
     pub fn remember(&mut self, record: &AttemptRecord, run_dir: &Path, report: &Reporter) {
@@ -159,6 +191,7 @@ impl JobRun {
             at: past.at.clone(),
             run: past.run.clone(),
             knobs: past.knobs.clone(),
+            room_cut: record.room_cut.clone(),
         });
         if let Some(current) = &mut self.current {
             current.last_cause = Some(past.cause.clone());
@@ -224,6 +257,20 @@ impl JobRun {
         self.set_run(RunState::Waiting, attempt, knobs, run_dir, report);
     }
 
+    /// Attempt `attempt` waits for room on a shared card (`what`): the run is `waiting`, and
+    /// says for what.
+    pub fn waiting_for_room(
+        &mut self,
+        attempt: u32,
+        knobs: KnobValues,
+        what: &str,
+        run_dir: &Path,
+        report: &Reporter,
+    ) {
+        self.waiting_for = Some(what.to_string());
+        self.set_run(RunState::Waiting, attempt, knobs, run_dir, report);
+    }
+
     /// The run ended with `outcome`.
     pub fn ended(&mut self, outcome: Outcome, report: &Reporter) {
         let Some(current) = &mut self.current else {
@@ -254,8 +301,10 @@ impl JobRun {
             last_cause: None,
             peaks: None,
             ended_at: None,
+            waiting_for: None,
         });
         current.state = state;
+        current.waiting_for = self.waiting_for.take();
         current.attempt = attempt;
         current.knobs = knobs;
         self.save_run(report);

@@ -186,6 +186,7 @@ mod tests {
                     .map(|(n, v)| (n.to_string(), v.clone()))
                     .collect(),
             ),
+            room_cut: None,
         }
     }
 
@@ -313,6 +314,7 @@ mod tests {
             last_cause: Some("device_oom".into()),
             peaks: None,
             ended_at: None,
+            waiting_for: None,
         }
     }
 

@@ -318,6 +318,7 @@ mod tests {
                 peak_rss_bytes: Some(1 << 30),
                 ..PeakRecord::default()
             },
+            gpu_devices: Vec::new(),
         }
     }
 

@@ -176,7 +176,7 @@ pub struct Rule {
 
 /// The causes a knob answers when its `on` is not given: every cause relaunched smaller.
 pub fn default_causes() -> Vec<Cause> {
-    Cause::ALL.into_iter().filter(|c| c.is_memory()).collect()
+    Cause::ALL.into_iter().filter(|c| c.steps_knobs()).collect()
 }
 
 /// One knob: its name, place, the user's value, and how it moves.
@@ -251,6 +251,15 @@ impl KnobsAt<'_> {
             .zip(self.values)
             .map(|(knob, value)| (knob.name.clone(), value.to_string()))
             .collect()
+    }
+
+    /// `batch 64, accum 1`: every knob's name and value, for a line.
+    pub fn text_short(&self) -> String {
+        self.text()
+            .iter()
+            .map(|(name, value)| format!("{name} {value}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// The batch and accumulation, as summary.json's `final` has them.

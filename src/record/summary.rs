@@ -38,6 +38,26 @@ pub struct AttemptRecord {
     /// The hint this attempt was relaunched with (`allocator_fragmentation`), absent if none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<&'static str>,
+    /// The cards (NVML indices) the job was seen on at its last reading; absent if none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpu_devices: Vec<u32>,
+    /// Set when the batch was cut for the room other processes left on the card, not for the
+    /// job's own size (this attempt or an earlier one of the run): what the job alone runs at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub room_cut: Option<RoomCut>,
+}
+
+/// A cut made for room on a shared card: the values the job would run at alone, what it needs
+/// there, and the room the cut was fitted into. Kept apart from the job's own size, so a later
+/// run grows back once the card has room.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct RoomCut {
+    /// Every knob's value before the cut: the job's own size.
+    pub own: KnobValues,
+    /// What the job needs per card at its own size, at least (`None`: unknown).
+    pub own_need_gpu_bytes: Option<u64>,
+    /// The room left on the card when the cut was made.
+    pub room_bytes: u64,
 }
 
 /// Knob values by name, in ladder order (a JSON object keeps the order it is written in).
@@ -92,6 +112,9 @@ pub struct PeakRecord {
     /// The largest resident set one process of the job ever had: its VmHWM while sampled, and
     /// the kernel's `ru_maxrss` when it was reaped, so a spike between samples still counts.
     pub peak_process_rss_bytes: Option<u64>,
+    /// The most that other processes (a shared card's neighbours) held on the job's cards.
+    #[serde(default)]
+    pub peak_gpu_neighbours_bytes: Option<u64>,
 }
 
 impl From<Peaks> for PeakRecord {
@@ -103,6 +126,7 @@ impl From<Peaks> for PeakRecord {
             peak_gpu_bytes: p.gpu_bytes,
             peak_cgroup_bytes: p.cgroup_bytes,
             peak_process_rss_bytes: p.process_rss_bytes,
+            peak_gpu_neighbours_bytes: p.gpu_neighbours_bytes,
         }
     }
 }
@@ -288,6 +312,8 @@ pub(crate) mod tests {
                 peak_pss_bytes: Some((attempt as u64 * 1536) << 20),
                 ..PeakRecord::default()
             },
+            gpu_devices: Vec::new(),
+            room_cut: None,
             resumed_from: None,
             hint: None,
         }

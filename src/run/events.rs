@@ -8,7 +8,7 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
@@ -20,11 +20,11 @@ use crate::outcome::{Cause, Outcome};
 use crate::policy;
 use crate::record::run_dir::RunDir;
 use crate::record::samples::SamplesCsv;
-use crate::record::summary::{AttemptRecord, KnobValues, Summary};
+use crate::record::summary::{AttemptRecord, KnobValues, RoomCut, Summary};
 use crate::sampler::Sample;
 use crate::settings::RunSettings;
 use crate::supervise::{AttemptEnd, Notice, Observer};
-use crate::{hooks, metrics, notify, principal, units};
+use crate::{hooks, metrics, notify, principal, room, units};
 use crate::{record, report};
 
 use super::ladder::AttemptRamp;
@@ -47,6 +47,8 @@ pub(super) enum RunEvent<'a> {
         hint: Option<policy::Hint>,
         verdict: &'a Verdict,
         end: &'a AttemptEnd,
+        /// Where the batch was cut for a shared card's room earlier in the run.
+        room_cut: Option<&'a RoomCut>,
     },
     /// After attempt `ended` (`cause`), the next attempt will run with `values` after `delay`.
     RelaunchDecided {
@@ -57,6 +59,16 @@ pub(super) enum RunEvent<'a> {
     },
     /// The waits before the relaunch are done: what moves, and when it starts.
     Relaunching(Relaunch),
+    /// Attempt `attempt` (with `values`) waits for `need_bytes` of room on a shared card;
+    /// `status` says so in a few words (the service manager's status line, `oomguard status`).
+    WaitingForRoom {
+        attempt: u32,
+        values: &'a [Value],
+        need_bytes: u64,
+        status: &'a str,
+    },
+    /// The wait for room is over (found, run out, or stopped).
+    RoomWaitOver,
     /// The run stops with `outcome` (after the last attempt, or on the user's stop signal).
     Stopped {
         outcome: Outcome,
@@ -106,6 +118,9 @@ pub(super) struct Observers<'a> {
     warned_no_cgroup: bool,
     /// report.html as written at the end, or why it was not.
     page: Option<Result<PathBuf, String>>,
+    /// The room claimed on a shared card for the attempt about to run or running: the claims,
+    /// the need they stand for, and since when the attempt runs (see `room::claims_done`).
+    claims: Option<(Vec<room::claims::Claim>, u64, Option<Instant>)>,
 }
 
 impl<'a> Observers<'a> {
@@ -135,6 +150,7 @@ impl<'a> Observers<'a> {
             ramp: AttemptRamp::default(),
             warned_no_cgroup: false,
             page: None,
+            claims: None,
         })
     }
 
@@ -157,6 +173,34 @@ impl<'a> Observers<'a> {
         self.start_hooks(event);
         if let RunEvent::Sample(sample) = event {
             self.ramp.feed(sample);
+        }
+        self.release_claims(event);
+    }
+
+    /// Holds claims on a shared card's room for the next attempt.
+    pub(super) fn hold_claims(&mut self, claims: Vec<room::claims::Claim>, need_bytes: u64) {
+        self.claims = (!claims.is_empty()).then_some((claims, need_bytes, None));
+    }
+
+    /// Lets the claims go once the job shows on its cards with what it claimed, when its
+    /// attempt ends, or after the longest hold (dropping a claim removes its file).
+    fn release_claims(&mut self, event: &RunEvent) {
+        let Some((held, need_bytes, since)) = &mut self.claims else {
+            return;
+        };
+        let done = match event {
+            RunEvent::AttemptStarted { .. } => {
+                *since = Some(Instant::now());
+                false
+            }
+            RunEvent::Sample(sample) => since.is_some_and(|since| {
+                super::room::claims_done(held, *need_bytes, sample.gpu.as_ref(), since)
+            }),
+            RunEvent::AttemptEnded { .. } | RunEvent::Ended { .. } => true,
+            _ => false,
+        };
+        if done {
+            self.claims = None;
         }
     }
 
@@ -230,6 +274,7 @@ impl<'a> Observers<'a> {
                 hint,
                 verdict,
                 end,
+                room_cut,
             } => {
                 let at = knobs.at(values);
                 self.summary.push(AttemptRecord {
@@ -251,6 +296,12 @@ impl<'a> Observers<'a> {
                     peaks: end.peaks.into(),
                     resumed_from: resumed_from.map(|p| p.to_string_lossy().into_owned()),
                     hint: hint.map(policy::Hint::as_str),
+                    gpu_devices: end
+                        .gpu_at_end
+                        .iter()
+                        .flat_map(|g| g.job_bytes_by_device.iter().map(|(i, _)| *i))
+                        .collect(),
+                    room_cut: room_cut.cloned(),
                 });
                 self.summary.final_sizes = at.sizes();
                 // Not saved now (a full disk) is tried again with the next attempt: the run goes
@@ -395,6 +446,18 @@ impl<'a> Observers<'a> {
                 self.job
                     .waiting(ended + 1, knobs.at(values).json(), run_dir, report)
             }
+            RunEvent::WaitingForRoom {
+                attempt,
+                values,
+                status,
+                ..
+            } => self.job.waiting_for_room(
+                attempt,
+                knobs.at(values).json(),
+                status,
+                run_dir,
+                report,
+            ),
             RunEvent::Ended { outcome, .. } => self.job.ended(outcome, report),
             _ => {}
         }
@@ -415,6 +478,7 @@ impl<'a> Observers<'a> {
                 self.notify.memory(rss_bytes, gpu_bytes);
             }
             RunEvent::RelaunchDecided { ended, delay, .. } => self.notify.waiting(delay, ended + 1),
+            RunEvent::WaitingForRoom { status, .. } => self.notify.status(status),
             RunEvent::Stopped { outcome, reason } => self.notify.ended(outcome.as_str(), reason),
             _ => {}
         }
@@ -431,6 +495,8 @@ impl<'a> Observers<'a> {
             }
             RunEvent::Sample(sample) => metrics.sample(sample),
             RunEvent::RelaunchDecided { cause, .. } => metrics.relaunch(cause.as_str()),
+            RunEvent::WaitingForRoom { need_bytes, .. } => metrics.waiting_for_room(Some(need_bytes)),
+            RunEvent::RoomWaitOver => metrics.waiting_for_room(None),
             _ => {}
         }
     }
@@ -521,8 +587,9 @@ impl Observer for Observers<'_> {
                 ),
             }),
             Notice::GpuUnattributed { pids } => report.warn(&format!(
-                "the GPU driver lists PIDs {pids:?}, none of them the job's (a container's own PID namespace?): \
-                 the job's GPU memory is unknown and --max-gpu cannot act"
+                "the GPU driver lists PIDs {pids:?}, which appeared with the job but are not in this PID namespace: \
+                 oomguard seems to run in a container with its own (run it with the host's, e.g. docker --pid=host); \
+                 until then the job's GPU memory is unknown and --max-gpu cannot act"
             )),
         }
     }

@@ -12,6 +12,7 @@ use crate::jobs::run::JobRun;
 use crate::knobs::{self, KnobSet, Value};
 use crate::outcome::Cause;
 use crate::policy::{self, Decision};
+use crate::record::summary::RoomCut;
 use crate::sampler::Sample;
 use crate::settings::RunSettings;
 use crate::supervise::AttemptEnd;
@@ -68,6 +69,24 @@ pub(super) struct Ladder {
     hint_available: bool,
     pub(super) hint_given: bool,
     pub(super) hint_pending: Option<policy::Hint>,
+    /// The cut made for a shared card's room in this run (or carried from the last run's, when
+    /// this one starts room-limited): the job's own values before it. Every later attempt's
+    /// record carries it, so a success is remembered apart from the job's own size.
+    pub(super) room_cut: Option<RoomCut>,
+    /// Where the job's memory says what attempt 1 needs on the card.
+    first: Option<FirstNeed>,
+}
+
+/// What the job's memory says attempt 1 needs on its card, and where it may start instead while
+/// the card is short of room.
+#[derive(Debug, Clone)]
+struct FirstNeed {
+    /// GPU memory per card at the starting values.
+    need_bytes: u64,
+    /// The cards the job was last seen on (NVML indices).
+    devices: Vec<u32>,
+    /// The last run was cut for room: these are its room-limited values, its cut's record.
+    room_limited: Option<(Vec<Value>, RoomCut)>,
 }
 
 impl Ladder {
@@ -80,11 +99,15 @@ impl Ladder {
         } else {
             earlier_runs(job, &settings.knobs)
         };
-        Ladder::new(
+        let mut ladder = Ladder::new(
             settings,
             job.start().map(|start| start.values.clone()),
             past,
-        )
+        );
+        if !settings.job.fresh {
+            ladder.first = first_need(job, &settings.knobs, &ladder.values);
+        }
+        ladder
     }
 
     /// The ladder starting at `start` (else the command's values), knowing `past`. `original`
@@ -110,7 +133,96 @@ impl Ladder {
             hint_available: settings.allocator_hint && !allocator_conf_set(knobs),
             hint_given: false,
             hint_pending: None,
+            room_cut: None,
+            first: None,
         }
+    }
+
+    /// What attempt 1 needs per card, where the job's memory says, and whether these are the
+    /// job's own values after a run that was cut for room.
+    pub(super) fn first_need(&self) -> Option<(u64, bool)> {
+        let first = self.first.as_ref()?;
+        Some((first.need_bytes, first.room_limited.is_some()))
+    }
+
+    /// The cards the job was last seen on (empty: not known).
+    pub(super) fn first_devices(&self) -> Vec<u32> {
+        self.first
+            .as_ref()
+            .map(|f| f.devices.clone())
+            .unwrap_or_default()
+    }
+
+    /// The card is still short of room for the job's own size: attempt 1 starts from the size
+    /// the last run was cut to for room, and the run keeps that cut's record (a success stays
+    /// remembered apart from the job's own size). The line saying so, or `None` where there is
+    /// no such size.
+    pub(super) fn start_room_limited(&mut self, settings: &RunSettings) -> Option<String> {
+        let (values, cut) = self.first.as_ref()?.room_limited.clone()?;
+        let knobs = &settings.knobs;
+        self.values = values;
+        self.room_cut = Some(cut);
+        Some(format!(
+            "starting from {}, the size the last run was cut to for room (its own size waits for an emptier card)",
+            knobs.at(&self.values).text_short()
+        ))
+    }
+
+    /// The job's GPU memory measured at the next attempt's values by an attempt that fitted
+    /// (this run's or an earlier run's), where one did.
+    pub(super) fn measured_gpu_need(&self) -> Option<u64> {
+        let here = self
+            .history
+            .iter()
+            .map(|(_, values)| values)
+            .zip(&self.evidence);
+        let past = self.past.iter().map(|(values, e)| (values, Some(e)));
+        here.map(|(v, e)| (v, e.as_ref()))
+            .chain(past)
+            .filter(|(values, _)| values.iter().zip(&self.values).all(|(a, b)| a.same(b)))
+            .filter_map(|(_, e)| e.filter(|e| !e.failed && e.memory == fit::Memory::Gpu))
+            .map(|e| e.bytes)
+            .max()
+    }
+
+    /// The wait for room ran out after a `gpu_taken` death: the batch is fitted into the room
+    /// left (`room_bytes`), as after a device out-of-memory error at that limit, and the cut is
+    /// recorded as one for room, apart from the job's own size (`need_bytes` at its values).
+    pub(super) fn cut_for_room(
+        &mut self,
+        settings: &RunSettings,
+        room_bytes: u64,
+        need_bytes: u64,
+    ) -> Decision {
+        let room_limit = Some((room_bytes, fit::ROOM));
+        match self.evidence.last_mut() {
+            Some(Some(evidence)) => evidence.limit = room_limit,
+            Some(slot) => {
+                *slot = Some(fit::Evidence {
+                    memory: fit::Memory::Gpu,
+                    failed: true,
+                    bytes: need_bytes,
+                    limit: room_limit,
+                    fragmented: None,
+                    fixed_bytes: None,
+                })
+            }
+            None => {}
+        }
+        let mut history = self.history.clone();
+        if let Some(last) = history.last_mut() {
+            last.0 = Cause::DeviceOom;
+        }
+        let decision = self.decide_over(settings, &history);
+        if let (Decision::Relaunch(_), None) = (&decision, &self.room_cut) {
+            self.room_cut = Some(super::room::room_cut_record(
+                settings,
+                &self.values,
+                need_bytes,
+                room_bytes,
+            ));
+        }
+        decision
     }
 
     /// The number of the attempt about to run (1 for the first).
@@ -168,6 +280,11 @@ impl Ladder {
 
     /// The policy's decision after the last attempt.
     pub(super) fn decide(&self, settings: &RunSettings) -> Decision {
+        self.decide_over(settings, &self.history)
+    }
+
+    /// The policy's decision after `history` (this run's, or a reading of it).
+    fn decide_over(&self, settings: &RunSettings, history: &[(Cause, Vec<Value>)]) -> Decision {
         let plan = policy::StepPlan {
             strategy: settings.strategy,
             margin: settings.margin,
@@ -176,7 +293,7 @@ impl Ladder {
             allocator_hint: self.hint_available,
         };
         policy::decide_with(
-            &self.history,
+            history,
             &self.rules,
             &self.original,
             &settings.limits,
@@ -194,6 +311,53 @@ impl Ladder {
             self.hint_pending = Some(hint);
         }
     }
+}
+
+/// What the job's memory says attempt 1 needs, starting at `start`: the last run's cut for room
+/// (its own values' need, and the room-limited values to fall back on), else the GPU peak of a
+/// remembered success at these very values, per card. `None` where nothing says.
+fn first_need(job: &JobRun, knobs: &KnobSet, start: &[Value]) -> Option<FirstNeed> {
+    let attempts = job.memory().attempts();
+    let devices = attempts
+        .iter()
+        .rev()
+        .find(|a| !a.gpu_devices.is_empty())
+        .map(|a| a.gpu_devices.clone())
+        .unwrap_or_default();
+    if let (Some(cut), Some(limited)) = (
+        job.memory()
+            .last_success()
+            .and_then(|last| last.room_cut.clone()),
+        job.room_start(),
+    ) {
+        return Some(FirstNeed {
+            need_bytes: cut.own_need_gpu_bytes?,
+            devices,
+            room_limited: Some((limited.values.clone(), cut)),
+        });
+    }
+    let at_start = |past: &&crate::jobs::memory::PastAttempt| {
+        knobs
+            .knobs
+            .iter()
+            .zip(start)
+            .all(|(k, v)| past.value(&k.name).is_some_and(|p| p.same(v)))
+    };
+    let success = attempts
+        .iter()
+        .rev()
+        .filter(|a| a.cause() == Some(Cause::Ok))
+        .find(at_start)?;
+    let cards = success.gpu_devices.len().max(1) as u64;
+    Some(FirstNeed {
+        need_bytes: success.peaks.peak_gpu_bytes? / cards,
+        devices: if success.gpu_devices.is_empty() {
+            devices
+        } else {
+            success.gpu_devices.clone()
+        },
+        room_limited: None,
+    })
 }
 
 /// What the job's earlier runs tell the fit: each remembered attempt's knob values (by this
@@ -323,6 +487,8 @@ mod tests {
             sigkilled_descendant: None,
             quiet_stop: None,
             writing_at_stop: HashSet::new(),
+            gpu_at_start: None,
+            gpu_at_end: None,
         }
     }
 

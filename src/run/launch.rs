@@ -57,6 +57,8 @@ impl super::Run<'_> {
                 .filter_map(|(k, v)| Some((k.to_string(), v?.into()))),
         );
         env.extend(input.env);
+        // `--gpus N`'s cards.
+        env.extend(self.shared.cards_env.iter().cloned());
         if ladder.hint_given {
             env.push((
                 policy::ALLOCATOR_HINT_VAR.to_string(),

@@ -18,6 +18,7 @@ mod events;
 mod ladder;
 mod launch;
 mod prepare;
+mod room;
 mod waits;
 
 use nix::sys::signal::Signal;
@@ -133,6 +134,8 @@ struct Run<'a> {
     /// The user's config files the knobs are written into, given back at the end.
     files: Option<&'a mut Patcher>,
     observers: Observers<'a>,
+    /// What the run knows of a shared card between attempts.
+    shared: room::Shared,
 }
 
 /// How the run ends: its outcome and exit status, or oomguard's own error.
@@ -155,6 +158,7 @@ impl<'a> Run<'a> {
             ladder,
             files,
             observers,
+            shared: room::Shared::default(),
         }
     }
 
@@ -186,11 +190,15 @@ impl<'a> Run<'a> {
             .supervisor
             .run_attempt(attempt, &launch, log, &mut self.observers)
             .await?;
-        let verdict = judge(&end);
+        let verdict = self.judge_on_card(&end, judge(&end));
         self.tell_ended(attempt, &launch, &verdict, &end);
         self.ladder
             .learn(self.settings, verdict.cause, &end, self.observers.ramp());
-        match self.ladder.decide(self.settings) {
+        let decision = match self.room_for_relaunch(&end, self.ladder.decide(self.settings)).await {
+            Ok(decision) => decision,
+            Err(signal) => return Ok(Some(interrupted(signal))),
+        };
+        match decision {
             Decision::Relaunch(next) => {
                 self.observers.tell(&RunEvent::RelaunchDecided {
                     ended: attempt,
@@ -223,6 +231,7 @@ impl<'a> Run<'a> {
             hint,
             verdict,
             end,
+            room_cut: self.ladder.room_cut.as_ref(),
         });
     }
 

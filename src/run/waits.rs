@@ -22,6 +22,11 @@ impl super::Run<'_> {
     /// one came.
     pub(super) async fn before_attempt(&mut self) -> Option<Signal> {
         let settings = self.settings;
+        if self.ladder.first() {
+            if let Err(signal) = self.room_before_first().await {
+                return Some(signal);
+            }
+        }
         if let (true, Some(resume)) = (
             self.ladder.first(),
             settings.resume.as_ref().filter(|r| r.first),

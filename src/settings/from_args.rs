@@ -184,6 +184,8 @@ impl RunArgs {
                 min_available: self.min_available,
             },
             gpu_free_timeout: self.gpu_free_timeout,
+            gpu_wait: self.gpu_wait,
+            gpus: self.gpus,
             trend_window: self.trend_window,
             pty: !self.no_pty,
             job,
@@ -232,7 +234,7 @@ impl RunArgs {
             .as_deref()
             .map(|name| {
                 Cause::from_name(name)
-                    .filter(|c| c.is_memory())
+                    .filter(|c| c.steps_knobs())
                     .ok_or_else(|| UsageError::DryRunCause(name.to_string()))
             })
             .transpose()

@@ -36,6 +36,10 @@ pub struct RunSettings {
     pub bounds: Bounds,
     /// How long to wait for the GPU to release the previous attempt's processes.
     pub gpu_free_timeout: Duration,
+    /// `--gpu-wait`: the longest wait for room on a shared card (zero: no wait).
+    pub gpu_wait: Duration,
+    /// `--gpus N`: the job gets the N cards with the most free memory.
+    pub gpus: Option<u32>,
     /// The window of the steady-growth warning.
     pub trend_window: Duration,
     /// How a halving knob moves after an out-of-memory death (`--strategy`).

@@ -1,0 +1,408 @@
+//! The run's part on a shared card: a device out-of-memory death that the neighbours caused is
+//! named `gpu_taken` ([`crate::taken`]), and the run then waits for room (`--gpu-wait`) instead of
+//! cutting the batch; only when the wait runs out is the batch fitted into the room left, and that
+//! cut is kept apart from the job's own size ([`RoomCut`]). Before attempt 1 it picks the cards
+//! (`--gpus N`), and where the job's memory says what the job needs, waits for that room rather
+//! than launching into a certain out-of-memory error, or starts from the room-limited size while
+//! the card is still short. Before launching into room it waited for, it claims it
+//! ([`crate::room::claims`]), so two oomguards do not both take the same room.
+//!
+//! What room means, and the claims' files, are [`crate::room`]'s; the fit is `policy`'s.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::classify::Verdict;
+use crate::console;
+use crate::gpu::JobGpu;
+use crate::outcome::Cause;
+use crate::policy::Decision;
+use crate::record::summary::RoomCut;
+use crate::room::claims::{self, Claim, Place};
+use crate::room::{self, Need, Steady};
+use crate::supervise::AttemptEnd;
+use crate::taken::{self, Taken};
+use crate::units::human_bytes;
+
+use super::events::RunEvent;
+
+/// What the run keeps about the card between attempts.
+#[derive(Debug, Default)]
+pub(super) struct Shared {
+    /// Where claims go, looked up the first time one is needed (`Some(None)`: nowhere).
+    place: Option<Option<Place>>,
+    /// `--gpus N`'s `CUDA_VISIBLE_DEVICES` (and `CUDA_DEVICE_ORDER`) for every attempt.
+    pub(super) cards_env: Vec<(String, OsString)>,
+    /// The job's cards where they are known before it touches them (`--gpus`,
+    /// `CUDA_VISIBLE_DEVICES`), as NVML indices.
+    cards: Option<Vec<u32>>,
+    /// The last attempt's evidence that the neighbours took its room.
+    pub(super) taken: Option<Taken>,
+}
+
+/// How a wait for room ended.
+enum RoomWait {
+    /// The room held for several readings and is claimed (the claims go with the attempt).
+    Room { claims: Vec<Claim>, waited: Duration },
+    /// The wait ran out (or `--gpu-wait 0`): the least room there is on the job's cards.
+    Short { room_bytes: u64, waited: Duration },
+    /// No GPU readings (or a needed card is not listed): nothing to wait for.
+    NoGpu,
+    Stopped(Signal),
+}
+
+impl super::Run<'_> {
+    /// The verdict, with a device out-of-memory error that the neighbours caused named
+    /// `gpu_taken` (the evidence kept for the wait).
+    pub(super) fn judge_on_card(&mut self, end: &AttemptEnd, verdict: Verdict) -> Verdict {
+        self.shared.taken = None;
+        if verdict.cause != Cause::DeviceOom {
+            return verdict;
+        }
+        let Some(taken) = taken::gpu_taken(&taken::Evidence {
+            tail: &end.tail,
+            at_start: end.gpu_at_start.as_ref(),
+            at_death: end.gpu_at_end.as_ref(),
+            measured_need_bytes: self.ladder.measured_gpu_need(),
+        }) else {
+            return verdict;
+        };
+        let evidence = format!("{}; {}", verdict.evidence, taken.evidence());
+        self.shared.taken = Some(taken);
+        Verdict {
+            cause: Cause::GpuTaken,
+            evidence,
+        }
+    }
+
+    /// After a `gpu_taken` death: waits for the room the job needs and relaunches as decided
+    /// (the same values); where the wait runs out, the decision becomes a cut into the room
+    /// left, said to be for room. Other deaths pass `decision` through.
+    pub(super) async fn room_for_relaunch(
+        &mut self,
+        end: &AttemptEnd,
+        decision: Decision,
+    ) -> Result<Decision, Signal> {
+        let (Decision::Relaunch(next), Some(taken)) = (&decision, self.shared.taken.clone()) else {
+            return Ok(decision);
+        };
+        let devices = match end.gpu_at_end.as_ref().map(job_cards) {
+            Some(cards) if !cards.is_empty() => cards,
+            _ => vec![taken.device],
+        };
+        let need = Need::with_margin(taken.need_bytes, self.settings.margin, devices);
+        let attempt = self.ladder.next_attempt();
+        let why = format!(
+            "the job alone fits, so {} stays",
+            self.settings.knobs.at(&next.values).text_short()
+        );
+        match self.wait_for_room(&need, &end.pids, attempt, &why).await {
+            RoomWait::Stopped(signal) => Err(signal),
+            RoomWait::NoGpu => Ok(decision),
+            RoomWait::Room { claims, waited } => {
+                self.observers.hold_claims(claims, need.bytes);
+                let mut next = next.clone();
+                next.reason = Some(format!(
+                    "{} has room again after {}: the batch stays",
+                    need.cards(),
+                    console::short_duration(waited)
+                ));
+                Ok(Decision::Relaunch(next))
+            }
+            RoomWait::Short { room_bytes, waited } => {
+                let decision = self
+                    .ladder
+                    .cut_for_room(self.settings, room_bytes, taken.need_bytes);
+                Ok(match decision {
+                    Decision::Relaunch(mut next) => {
+                        next.reason = Some(format!(
+                            "cut for room, not for the job's size: after {} {} has {} free beside its other processes; {}",
+                            console::short_duration(waited),
+                            need.cards(),
+                            human_bytes(room_bytes),
+                            next.reason.unwrap_or_else(|| "halving".to_string())
+                        ));
+                        Decision::Relaunch(next)
+                    }
+                    stop => stop,
+                })
+            }
+        }
+    }
+
+    /// Before attempt 1: the cards `--gpus` picks, and, where the job's memory says what the
+    /// job needs at its starting values, the room for it: waited for, else the room-limited
+    /// size of an earlier run's cut. Returns the user's stop signal if one came.
+    pub(super) async fn room_before_first(&mut self) -> Result<(), Signal> {
+        self.pick_cards();
+        let Some((need_bytes, own)) = self.ladder.first_need() else {
+            return Ok(());
+        };
+        let devices = match (&self.shared.cards, self.ladder.first_devices()) {
+            (Some(cards), _) => cards.clone(),
+            (None, remembered) if !remembered.is_empty() => remembered,
+            _ => vec![0],
+        };
+        let need = Need::with_margin(need_bytes, self.settings.margin, devices);
+        let why = format!(
+            "the job's memory says it needs {} per card at {}",
+            human_bytes(need_bytes),
+            self.settings.knobs.at(&self.ladder.values).text_short()
+        );
+        match self.wait_for_room(&need, &HashSet::new(), 1, &why).await {
+            RoomWait::Stopped(signal) => Err(signal),
+            RoomWait::NoGpu => Ok(()),
+            RoomWait::Room { claims, .. } => {
+                if own {
+                    self.observers.console().say(&format!(
+                        "starting from the job's own size: {} has room for it again (an earlier run was cut for room)",
+                        need.cards()
+                    ));
+                }
+                self.observers.hold_claims(claims, need.bytes);
+                Ok(())
+            }
+            RoomWait::Short { room_bytes, .. } => {
+                if let Some(line) = self.ladder.start_room_limited(self.settings) {
+                    self.observers.console().say(&format!(
+                        "{} still has only {} free beside its other processes: {line}",
+                        need.cards(),
+                        human_bytes(room_bytes)
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// `--gpus N`: picks the cards once, says which, and gives every attempt them.
+    fn pick_cards(&mut self) {
+        let report = self.observers.console();
+        let listed = self.supervisor.gpu_devices();
+        let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+        let among = match (&listed, &visible) {
+            (Some(devices), Some(value)) => room::visible_devices(value, devices),
+            _ => None,
+        };
+        self.shared.cards = among.clone().filter(|cards| !cards.is_empty());
+        let Some(n) = self.settings.gpus else {
+            return;
+        };
+        let Some(devices) = listed.filter(|d| !d.is_empty()) else {
+            report.warn(&format!(
+                "--gpus {n}: no GPU is listed (no NVIDIA driver here?); the job keeps CUDA_VISIBLE_DEVICES as it is"
+            ));
+            return;
+        };
+        if visible.is_some() && among.is_none() {
+            report.warn(&format!(
+                "--gpus {n}: CUDA_VISIBLE_DEVICES={} names cards NVML does not list (MIG instances are not picked); picking among all cards",
+                visible.as_deref().unwrap_or_default()
+            ));
+        }
+        match room::pick_cards(&devices, n, among.as_deref().filter(|a| !a.is_empty())) {
+            Ok(picked) => {
+                let (value, by_index) = room::visible_value(&picked);
+                let described: Vec<String> = picked.iter().map(|d| room::describe_card(d)).collect();
+                report.say(&format!(
+                    "--gpus {n}: giving the job {} (CUDA_VISIBLE_DEVICES={value})",
+                    described.join(", ")
+                ));
+                self.shared.cards = Some(picked.iter().map(|d| d.index).collect());
+                self.shared.cards_env = vec![("CUDA_VISIBLE_DEVICES".to_string(), value.into())];
+                if by_index {
+                    // Without it CUDA numbers the cards fastest first, not as NVML does.
+                    self.shared
+                        .cards_env
+                        .push(("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".into()));
+                }
+            }
+            Err(line) => report.warn(&format!(
+                "{line}; the job keeps CUDA_VISIBLE_DEVICES as it is"
+            )),
+        }
+    }
+
+    /// Waits until `need` has held on its cards for [`room::STEADY_READINGS`] readings in a
+    /// row, at most `--gpu-wait`, then claims it; `own` are PIDs whose memory is the job's (its
+    /// last attempt's, still being freed). Says once what it waits for, and tells the job's
+    /// memory, the service manager and the metrics.
+    async fn wait_for_room(
+        &mut self,
+        need: &Need,
+        own: &HashSet<u32>,
+        attempt: u32,
+        why: &str,
+    ) -> RoomWait {
+        let report = self.observers.console();
+        let place = self.claims_place();
+        let started = Instant::now();
+        let limit = self.settings.gpu_wait;
+        let interval = self.settings.interval.max(Duration::from_millis(100));
+        let mut steady = Steady::default();
+        let mut told = false;
+        let waited = |told: bool| {
+            if told {
+                started.elapsed()
+            } else {
+                Duration::ZERO
+            }
+        };
+        let claimed_by = |place: &Option<Place>, device: u32, earlier: Option<&Claim>| {
+            place.as_ref().map_or(0, |p| {
+                p.others(device)
+                    .iter()
+                    .filter(|c| earlier.is_none_or(|mine| c.before(&mine.record)))
+                    .fold(0u64, |sum, c| sum.saturating_add(c.bytes))
+            })
+        };
+        let result = loop {
+            let Some(gpu) = self.supervisor.gpu_now(own) else {
+                break RoomWait::NoGpu;
+            };
+            let Some(room_bytes) = room::least_room(&gpu, need, |d| claimed_by(&place, d, None))
+            else {
+                break RoomWait::NoGpu;
+            };
+            let fits = room_bytes >= need.bytes;
+            // `--gpu-wait 0`: one look decides.
+            if (limit.is_zero() && fits) || steady.observe(fits) {
+                match claim(&place, need, &gpu, claimed_by) {
+                    Some(claims) => {
+                        break RoomWait::Room {
+                            claims,
+                            waited: waited(told),
+                        }
+                    }
+                    // An earlier claim took the room first: look again.
+                    None => steady.reset(),
+                }
+            }
+            if started.elapsed() >= limit {
+                let room_bytes = room::least_room(&gpu, need, |_| 0).unwrap_or(room_bytes);
+                break RoomWait::Short {
+                    room_bytes,
+                    waited: waited(told),
+                };
+            }
+            if !told && !fits {
+                told = true;
+                let line = format!(
+                    "waiting up to {} for {} free on {} (room now {}; held by {}): {why}",
+                    console::short_duration(limit),
+                    human_bytes(need.bytes),
+                    need.cards(),
+                    human_bytes(room_bytes),
+                    room::holders(&gpu, need),
+                );
+                report.say(&line);
+                self.observers.tell(&RunEvent::WaitingForRoom {
+                    attempt,
+                    values: &self.ladder.values,
+                    need_bytes: need.bytes,
+                    status: &format!(
+                        "waiting for {} free on {} before attempt {attempt}",
+                        human_bytes(need.bytes),
+                        need.cards()
+                    ),
+                });
+            }
+            if let Some(signal) = self.supervisor.pause(interval).await {
+                break RoomWait::Stopped(signal);
+            }
+        };
+        if told {
+            self.observers.tell(&RunEvent::RoomWaitOver);
+        }
+        result
+    }
+
+    /// Where claims go, looked up once (the note about an untrusted shared place said once).
+    fn claims_place(&mut self) -> Option<Place> {
+        if self.shared.place.is_none() {
+            let own_dir = self.settings.job.state_dir.as_ref().map(|d| d.join("claims"));
+            let (place, note) = Place::find(own_dir);
+            if let Some(note) = note {
+                tracing::info!("{note}");
+            }
+            self.shared.place = Some(place);
+        }
+        self.shared.place.clone().flatten()
+    }
+}
+
+/// Claims `need` on each of its cards, then looks at the claims again: where one made before
+/// ours leaves too little room, ours is withdrawn (`None`). Without a place for claims the room
+/// is taken unclaimed.
+fn claim(
+    place: &Option<Place>,
+    need: &Need,
+    gpu: &JobGpu,
+    claimed_by: impl Fn(&Option<Place>, u32, Option<&Claim>) -> u64,
+) -> Option<Vec<Claim>> {
+    let Some(p) = place else {
+        return Some(Vec::new());
+    };
+    let mut claims = Vec::new();
+    for &device in &need.devices {
+        match p.claim(device, need.bytes) {
+            Ok(claim) => claims.push(claim),
+            Err(e) => {
+                tracing::warn!("cannot claim GPU {device}'s room: {e}; launching unclaimed");
+                return Some(claims);
+            }
+        }
+    }
+    let still_room = claims.iter().all(|mine| {
+        gpu.devices
+            .iter()
+            .find(|d| d.index == mine.record.device)
+            .is_some_and(|share| {
+                let earlier = claimed_by(place, mine.record.device, Some(mine));
+                room::room_bytes(share, earlier) >= need.bytes
+            })
+    });
+    // Dropping the claims removes their files.
+    still_room.then_some(claims)
+}
+
+/// The cards the job was listed on (NVML indices).
+fn job_cards(gpu: &JobGpu) -> Vec<u32> {
+    gpu.job_bytes_by_device.iter().map(|(i, _)| *i).collect()
+}
+
+/// The record of a cut made for room: the job's own values before it, its need there.
+pub(super) fn room_cut_record(
+    settings: &crate::settings::RunSettings,
+    own: &[crate::knobs::Value],
+    own_need_gpu_bytes: u64,
+    room_bytes: u64,
+) -> RoomCut {
+    RoomCut {
+        own: settings.knobs.at(own).json(),
+        own_need_gpu_bytes: Some(own_need_gpu_bytes),
+        room_bytes,
+    }
+}
+
+/// The claims' hold ends when the job shows on its cards with the room it claimed, when its
+/// attempt ends, or [`claims::CLAIM_HOLD`] after it started, whichever comes first.
+pub(super) fn claims_done(held: &[Claim], need_bytes: u64, gpu: Option<&JobGpu>, since: Instant) -> bool {
+    if since.elapsed() >= claims::CLAIM_HOLD {
+        return true;
+    }
+    let Some(gpu) = gpu else {
+        return false;
+    };
+    held.iter().all(|c| {
+        gpu.devices
+            .iter()
+            .find(|d| d.index == c.record.device)
+            .and_then(|d| d.job_bytes)
+            // The claim carries the margin; the job's need is what must show.
+            .is_some_and(|job| job as f64 >= need_bytes as f64 * 0.9)
+    })
+}
