@@ -37,6 +37,9 @@ pub const CGROUP_LIMIT: &str = "cgroup limit";
 /// The name of the room other processes left on a shared card, in the fit's lines.
 pub const ROOM: &str = "room left on the GPU";
 
+/// The name of the room other processes left in the machine's memory, in the fit's lines.
+pub const HOST_ROOM: &str = "room left in host memory";
+
 /// The name of the soft host bound in the fit's lines (and what tells it from a cgroup's).
 pub const MAX_RSS: &str = "--max-rss";
 

@@ -83,6 +83,10 @@ pub enum Cause {
     /// user's job) had taken: alone on the card it fits. Not the batch's fault: the run waits
     /// for room rather than cutting it.
     GpuTaken,
+    /// The kernel's OOM killer acted for the whole machine while other processes grew into the
+    /// room the job had beside them at its start: the run waits for host memory rather than
+    /// cutting the batch.
+    MemoryTaken,
     /// The process reported running out of host memory.
     HostOom,
     /// A DataLoader worker was killed (SIGKILL/SIGBUS) or shared memory ran out under it.
@@ -108,10 +112,11 @@ pub enum Cause {
 impl Cause {
     /// Every cause, in the order they are documented (the match in `all_listed` stops the build
     /// when a cause is added without being listed here).
-    pub const ALL: [Cause; 12] = [
+    pub const ALL: [Cause; 13] = [
         Cause::Ok,
         Cause::DeviceOom,
         Cause::GpuTaken,
+        Cause::MemoryTaken,
         Cause::HostOom,
         Cause::WorkerKilled,
         Cause::OomKilled,
@@ -130,6 +135,7 @@ impl Cause {
             Cause::Ok
             | Cause::DeviceOom
             | Cause::GpuTaken
+            | Cause::MemoryTaken
             | Cause::HostOom
             | Cause::WorkerKilled
             | Cause::OomKilled
@@ -153,6 +159,7 @@ impl Cause {
             Cause::Ok => "ok",
             Cause::DeviceOom => "device_oom",
             Cause::GpuTaken => "gpu_taken",
+            Cause::MemoryTaken => "memory_taken",
             Cause::HostOom => "host_oom",
             Cause::WorkerKilled => "worker_killed",
             Cause::OomKilled => "oom_killed",
@@ -169,7 +176,12 @@ impl Cause {
     /// ([`Cause::is_memory`] but `gpu_taken`, after which the run waits for room and keeps the
     /// batch). The causes a knob's `on` may name.
     pub fn steps_knobs(self) -> bool {
-        self.is_memory() && self != Cause::GpuTaken
+        self.is_memory() && !self.is_taken()
+    }
+
+    /// Other processes took the room of a job that fits alone: the run waits for room.
+    pub fn is_taken(self) -> bool {
+        matches!(self, Cause::GpuTaken | Cause::MemoryTaken)
     }
 
     /// Whether the cause is (or is most likely) memory pressure, so the job is worth
@@ -180,6 +192,7 @@ impl Cause {
             self,
             Cause::DeviceOom
                 | Cause::GpuTaken
+                | Cause::MemoryTaken
                 | Cause::HostOom
                 | Cause::WorkerKilled
                 | Cause::OomKilled

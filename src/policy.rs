@@ -199,7 +199,7 @@ pub fn decide_with(
         let reason = (limits.retries > 0).then(|| format!("--retries {} used up", limits.retries));
         return stop(Outcome::Failed, reason);
     }
-    if cause == Cause::GpuTaken {
+    if cause.is_taken() {
         // Other processes took the room of a job that fits alone: the same values, once the
         // room is back (the run waits for it; where it never comes, it cuts for room).
         return Decision::Relaunch(Next {

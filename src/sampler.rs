@@ -324,6 +324,11 @@ impl Sampler {
         Some(shares)
     }
 
+    /// The machine's memory now.
+    pub fn system_now(&self) -> Option<SystemMem> {
+        self.system.read()
+    }
+
     /// The devices as the driver lists them (index, name, UUID, memory), for picking cards.
     pub fn gpu_devices(&mut self) -> Option<Vec<gpu::GpuDevice>> {
         self.gpu_snapshot().map(|snap| snap.devices)

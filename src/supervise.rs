@@ -28,6 +28,7 @@ use tokio::time::{sleep_until, Instant as TokioInstant};
 use crate::cgroup::{self, JobCgroup, Parent};
 use crate::cgroup_chain;
 use crate::gpu::JobGpu;
+use crate::taken::HostReading;
 use crate::child::{self, ChildEvent, Guard, JobOutput, Launch, SpawnError};
 use crate::classify::{self, KernelEvidence};
 use crate::kernel::{self, Kmsg};
@@ -158,6 +159,9 @@ pub struct AttemptEnd {
     /// held what at its start and at its death); `None` without GPU readings.
     pub gpu_at_start: Option<JobGpu>,
     pub gpu_at_end: Option<JobGpu>,
+    /// The machine's memory and the job's share at the same two moments.
+    pub host_at_start: Option<HostReading>,
+    pub host_at_end: Option<HostReading>,
 }
 
 /// The files (device, inode) that `pids` hold open for writing, from `/proc/PID/fd` and the
@@ -294,6 +298,9 @@ struct SampleWatch {
     /// what at its start and at its death.
     gpu_first: Option<JobGpu>,
     gpu_last: Option<JobGpu>,
+    /// The machine's memory and the job's share at the same two moments.
+    host_first: Option<HostReading>,
+    host_last: Option<HostReading>,
 }
 
 impl SampleWatch {
@@ -307,6 +314,8 @@ impl SampleWatch {
             gpu_listed_at_start: None,
             gpu_first: None,
             gpu_last: None,
+            host_first: None,
+            host_last: None,
         }
     }
 
@@ -359,6 +368,15 @@ impl SampleWatch {
         if let (Some(gpu), true) = (&sample.gpu, sample.tree.processes > 0) {
             self.gpu_first.get_or_insert_with(|| gpu.clone());
             self.gpu_last = Some(gpu.clone());
+        }
+        if let (Some(system), Some(job_bytes)) = (sample.system, sample.reading().job_bytes) {
+            let reading = HostReading {
+                total_bytes: system.total_bytes,
+                available_bytes: system.available_bytes,
+                job_bytes,
+            };
+            self.host_first.get_or_insert(reading);
+            self.host_last = Some(reading);
         }
         if let (false, Some(job_bytes)) = (self.growth_warned, sample.job_bytes()) {
             self.trend.push(at, job_bytes);
@@ -1228,6 +1246,8 @@ impl Supervisor {
             writing_at_stop: state.writing_at_stop,
             gpu_at_start: state.watch.gpu_first,
             gpu_at_end: state.watch.gpu_last,
+            host_at_start: state.watch.host_first,
+            host_at_end: state.watch.host_last,
         }
     }
 
@@ -1263,6 +1283,11 @@ impl Supervisor {
     pub fn gpu_now(&mut self, pids: &HashSet<u32>) -> Option<JobGpu> {
         let pids: Vec<u32> = pids.iter().copied().collect();
         self.sampler.gpu_now(&pids)
+    }
+
+    /// The machine's memory now.
+    pub fn system_now(&self) -> Option<crate::mem::system::SystemMem> {
+        self.sampler.system_now()
     }
 
     /// The cards as the driver lists them; `None` without GPU readings.

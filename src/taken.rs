@@ -5,9 +5,14 @@
 //! processes it names), the card's readings at the attempt's start and at its death, and the
 //! job's need where earlier attempts measured it.
 //!
-//! It does not classify the output (`classify` has said `device_oom` before this is asked), wait
-//! for room or choose values (`run::room`, `policy`).
+//! The same for host memory ([`host_taken`]): a kernel OOM kill of the whole machine (no limit
+//! of the job's own: the global counter moved and the kernel named the job) while the other
+//! processes' memory grew into the room the job had at its start.
+//!
+//! It does not classify the output (`classify` has said `device_oom` or `oom_killed` before this
+//! is asked), wait for room or choose values (`run::room`, `policy`).
 
+use crate::classify::KernelEvidence;
 use crate::gpu::{JobGpu, Neighbour};
 use crate::oom_numbers;
 use crate::units::human_bytes;
@@ -149,6 +154,80 @@ pub fn gpu_taken(e: &Evidence) -> Option<Taken> {
     })
 }
 
+/// The machine's memory at one reading, and the job's share of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostReading {
+    pub total_bytes: u64,
+    pub available_bytes: u64,
+    /// What the job held (its cgroup's working set, else its PSS, else its RSS).
+    pub job_bytes: u64,
+}
+
+impl HostReading {
+    /// What everything but the job held: the machine's used memory less the job's.
+    pub fn others_bytes(&self) -> u64 {
+        self.total_bytes
+            .saturating_sub(self.available_bytes)
+            .saturating_sub(self.job_bytes)
+    }
+}
+
+/// Other processes grew by at least this before a machine-wide OOM kill counts as theirs, or
+/// a tenth of the job's need where that is more: the machine's own churn is not a neighbour.
+pub const HOST_GROWTH_MIN_BYTES: u64 = 1 << 30;
+
+/// The evidence that other processes took the host memory of a job that fitted beside them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostTaken {
+    /// What the job held at most.
+    pub need_bytes: u64,
+    pub total_bytes: u64,
+    /// What everything but the job held at the attempt's start and at its last reading.
+    pub others_at_start_bytes: u64,
+    pub others_at_death_bytes: u64,
+}
+
+impl HostTaken {
+    pub fn evidence(&self) -> String {
+        format!(
+            "host memory taken: other processes grew from {} to {} of the machine's {} while the job held at most {}",
+            human_bytes(self.others_at_start_bytes),
+            human_bytes(self.others_at_death_bytes),
+            human_bytes(self.total_bytes),
+            human_bytes(self.need_bytes),
+        )
+    }
+}
+
+/// `Some` where the kernel's OOM killer acted for the whole machine (its counter moved and a
+/// kernel line names the job; no cgroup of the job's counted a kill, so no limit of its own was
+/// reached), the job's peak fitted beside what the others held at its start (within
+/// [`FITS_ALONE_SHARE`] of the machine), and the others then grew by at least
+/// [`HOST_GROWTH_MIN_BYTES`] (or a tenth of the job's need) into that room.
+pub fn host_taken(
+    kernel: &KernelEvidence,
+    at_start: Option<&HostReading>,
+    at_death: Option<&HostReading>,
+    peak_bytes: Option<u64>,
+) -> Option<HostTaken> {
+    let machine_wide = kernel.vmstat_oom_kill_delta.unwrap_or(0) > 0
+        && !kernel.victim_lines.is_empty()
+        && kernel.cgroup_oom_kills.unwrap_or(0) == 0
+        && kernel.cgroup_chain_kill.is_none();
+    let (start, death) = (at_start?, at_death?);
+    let need_bytes = peak_bytes.unwrap_or(0).max(death.job_bytes);
+    let (before, after) = (start.others_bytes(), death.others_bytes());
+    let fitted = (need_bytes.saturating_add(before)) as f64
+        <= start.total_bytes as f64 * FITS_ALONE_SHARE;
+    let grew = after >= before.saturating_add(HOST_GROWTH_MIN_BYTES.max(need_bytes / 10));
+    (machine_wide && need_bytes > 0 && fitted && grew).then_some(HostTaken {
+        need_bytes,
+        total_bytes: start.total_bytes,
+        others_at_start_bytes: before,
+        others_at_death_bytes: after,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
@@ -274,6 +353,48 @@ mod tests {
             });
             assert_eq!(got.is_some(), want, "{name}: {got:?}");
         }
+    }
+
+    fn host(available_gib: u64, job_gib: u64) -> HostReading {
+        HostReading {
+            total_bytes: 64 * GIB,
+            available_bytes: available_gib * GIB,
+            job_bytes: job_gib * GIB,
+        }
+    }
+
+    #[test]
+    fn host_memory_taken_or_the_jobs_own_by_the_table() {
+        let global = KernelEvidence {
+            vmstat_oom_kill_delta: Some(1),
+            victim_lines: vec!["Out of memory: Killed process 100 (python3)".into()],
+            cgroup_oom_kills: None,
+            cgroup_chain_kill: None,
+        };
+        let own_cgroup = KernelEvidence {
+            cgroup_oom_kills: Some(1),
+            ..global.clone()
+        };
+        // (case, kernel, at start, at death, peak, taken?)
+        let cases = [
+            // 64 GiB machine: others 4 → 40 GiB while the job held 20: theirs.
+            ("others grew into the job's room", &global, host(40, 20), host(0, 24), 24, true),
+            ("the job grew alone: its own", &global, host(40, 20), host(0, 60), 60, false),
+            ("a limit of the job's own cgroup: its own", &own_cgroup, host(40, 20), host(0, 24), 24, false),
+            ("the job never fitted beside them", &global, host(10, 20), host(0, 34), 60, false),
+            ("others grew by less than 1 GiB", &global, host(40, 20), host(39, 20), 20, false),
+        ];
+        for (name, kernel, start, death, peak, want) in cases {
+            let got = host_taken(kernel, Some(&start), Some(&death), Some(peak * GIB));
+            assert_eq!(got.is_some(), want, "{name}: {got:?}");
+        }
+        let taken = host_taken(&global, Some(&host(40, 20)), Some(&host(0, 24)), Some(24 * GIB))
+            .unwrap();
+        assert_eq!(
+            taken.evidence(),
+            "host memory taken: other processes grew from 4.0 GiB to 40.0 GiB of the machine's 64.0 GiB while the job held at most 24.0 GiB"
+        );
+        assert_eq!(host_taken(&global, None, Some(&host(0, 24)), None), None);
     }
 
     #[test]

@@ -191,15 +191,20 @@ impl Ladder {
     pub(super) fn cut_for_room(
         &mut self,
         settings: &RunSettings,
+        memory: fit::Memory,
         room_bytes: u64,
         need_bytes: u64,
     ) -> Decision {
-        let room_limit = Some((room_bytes, fit::ROOM));
+        let (name, as_if) = match memory {
+            fit::Memory::Gpu => (fit::ROOM, Cause::DeviceOom),
+            fit::Memory::Host => (fit::HOST_ROOM, Cause::OomKilled),
+        };
+        let room_limit = Some((room_bytes, name));
         match self.evidence.last_mut() {
             Some(Some(evidence)) => evidence.limit = room_limit,
             Some(slot) => {
                 *slot = Some(fit::Evidence {
-                    memory: fit::Memory::Gpu,
+                    memory,
                     failed: true,
                     bytes: need_bytes,
                     limit: room_limit,
@@ -211,14 +216,14 @@ impl Ladder {
         }
         let mut history = self.history.clone();
         if let Some(last) = history.last_mut() {
-            last.0 = Cause::DeviceOom;
+            last.0 = as_if;
         }
         let decision = self.decide_over(settings, &history);
         if let (Decision::Relaunch(_), None) = (&decision, &self.room_cut) {
             self.room_cut = Some(super::room::room_cut_record(
                 settings,
                 &self.values,
-                need_bytes,
+                (memory == fit::Memory::Gpu).then_some(need_bytes),
                 room_bytes,
             ));
         }
@@ -489,6 +494,8 @@ mod tests {
             writing_at_stop: HashSet::new(),
             gpu_at_start: None,
             gpu_at_end: None,
+            host_at_start: None,
+            host_at_end: None,
         }
     }
 

@@ -17,6 +17,7 @@ use nix::sys::signal::Signal;
 
 use crate::classify::Verdict;
 use crate::console;
+use crate::fit;
 use crate::gpu::JobGpu;
 use crate::outcome::Cause;
 use crate::policy::Decision;
@@ -24,7 +25,7 @@ use crate::record::summary::RoomCut;
 use crate::room::claims::{self, Claim, Place};
 use crate::room::{self, Need, Steady};
 use crate::supervise::AttemptEnd;
-use crate::taken::{self, Taken};
+use crate::taken::{self, HostTaken, Taken};
 use crate::units::human_bytes;
 
 use super::events::RunEvent;
@@ -39,8 +40,28 @@ pub(super) struct Shared {
     /// The job's cards where they are known before it touches them (`--gpus`,
     /// `CUDA_VISIBLE_DEVICES`), as NVML indices.
     cards: Option<Vec<u32>>,
-    /// The last attempt's evidence that the neighbours took its room.
+    /// The last attempt's evidence that the neighbours took its room on the card, or in the
+    /// machine's memory.
     pub(super) taken: Option<Taken>,
+    host_taken: Option<HostTaken>,
+}
+
+/// What a wait for room waits for.
+#[derive(Debug, Clone, Copy)]
+enum Want<'n> {
+    /// Room on the job's cards.
+    Card(&'n Need),
+    /// This much of the machine's memory available (the margin included).
+    Host(u64),
+}
+
+impl Want<'_> {
+    fn bytes(&self) -> u64 {
+        match self {
+            Want::Card(need) => need.bytes,
+            Want::Host(bytes) => *bytes,
+        }
+    }
 }
 
 /// How a wait for room ended.
@@ -59,6 +80,23 @@ impl super::Run<'_> {
     /// `gpu_taken` (the evidence kept for the wait).
     pub(super) fn judge_on_card(&mut self, end: &AttemptEnd, verdict: Verdict) -> Verdict {
         self.shared.taken = None;
+        self.shared.host_taken = None;
+        if verdict.cause == Cause::OomKilled {
+            let peak = end.peaks.cgroup_bytes.or(end.peaks.pss_bytes).or(end.peaks.rss_bytes);
+            let Some(taken) = taken::host_taken(
+                &end.kernel,
+                end.host_at_start.as_ref(),
+                end.host_at_end.as_ref(),
+                peak,
+            ) else {
+                return verdict;
+            };
+            self.shared.host_taken = Some(taken);
+            return Verdict {
+                cause: Cause::MemoryTaken,
+                evidence: format!("{}; {}", verdict.evidence, taken.evidence()),
+            };
+        }
         if verdict.cause != Cause::DeviceOom {
             return verdict;
         }
@@ -86,6 +124,9 @@ impl super::Run<'_> {
         end: &AttemptEnd,
         decision: Decision,
     ) -> Result<Decision, Signal> {
+        if let (Decision::Relaunch(_), Some(taken)) = (&decision, self.shared.host_taken) {
+            return self.host_room_for_relaunch(decision, taken).await;
+        }
         let (Decision::Relaunch(next), Some(taken)) = (&decision, self.shared.taken.clone()) else {
             return Ok(decision);
         };
@@ -99,7 +140,7 @@ impl super::Run<'_> {
             "the job alone fits, so {} stays",
             self.settings.knobs.at(&next.values).text_short()
         );
-        match self.wait_for_room(&need, &end.pids, attempt, &why).await {
+        match self.wait_for_room(Want::Card(&need), &end.pids, attempt, &why).await {
             RoomWait::Stopped(signal) => Err(signal),
             RoomWait::NoGpu => Ok(decision),
             RoomWait::Room { claims, waited } => {
@@ -113,15 +154,57 @@ impl super::Run<'_> {
                 Ok(Decision::Relaunch(next))
             }
             RoomWait::Short { room_bytes, waited } => {
-                let decision = self
-                    .ladder
-                    .cut_for_room(self.settings, room_bytes, taken.need_bytes);
+                let decision = self.ladder.cut_for_room(
+                    self.settings,
+                    fit::Memory::Gpu,
+                    room_bytes,
+                    taken.need_bytes,
+                );
                 Ok(match decision {
                     Decision::Relaunch(mut next) => {
                         next.reason = Some(format!(
                             "cut for room, not for the job's size: after {} {} has {} free beside its other processes; {}",
                             console::short_duration(waited),
                             need.cards(),
+                            human_bytes(room_bytes),
+                            next.reason.unwrap_or_else(|| "halving".to_string())
+                        ));
+                        Decision::Relaunch(next)
+                    }
+                    stop => stop,
+                })
+            }
+        }
+    }
+
+    /// After a `memory_taken` death: waits for the machine's memory the job held, at most
+    /// `--gpu-wait`, and relaunches at the same values; where it runs out, cuts for the room left.
+    async fn host_room_for_relaunch(
+        &mut self,
+        decision: Decision,
+        taken: HostTaken,
+    ) -> Result<Decision, Signal> {
+        let bytes = Need::with_margin(taken.need_bytes, self.settings.margin, Vec::new()).bytes;
+        let attempt = self.ladder.next_attempt();
+        let why = "the job fitted beside the others at its start";
+        match self
+            .wait_for_room(Want::Host(bytes), &HashSet::new(), attempt, why)
+            .await
+        {
+            RoomWait::Stopped(signal) => Err(signal),
+            RoomWait::NoGpu | RoomWait::Room { .. } => Ok(decision),
+            RoomWait::Short { room_bytes, waited } => {
+                let cut = self.ladder.cut_for_room(
+                    self.settings,
+                    fit::Memory::Host,
+                    room_bytes,
+                    taken.need_bytes,
+                );
+                Ok(match cut {
+                    Decision::Relaunch(mut next) => {
+                        next.reason = Some(format!(
+                            "cut for room, not for the job's size: after {} the machine has {} available; {}",
+                            console::short_duration(waited),
                             human_bytes(room_bytes),
                             next.reason.unwrap_or_else(|| "halving".to_string())
                         ));
@@ -152,7 +235,7 @@ impl super::Run<'_> {
             human_bytes(need_bytes),
             self.settings.knobs.at(&self.ladder.values).text_short()
         );
-        match self.wait_for_room(&need, &HashSet::new(), 1, &why).await {
+        match self.wait_for_room(Want::Card(&need), &HashSet::new(), 1, &why).await {
             RoomWait::Stopped(signal) => Err(signal),
             RoomWait::NoGpu => Ok(()),
             RoomWait::Room { claims, .. } => {
@@ -226,19 +309,22 @@ impl super::Run<'_> {
         }
     }
 
-    /// Waits until `need` has held on its cards for [`room::STEADY_READINGS`] readings in a
-    /// row, at most `--gpu-wait`, then claims it; `own` are PIDs whose memory is the job's (its
-    /// last attempt's, still being freed). Says once what it waits for, and tells the job's
+    /// Waits until the room `want`s has held for [`room::STEADY_READINGS`] readings in a row,
+    /// at most `--gpu-wait`, then (on a card) claims it; `own` are PIDs whose memory is the job's
+    /// (its last attempt's, still being freed). Says once what it waits for, and tells the job's
     /// memory, the service manager and the metrics.
     async fn wait_for_room(
         &mut self,
-        need: &Need,
+        want: Want<'_>,
         own: &HashSet<u32>,
         attempt: u32,
         why: &str,
     ) -> RoomWait {
         let report = self.observers.console();
-        let place = self.claims_place();
+        let place = match want {
+            Want::Card(_) => self.claims_place(),
+            Want::Host(_) => None,
+        };
         let started = Instant::now();
         let limit = self.settings.gpu_wait;
         let interval = self.settings.interval.max(Duration::from_millis(100));
@@ -260,17 +346,29 @@ impl super::Run<'_> {
             })
         };
         let result = loop {
-            let Some(gpu) = self.supervisor.gpu_now(own) else {
-                break RoomWait::NoGpu;
+            let (room_bytes, gpu) = match want {
+                Want::Card(need) => {
+                    let Some(gpu) = self.supervisor.gpu_now(own) else {
+                        break RoomWait::NoGpu;
+                    };
+                    match room::least_room(&gpu, need, |d| claimed_by(&place, d, None)) {
+                        Some(room_bytes) => (room_bytes, Some(gpu)),
+                        None => break RoomWait::NoGpu,
+                    }
+                }
+                Want::Host(_) => match self.supervisor.system_now() {
+                    Some(system) => (system.available_bytes, None),
+                    None => break RoomWait::NoGpu,
+                },
             };
-            let Some(room_bytes) = room::least_room(&gpu, need, |d| claimed_by(&place, d, None))
-            else {
-                break RoomWait::NoGpu;
-            };
-            let fits = room_bytes >= need.bytes;
+            let fits = room_bytes >= want.bytes();
             // `--gpu-wait 0`: one look decides.
             if (limit.is_zero() && fits) || steady.observe(fits) {
-                match claim(&place, need, &gpu, claimed_by) {
+                let claims = match (want, &gpu) {
+                    (Want::Card(need), Some(gpu)) => claim(&place, need, gpu, claimed_by),
+                    _ => Some(Vec::new()),
+                };
+                match claims {
                     Some(claims) => {
                         break RoomWait::Room {
                             claims,
@@ -282,7 +380,12 @@ impl super::Run<'_> {
                 }
             }
             if started.elapsed() >= limit {
-                let room_bytes = room::least_room(&gpu, need, |_| 0).unwrap_or(room_bytes);
+                let room_bytes = match (want, &gpu) {
+                    (Want::Card(need), Some(gpu)) => {
+                        room::least_room(gpu, need, |_| 0).unwrap_or(room_bytes)
+                    }
+                    _ => room_bytes,
+                };
                 break RoomWait::Short {
                     room_bytes,
                     waited: waited(told),
@@ -290,23 +393,26 @@ impl super::Run<'_> {
             }
             if !told && !fits {
                 told = true;
-                let line = format!(
-                    "waiting up to {} for {} free on {} (room now {}; held by {}): {why}",
+                let (place_words, held) = match (want, &gpu) {
+                    (Want::Card(need), Some(gpu)) => (
+                        format!("free on {}", need.cards()),
+                        format!("; held by {}", room::holders(gpu, need)),
+                    ),
+                    _ => ("of host memory available".to_string(), String::new()),
+                };
+                report.say(&format!(
+                    "waiting up to {} for {} {place_words} (room now {}{held}): {why}",
                     console::short_duration(limit),
-                    human_bytes(need.bytes),
-                    need.cards(),
+                    human_bytes(want.bytes()),
                     human_bytes(room_bytes),
-                    room::holders(&gpu, need),
-                );
-                report.say(&line);
+                ));
                 self.observers.tell(&RunEvent::WaitingForRoom {
                     attempt,
                     values: &self.ladder.values,
-                    need_bytes: need.bytes,
+                    need_bytes: want.bytes(),
                     status: &format!(
-                        "waiting for {} free on {} before attempt {attempt}",
-                        human_bytes(need.bytes),
-                        need.cards()
+                        "waiting for {} {place_words} before attempt {attempt}",
+                        human_bytes(want.bytes()),
                     ),
                 });
             }
@@ -378,12 +484,12 @@ fn job_cards(gpu: &JobGpu) -> Vec<u32> {
 pub(super) fn room_cut_record(
     settings: &crate::settings::RunSettings,
     own: &[crate::knobs::Value],
-    own_need_gpu_bytes: u64,
+    own_need_gpu_bytes: Option<u64>,
     room_bytes: u64,
 ) -> RoomCut {
     RoomCut {
         own: settings.knobs.at(own).json(),
-        own_need_gpu_bytes: Some(own_need_gpu_bytes),
+        own_need_gpu_bytes,
         room_bytes,
     }
 }
