@@ -82,6 +82,30 @@ pub fn holders(gpu: &JobGpu, need: &Need) -> String {
     }
 }
 
+/// Whether claims held for an attempt are done: the job shows on each claimed card with at least
+/// 90% of `need_bytes` (the claim carries the margin; the need is what must show), or
+/// [`claims::CLAIM_HOLD`] has passed since the attempt started.
+pub fn claims_done(
+    held: &[claims::Claim],
+    need_bytes: u64,
+    gpu: Option<&JobGpu>,
+    since: std::time::Instant,
+) -> bool {
+    if since.elapsed() >= claims::CLAIM_HOLD {
+        return true;
+    }
+    let Some(gpu) = gpu else {
+        return false;
+    };
+    held.iter().all(|c| {
+        gpu.devices
+            .iter()
+            .find(|d| d.index == c.record.device)
+            .and_then(|d| d.job_bytes)
+            .is_some_and(|job| job as f64 >= need_bytes as f64 * 0.9)
+    })
+}
+
 /// Counts readings with room in a row.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Steady {
@@ -238,6 +262,28 @@ mod tests {
         let missing = Need::with_margin(GIB, 0.0, vec![5]);
         assert_eq!(least_room(&gpu, &missing, |_| 0), None);
         assert_eq!(holders(&gpu, &need), "PID 7 20.0 GiB");
+    }
+
+    #[test]
+    fn claims_are_done_once_the_job_shows_its_need_on_each_claimed_card() {
+        let dir = tempfile::tempdir().unwrap();
+        let place = claims::Place::at(dir.path());
+        let held = vec![place.claim(0, 55 * GIB).unwrap()];
+        let snap = |job_gib: u64| GpuSnapshot {
+            devices: vec![dev(0, job_gib, None)],
+            processes: vec![GpuProcess {
+                pid: 100,
+                device: 0,
+                used_bytes: Some(job_gib * GIB),
+            }],
+        };
+        let now = std::time::Instant::now();
+        let at = |job_gib| attribute(&snap(job_gib), &HashSet::from([100]));
+        assert!(!claims_done(&held, 50 * GIB, None, now), "no reading");
+        assert!(!claims_done(&held, 50 * GIB, Some(&at(20)), now), "still climbing");
+        assert!(claims_done(&held, 50 * GIB, Some(&at(45)), now), "90% of the need shows");
+        let long_ago = now - claims::CLAIM_HOLD;
+        assert!(claims_done(&held, 50 * GIB, Some(&at(1)), long_ago), "held long enough");
     }
 
     #[test]

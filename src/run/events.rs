@@ -194,7 +194,7 @@ impl<'a> Observers<'a> {
                 false
             }
             RunEvent::Sample(sample) => since.is_some_and(|since| {
-                super::room::claims_done(held, *need_bytes, sample.gpu.as_ref(), since)
+                room::claims_done(held, *need_bytes, sample.gpu.as_ref(), since)
             }),
             RunEvent::AttemptEnded { .. } | RunEvent::Ended { .. } => true,
             _ => false,

@@ -220,12 +220,11 @@ impl Ladder {
         }
         let decision = self.decide_over(settings, &history);
         if let (Decision::Relaunch(_), None) = (&decision, &self.room_cut) {
-            self.room_cut = Some(super::room::room_cut_record(
-                settings,
-                &self.values,
-                (memory == fit::Memory::Gpu).then_some(need_bytes),
+            self.room_cut = Some(RoomCut {
+                own: settings.knobs.at(&self.values).json(),
+                own_need_gpu_bytes: (memory == fit::Memory::Gpu).then_some(need_bytes),
                 room_bytes,
-            ));
+            });
         }
         decision
     }

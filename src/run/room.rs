@@ -21,8 +21,7 @@ use crate::fit;
 use crate::gpu::JobGpu;
 use crate::outcome::Cause;
 use crate::policy::Decision;
-use crate::record::summary::RoomCut;
-use crate::room::claims::{self, Claim, Place};
+use crate::room::claims::{Claim, Place};
 use crate::room::{self, Need, Steady};
 use crate::supervise::AttemptEnd;
 use crate::taken::{self, HostTaken, Taken};
@@ -478,37 +477,4 @@ fn claim(
 /// The cards the job was listed on (NVML indices).
 fn job_cards(gpu: &JobGpu) -> Vec<u32> {
     gpu.job_bytes_by_device.iter().map(|(i, _)| *i).collect()
-}
-
-/// The record of a cut made for room: the job's own values before it, its need there.
-pub(super) fn room_cut_record(
-    settings: &crate::settings::RunSettings,
-    own: &[crate::knobs::Value],
-    own_need_gpu_bytes: Option<u64>,
-    room_bytes: u64,
-) -> RoomCut {
-    RoomCut {
-        own: settings.knobs.at(own).json(),
-        own_need_gpu_bytes,
-        room_bytes,
-    }
-}
-
-/// The claims' hold ends when the job shows on its cards with the room it claimed, when its
-/// attempt ends, or [`claims::CLAIM_HOLD`] after it started, whichever comes first.
-pub(super) fn claims_done(held: &[Claim], need_bytes: u64, gpu: Option<&JobGpu>, since: Instant) -> bool {
-    if since.elapsed() >= claims::CLAIM_HOLD {
-        return true;
-    }
-    let Some(gpu) = gpu else {
-        return false;
-    };
-    held.iter().all(|c| {
-        gpu.devices
-            .iter()
-            .find(|d| d.index == c.record.device)
-            .and_then(|d| d.job_bytes)
-            // The claim carries the margin; the job's need is what must show.
-            .is_some_and(|job| job as f64 >= need_bytes as f64 * 0.9)
-    })
 }
