@@ -93,6 +93,28 @@ pub fn checks() -> Vec<Check> {
         what: "GPU",
         finding: gpu,
     });
+    if let Ok(snap) = probe.snapshot() {
+        let shares = gpu::attribute(&snap, &std::collections::HashSet::new());
+        for card in &shares.devices {
+            out.push(Check {
+                what: "GPU card",
+                finding: format!(
+                    "{}: {} free of {}; {} held by {} process{}, {} by the driver",
+                    card.index,
+                    crate::units::human_bytes(card.free_bytes()),
+                    crate::units::human_bytes(card.total_bytes),
+                    crate::units::human_bytes(card.neighbours_bytes),
+                    card.neighbours.len(),
+                    if card.neighbours.len() == 1 { "" } else { "es" },
+                    crate::units::human_bytes(card.driver_bytes),
+                ),
+            });
+        }
+    }
+    out.push(Check {
+        what: "GPU room claims",
+        finding: crate::room::claims::shared_finding(),
+    });
     out.push(Check {
         what: "sampling cost",
         finding: sampling_cost(probe.as_mut()),

@@ -43,6 +43,8 @@ pub struct JobGpu {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceShare {
     pub index: u32,
+    /// The card's UUID where the driver gives it (what claims on its room name it by).
+    pub uuid: Option<String>,
     pub total_bytes: u64,
     pub used_bytes: u64,
     /// What the job's processes hold on it; `None` where no job PID is listed on it, or one's
@@ -129,6 +131,7 @@ fn device_shares(snapshot: &GpuSnapshot, job_pids: &HashSet<u32>) -> Vec<DeviceS
                 .fold(0u64, |sum, n| sum.saturating_add(n.used_bytes.unwrap_or(0)));
             DeviceShare {
                 index: d.index,
+                uuid: d.uuid.clone(),
                 total_bytes: d.total_bytes,
                 used_bytes: d.used_bytes,
                 job_bytes,
@@ -485,6 +488,7 @@ mod tests {
             vec![
                 DeviceShare {
                     index: 0,
+                    uuid: None,
                     total_bytes: 80 * GIB,
                     used_bytes: 30 * GIB,
                     job_bytes: Some(21 * GIB),
@@ -501,6 +505,7 @@ mod tests {
                 },
                 DeviceShare {
                     index: 1,
+                    uuid: None,
                     total_bytes: 80 * GIB,
                     used_bytes: 50 * GIB,
                     job_bytes: None,

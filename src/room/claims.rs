@@ -49,9 +49,11 @@ pub struct ClaimRecord {
     pub process: ProcessId,
     /// Its real UID: the file's owner must be the same.
     pub uid: u32,
-    /// NVML's index of the card, and its UUID where known (indices are per machine, stable
-    /// while the driver is loaded).
+    /// NVML's index of the card, and its UUID where known (a claim names the card by its UUID
+    /// where both sides know it, else by the index, which is the machine's).
     pub device: u32,
+    #[serde(default)]
+    pub uuid: Option<String>,
     pub bytes: u64,
     /// When it was made, in milliseconds since the epoch: the claims' order.
     pub at_ms: u64,
@@ -127,8 +129,8 @@ impl Place {
         }
     }
 
-    /// The live claims of other oomguards on `device`, oldest first.
-    pub fn others(&self, device: u32) -> Vec<ClaimRecord> {
+    /// The live claims of other oomguards on the card `device` (UUID `uuid`), oldest first.
+    pub fn others(&self, device: u32, uuid: Option<&str>) -> Vec<ClaimRecord> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Vec::new();
         };
@@ -138,7 +140,11 @@ impl Place {
             .filter_map(Result::ok)
             .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
             .filter_map(|e| read_claim(&e.path()))
-            .filter(|c| c.device == device && c.process.pid != me)
+            .filter(|c| c.process.pid != me)
+            .filter(|c| match (c.uuid.as_deref(), uuid) {
+                (Some(theirs), Some(ours)) => theirs == ours,
+                _ => c.device == device,
+            })
             .filter(|c| {
                 let age_ms = now_ms.saturating_sub(c.at_ms);
                 // A claim dated far in the future would never age: it does not count.
@@ -150,13 +156,15 @@ impl Place {
         live
     }
 
-    /// Claims `bytes` on `device` for this oomguard, written whole before it is visible.
-    pub fn claim(&self, device: u32, bytes: u64) -> io::Result<Claim> {
+    /// Claims `bytes` on the card `device` (UUID `uuid`) for this oomguard, written whole before
+    /// it is visible.
+    pub fn claim(&self, device: u32, uuid: Option<&str>, bytes: u64) -> io::Result<Claim> {
         let me = ProcessId::current();
         let record = ClaimRecord {
             uid: nix::unistd::getuid().as_raw(),
             process: me,
             device,
+            uuid: uuid.map(String::from),
             bytes,
             at_ms: now_ms(),
         };
@@ -174,6 +182,18 @@ impl Place {
         drop(file);
         std::fs::rename(&tmp, &path)?;
         Ok(Claim { path, record })
+    }
+}
+
+/// For `oomguard doctor`: whether claims reach every user's oomguards here.
+pub fn shared_finding() -> String {
+    let dir = Path::new(SHARED_DIR);
+    if trusted_shared(dir) {
+        format!("{SHARED_DIR}: room claims reach every user's oomguards")
+    } else if dir.exists() {
+        format!("{SHARED_DIR} is not root's with mode 1777: it is not trusted, and claims reach only each user's own oomguards")
+    } else {
+        format!("{SHARED_DIR} missing (an oomguard run as root, or packaging/tmpfiles.d/oomguard.conf, makes it): claims reach only each user's own oomguards")
     }
 }
 
@@ -221,9 +241,9 @@ mod tests {
     fn a_claim_is_seen_by_others_in_order_and_gone_when_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let place = Place::at(dir.path());
-        let claim = place.claim(0, 5 << 30).unwrap();
+        let claim = place.claim(0, None, 5 << 30).unwrap();
         // Our own claim is not another's.
-        assert!(place.others(0).is_empty());
+        assert!(place.others(0, None).is_empty());
         let path = dir.path().join(format!(
             "{}-{}-0.json",
             claim.record.uid, claim.record.process.pid
@@ -260,6 +280,7 @@ mod tests {
             process: live.clone(),
             uid,
             device: 0,
+            uuid: None,
             bytes: 10 << 30,
             at_ms: now_ms(),
         };
@@ -283,11 +304,11 @@ mod tests {
         other_card.device = 1;
         write("card1.json", &other_card);
 
-        assert_eq!(place.others(0), vec![good.clone()]);
-        assert_eq!(place.others(1), vec![other_card]);
+        assert_eq!(place.others(0, None), vec![good.clone()]);
+        assert_eq!(place.others(1, None), vec![other_card]);
         child.kill().unwrap();
         child.wait().unwrap();
-        assert!(place.others(0).is_empty(), "its process is gone");
+        assert!(place.others(0, None).is_empty(), "its process is gone");
     }
 
     #[test]
@@ -296,6 +317,7 @@ mod tests {
             process: ProcessId::current(),
             uid: 0,
             device: 0,
+            uuid: None,
             bytes: 1,
             at_ms: 100,
         };

@@ -268,7 +268,7 @@ mod tests {
     fn claims_are_done_once_the_job_shows_its_need_on_each_claimed_card() {
         let dir = tempfile::tempdir().unwrap();
         let place = claims::Place::at(dir.path());
-        let held = vec![place.claim(0, 55 * GIB).unwrap()];
+        let held = vec![place.claim(0, None, 55 * GIB).unwrap()];
         let snap = |job_gib: u64| GpuSnapshot {
             devices: vec![dev(0, job_gib, None)],
             processes: vec![GpuProcess {

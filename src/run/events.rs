@@ -177,6 +177,11 @@ impl<'a> Observers<'a> {
         self.release_claims(event);
     }
 
+    /// Attempt 1 starts from `knobs` after all (the room-limited size of an earlier run's cut).
+    pub(super) fn started_from(&mut self, knobs: KnobValues) {
+        self.summary.started_from = Some(knobs);
+    }
+
     /// Holds claims on a shared card's room for the next attempt.
     pub(super) fn hold_claims(&mut self, claims: Vec<room::claims::Claim>, need_bytes: u64) {
         self.claims = (!claims.is_empty()).then_some((claims, need_bytes, None));

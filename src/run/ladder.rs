@@ -239,6 +239,14 @@ impl Ladder {
         self.history.is_empty()
     }
 
+    /// Whether the next attempt runs at the values the last one ran at.
+    pub(super) fn same_as_previous(&self) -> bool {
+        self.history.last().is_some_and(|(_, values)| {
+            values.len() == self.values.len()
+                && values.iter().zip(&self.values).all(|(a, b)| a.same(b))
+        })
+    }
+
     /// How the attempt before the next one ended.
     pub(super) fn previous_cause(&self) -> Option<Cause> {
         self.history.last().map(|(cause, _)| *cause)

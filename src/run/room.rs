@@ -18,7 +18,7 @@ use nix::sys::signal::Signal;
 use crate::classify::Verdict;
 use crate::console;
 use crate::fit;
-use crate::gpu::JobGpu;
+use crate::gpu::{DeviceShare, JobGpu};
 use crate::outcome::Cause;
 use crate::policy::Decision;
 use crate::room::claims::{Claim, Place};
@@ -107,6 +107,23 @@ impl super::Run<'_> {
         }) else {
             return verdict;
         };
+        // The room came back, the card was clear at this attempt's start, and it died at the same
+        // values again: what held the rest came with the job (its srun tasks, processes in a
+        // container of its own), so it is the job's size, and waiting again would not help.
+        let again = self.ladder.previous_cause() == Some(Cause::GpuTaken)
+            && self.ladder.same_as_previous()
+            && taken
+                .neighbours_bytes_at_start
+                .is_some_and(|bytes| bytes < taken::NEIGHBOUR_MIN_BYTES);
+        if again {
+            return Verdict {
+                evidence: format!(
+                    "{}; not gpu_taken again: GPU {} was clear when this attempt started at the values the last one died at, so what holds the rest came with the job",
+                    verdict.evidence, taken.device
+                ),
+                ..verdict
+            };
+        }
         let evidence = format!("{}; {}", verdict.evidence, taken.evidence());
         self.shared.taken = Some(taken);
         Verdict {
@@ -249,6 +266,8 @@ impl super::Run<'_> {
             }
             RoomWait::Short { room_bytes, .. } => {
                 if let Some(line) = self.ladder.start_room_limited(self.settings) {
+                    let knobs = self.settings.knobs.at(&self.ladder.values).json();
+                    self.observers.started_from(knobs);
                     self.observers.console().say(&format!(
                         "{} still has only {} free beside its other processes: {line}",
                         need.cards(),
@@ -336,9 +355,9 @@ impl super::Run<'_> {
                 Duration::ZERO
             }
         };
-        let claimed_by = |place: &Option<Place>, device: u32, earlier: Option<&Claim>| {
+        let claimed_by = |place: &Option<Place>, device: &DeviceShare, earlier: Option<&Claim>| {
             place.as_ref().map_or(0, |p| {
-                p.others(device)
+                p.others(device.index, device.uuid.as_deref())
                     .iter()
                     .filter(|c| earlier.is_none_or(|mine| c.before(&mine.record)))
                     .fold(0u64, |sum, c| sum.saturating_add(c.bytes))
@@ -350,7 +369,9 @@ impl super::Run<'_> {
                     let Some(gpu) = self.supervisor.gpu_now(own) else {
                         break RoomWait::NoGpu;
                     };
-                    match room::least_room(&gpu, need, |d| claimed_by(&place, d, None)) {
+                    let card = |i: u32| gpu.devices.iter().find(|d| d.index == i);
+                    let claimed = |i: u32| card(i).map_or(0, |d| claimed_by(&place, d, None));
+                    match room::least_room(&gpu, need, claimed) {
                         Some(room_bytes) => (room_bytes, Some(gpu)),
                         None => break RoomWait::NoGpu,
                     }
@@ -446,14 +467,19 @@ fn claim(
     place: &Option<Place>,
     need: &Need,
     gpu: &JobGpu,
-    claimed_by: impl Fn(&Option<Place>, u32, Option<&Claim>) -> u64,
+    claimed_by: impl Fn(&Option<Place>, &DeviceShare, Option<&Claim>) -> u64,
 ) -> Option<Vec<Claim>> {
     let Some(p) = place else {
         return Some(Vec::new());
     };
     let mut claims = Vec::new();
     for &device in &need.devices {
-        match p.claim(device, need.bytes) {
+        let uuid = gpu
+            .devices
+            .iter()
+            .find(|d| d.index == device)
+            .and_then(|d| d.uuid.as_deref());
+        match p.claim(device, uuid, need.bytes) {
             Ok(claim) => claims.push(claim),
             Err(e) => {
                 tracing::warn!("cannot claim GPU {device}'s room: {e}; launching unclaimed");
@@ -466,7 +492,7 @@ fn claim(
             .iter()
             .find(|d| d.index == mine.record.device)
             .is_some_and(|share| {
-                let earlier = claimed_by(place, mine.record.device, Some(mine));
+                let earlier = claimed_by(place, share, Some(mine));
                 room::room_bytes(share, earlier) >= need.bytes
             })
     });
