@@ -138,12 +138,10 @@ pub fn gpu_taken(e: &Evidence) -> Option<Taken> {
     if !(fits_alone && short_beside_them && neighbours_bytes_at_death >= NEIGHBOUR_MIN_BYTES) {
         return None;
     }
-    let neighbours_bytes_at_start = e.at_start.map(|g| {
-        g.devices
-            .iter()
-            .find(|d| d.index == device)
-            .map_or(0, |d| d.neighbours_bytes)
-    });
+    let neighbours_bytes_at_start = e
+        .at_start
+        .and_then(|g| g.devices.iter().find(|d| d.index == device))
+        .map(|d| d.neighbours_bytes);
     Some(Taken {
         device,
         need_bytes,

@@ -156,9 +156,16 @@ impl super::Run<'_> {
             "the job alone fits, so {} stays",
             self.settings.knobs.at(&next.values).text_short()
         );
-        match self.wait_for_room(Want::Card(&need), &end.pids, attempt, &why).await {
-            RoomWait::Stopped(signal) => Err(signal),
-            RoomWait::NoGpu => Ok(decision),
+        let waited = self.wait_for_room(Want::Card(&need), &end.pids, attempt, &why);
+        let (room_bytes, after) = match waited.await {
+            RoomWait::Stopped(signal) => return Err(signal),
+            // Nothing to wait on (the message alone told): the room the message showed.
+            RoomWait::NoGpu => (
+                taken
+                    .room_alone_bytes
+                    .saturating_sub(taken.neighbours_bytes_at_death),
+                "with no GPU readings to wait on".to_string(),
+            ),
             RoomWait::Room { claims, waited } => {
                 self.observers.hold_claims(claims, need.bytes);
                 let mut next = next.clone();
@@ -167,30 +174,28 @@ impl super::Run<'_> {
                     need.cards(),
                     console::short_duration(waited)
                 ));
-                Ok(Decision::Relaunch(next))
+                return Ok(Decision::Relaunch(next));
             }
-            RoomWait::Short { room_bytes, waited } => {
-                let decision = self.ladder.cut_for_room(
-                    self.settings,
-                    fit::Memory::Gpu,
-                    room_bytes,
-                    taken.need_bytes,
-                );
-                Ok(match decision {
-                    Decision::Relaunch(mut next) => {
-                        next.reason = Some(format!(
-                            "cut for room, not for the job's size: after {} {} has {} free beside its other processes; {}",
-                            console::short_duration(waited),
-                            need.cards(),
-                            human_bytes(room_bytes),
-                            next.reason.unwrap_or_else(|| "halving".to_string())
-                        ));
-                        Decision::Relaunch(next)
-                    }
-                    stop => stop,
-                })
+            RoomWait::Short { room_bytes, waited } => (
+                room_bytes,
+                format!("after {}", console::short_duration(waited)),
+            ),
+        };
+        let decision =
+            self.ladder
+                .cut_for_room(self.settings, fit::Memory::Gpu, room_bytes, taken.need_bytes);
+        Ok(match decision {
+            Decision::Relaunch(mut next) => {
+                next.reason = Some(format!(
+                    "cut for room, not for the job's size: {after}, {} has {} free beside its other processes; {}",
+                    need.cards(),
+                    human_bytes(room_bytes),
+                    next.reason.unwrap_or_else(|| "halving".to_string())
+                ));
+                Decision::Relaunch(next)
             }
-        }
+            stop => stop,
+        })
     }
 
     /// After a `memory_taken` death: waits for the machine's memory the job held, at most
@@ -219,7 +224,7 @@ impl super::Run<'_> {
                 Ok(match cut {
                     Decision::Relaunch(mut next) => {
                         next.reason = Some(format!(
-                            "cut for room, not for the job's size: after {} the machine has {} available; {}",
+                            "cut for room, not for the job's size: after {}, the machine has {} available; {}",
                             console::short_duration(waited),
                             human_bytes(room_bytes),
                             next.reason.unwrap_or_else(|| "halving".to_string())
