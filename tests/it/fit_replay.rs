@@ -103,6 +103,61 @@ fn the_recorded_gpt2_run_ends_at_64_by_4_without_cutting_below_half() {
     );
 }
 
+/// The recorded GPT-2 run on a shared card: another process holds 2 GiB of the H200 the whole
+/// time. The job alone is too big at 256 and 128 (the real messages: 137.45 GiB held + 3.00 GiB
+/// tried, 130.41 + 24.54, on a 139.80 GiB card), so the neighbour is not the cause: the same
+/// cuts as alone, never `gpu_taken`, never a wait for room; and the record shows the neighbour.
+#[test]
+fn the_recorded_gpt2_run_beside_a_neighbour_is_still_cut_for_its_own_size() {
+    let sb = Sandbox::new();
+    let gpu_file = sb.path("gpu.json");
+    let ready = sb.path("neighbour.ready");
+    let mut neighbour = std::process::Command::new("python3")
+        .arg(fixture("gpu_neighbour.py"))
+        .args(["--gpu-file", gpu_file.to_str().unwrap(), "--gib", "2"])
+        .args(["--ready-file", ready.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("the neighbour starts");
+    assert!(
+        util::wait_until(std::time::Duration::from_secs(30), || ready.exists()),
+        "the neighbour never held its memory"
+    );
+    let (out, batches) = replay(
+        &sb,
+        "hf-gpt2-seq1024-h200.json",
+        &[
+            "--per_device_train_batch_size",
+            "256",
+            "--gradient_accumulation_steps",
+            "1",
+        ],
+    );
+    let _ = neighbour.kill();
+    let _ = neighbour.wait();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{batches:?}\n{stderr}");
+    assert_eq!(
+        batches,
+        [(256, Some(1)), (128, Some(2)), (64, Some(4))],
+        "{stderr}"
+    );
+    let summary = sb.summary();
+    assert_eq!(
+        causes(&summary),
+        ["device_oom", "device_oom", "ok"],
+        "{stderr}"
+    );
+    assert!(!stderr.contains("waiting up to"), "{stderr}");
+    for attempt in summary["attempts"].as_array().unwrap() {
+        assert_eq!(
+            attempt["peak_gpu_neighbours_bytes"].as_u64(),
+            Some(2 << 30),
+            "{attempt}"
+        );
+    }
+}
+
 #[test]
 fn a_forward_pass_climbing_in_steps_does_not_cut_below_half() {
     let sb = Sandbox::new();
