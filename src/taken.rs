@@ -12,6 +12,8 @@
 //! It does not classify the output (`classify` has said `device_oom` or `oom_killed` before this
 //! is asked), wait for room or choose values (`run::room`, `policy`).
 
+use std::collections::HashSet;
+
 use crate::classify::KernelEvidence;
 use crate::gpu::{JobGpu, Neighbour};
 use crate::oom_numbers;
@@ -79,6 +81,8 @@ pub struct Evidence<'a> {
     pub at_death: Option<&'a JobGpu>,
     /// The job's GPU memory at these knob values where an attempt that fitted measured it.
     pub measured_need_bytes: Option<u64>,
+    /// Every PID of the job's tree: a process the message names may be one of its own.
+    pub job_pids: Option<&'a HashSet<u32>>,
 }
 
 /// `Some` where the job alone fits the card but the other processes' memory left it short: the
@@ -92,7 +96,16 @@ pub fn gpu_taken(e: &Evidence) -> Option<Taken> {
     let need_bytes = numbers
         .and_then(|n| n.need_bytes())
         .max(e.measured_need_bytes)?;
-    let named = oom_numbers::others_named(e.tail);
+    // PyTorch names every process on the card, the failing one too where it cannot tell which
+    // is itself (in a container, or a rank it does not know as its own): only beside its own
+    // `this process has`, and only PIDs not of the job, are the named ones others.
+    let named: Vec<(u32, u64)> = match numbers.and_then(|n| n.process_bytes) {
+        Some(_) => oom_numbers::others_named(e.tail)
+            .into_iter()
+            .filter(|(pid, _)| e.job_pids.is_none_or(|job| !job.contains(pid)))
+            .collect(),
+        None => Vec::new(),
+    };
     let named_bytes = named.iter().map(|(_, b)| *b).sum::<u64>();
     // The job's card at the death, from the readings: the one whose neighbours held the most
     // among those it is listed on.
@@ -228,8 +241,6 @@ pub fn host_taken(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashSet;
-
     use super::*;
     use crate::gpu::{attribute, GpuDevice, GpuProcess, GpuSnapshot};
 
@@ -348,6 +359,7 @@ mod tests {
                 at_start,
                 at_death,
                 measured_need_bytes: measured,
+                job_pids: None,
             });
             assert_eq!(got.is_some(), want, "{name}: {got:?}");
         }
@@ -396,6 +408,30 @@ mod tests {
     }
 
     #[test]
+    fn processes_the_message_names_are_others_only_beside_its_own_and_not_the_jobs() {
+        // torchrun's rank as PyTorch prints it without knowing itself: the one process named
+        // is the rank, not a neighbour.
+        let rank = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 158.00 MiB. GPU 1 has a total capacity of 23.69 GiB of which 115.69 MiB is free. Process 21422 has 23.57 GiB memory in use. Of the allocated memory 22.10 GiB is allocated by PyTorch, and 1.01 GiB is reserved by PyTorch but unallocated.\n";
+        assert_eq!(
+            gpu_taken(&Evidence {
+                tail: rank,
+                ..Evidence::default()
+            }),
+            None
+        );
+        // With its own `this process has`, the named one is another's, unless it is the job's.
+        let tail = message(20.0, 32.0, &[(999_999, 40.0)]);
+        let jobs = HashSet::from([999_999]);
+        let evidence = |job_pids| Evidence {
+            tail: &tail,
+            job_pids,
+            ..Evidence::default()
+        };
+        assert!(gpu_taken(&evidence(None)).is_some());
+        assert_eq!(gpu_taken(&evidence(Some(&jobs))), None);
+    }
+
+    #[test]
     fn the_evidence_names_the_neighbour_and_both_moments() {
         let tail = message(20.0, 32.0, &[(999_999, 40.0)]);
         let start = card(20.0, &[(999_999, 5.0)]);
@@ -405,6 +441,7 @@ mod tests {
             at_start: Some(&start),
             at_death: Some(&death),
             measured_need_bytes: None,
+            job_pids: None,
         })
         .unwrap();
         assert_eq!(taken.device, 0);

@@ -104,6 +104,7 @@ impl super::Run<'_> {
             at_start: end.gpu_at_start.as_ref(),
             at_death: end.gpu_at_end.as_ref(),
             measured_need_bytes: self.ladder.measured_gpu_need(),
+            job_pids: Some(&end.pids),
         }) else {
             return verdict;
         };
