@@ -680,6 +680,7 @@ fn second_run(jobs: &[Job]) {
                             .map(|(k, v)| (k.name.clone(), v.to_json()))
                             .collect(),
                     ),
+                    room_cut: None,
                 };
                 start_from(&remembered, &knobs).map(|start| start.values)
             });

@@ -38,6 +38,8 @@ fn record(attempt: u32) -> AttemptRecord {
         exit_code: Some(1),
         signal: None,
         started_at: rfc3339(SystemTime::now()),
+        gpu_devices: Vec::new(),
+        room_cut: None,
         duration_s: 0.0123,
         peaks: PeakRecord {
             peak_rss_bytes: Some(123 << 20),

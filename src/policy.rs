@@ -602,7 +602,10 @@ mod tests {
             &[int(64), int(1)],
             &LIMITS,
         ));
-        assert_eq!((values, changed, note), (vec![int(64), int(1)], vec![], None));
+        assert_eq!(
+            (values, changed, note),
+            (vec![int(64), int(1)], vec![], None)
+        );
         // It is still a memory death: the attempts' limit ends the run as given up.
         let limits = Limits {
             max_attempts: 1,

@@ -27,10 +27,9 @@ use tokio::time::{sleep_until, Instant as TokioInstant};
 
 use crate::cgroup::{self, JobCgroup, Parent};
 use crate::cgroup_chain;
-use crate::gpu::JobGpu;
-use crate::taken::HostReading;
 use crate::child::{self, ChildEvent, Guard, JobOutput, Launch, SpawnError};
 use crate::classify::{self, KernelEvidence};
+use crate::gpu::JobGpu;
 use crate::kernel::{self, Kmsg};
 use crate::mem::tree::ProcTree;
 use crate::outcome::Ending;
@@ -40,6 +39,7 @@ use crate::scan;
 use crate::signals::Deliveries;
 use crate::slurm::{self, Step};
 use crate::stream::{self, Sinks, Target};
+use crate::taken::HostReading;
 use crate::terminal::{self, Pty};
 use crate::watch::{self, BoundWatch, Bounds, Crossing, Trend};
 
@@ -332,7 +332,9 @@ impl SampleWatch {
         let at_start = self
             .gpu_listed_at_start
             .get_or_insert_with(|| listed().collect());
-        if self.gpu_unattributed_told || sample.tree.processes == 0 || !gpu.job_pids_listed.is_empty()
+        if self.gpu_unattributed_told
+            || sample.tree.processes == 0
+            || !gpu.job_pids_listed.is_empty()
         {
             return None;
         }

@@ -128,7 +128,12 @@ pub fn gpu_taken(e: &Evidence) -> Option<Taken> {
                 .saturating_sub(n.free_bytes.unwrap_or(0))
                 .saturating_sub(n.process_bytes.unwrap_or(0))
                 .saturating_sub(named_bytes);
-            (n.device.unwrap_or(0), total.saturating_sub(driver), Vec::new(), 0)
+            (
+                n.device.unwrap_or(0),
+                total.saturating_sub(driver),
+                Vec::new(),
+                0,
+            )
         }
     };
     // The message names the others at the very moment of the failure; a reading may have
@@ -228,8 +233,8 @@ pub fn host_taken(
     let (start, death) = (at_start?, at_death?);
     let need_bytes = peak_bytes.unwrap_or(0).max(death.job_bytes);
     let (before, after) = (start.others_bytes(), death.others_bytes());
-    let fitted = (need_bytes.saturating_add(before)) as f64
-        <= start.total_bytes as f64 * FITS_ALONE_SHARE;
+    let fitted =
+        (need_bytes.saturating_add(before)) as f64 <= start.total_bytes as f64 * FITS_ALONE_SHARE;
     let grew = after >= before.saturating_add(HOST_GROWTH_MIN_BYTES.max(need_bytes / 10));
     (machine_wide && need_bytes > 0 && fitted && grew).then_some(HostTaken {
         need_bytes,
@@ -287,6 +292,17 @@ mod tests {
         attribute(&snap, &HashSet::from([100]))
     }
 
+    /// A case of the table: its name, the message, the card at the start and at the death, a
+    /// measured need, and whether the neighbours took the room.
+    type Case<'a> = (
+        &'static str,
+        String,
+        Option<&'a JobGpu>,
+        Option<&'a JobGpu>,
+        Option<u64>,
+        bool,
+    );
+
     #[test]
     fn taken_or_the_jobs_own_by_the_table() {
         // (case, message, card at start, card at death, measured need, taken?)
@@ -295,7 +311,7 @@ mod tests {
         let small = card(20.0, &[(4242, 0.1)]);
         let grown_start = card(20.0, &[(999_999, 5.0)]);
         let grown = card(20.0, &[(999_999, 40.0)]);
-        let cases: [(&str, String, Option<&JobGpu>, Option<&JobGpu>, Option<u64>, bool); 7] = [
+        let cases: [Case; 7] = [
             (
                 "a neighbour of 40 GiB; the job needs 20 + 32 = 52 GiB of 79.5: taken",
                 message(20.0, 32.0, &[(999_999, 40.0)]),
@@ -388,18 +404,58 @@ mod tests {
         // (case, kernel, at start, at death, peak, taken?)
         let cases = [
             // 64 GiB machine: others 4 → 40 GiB while the job held 20: theirs.
-            ("others grew into the job's room", &global, host(40, 20), host(0, 24), 24, true),
-            ("the job grew alone: its own", &global, host(40, 20), host(0, 60), 60, false),
-            ("a limit of the job's own cgroup: its own", &own_cgroup, host(40, 20), host(0, 24), 24, false),
-            ("the job never fitted beside them", &global, host(10, 20), host(0, 34), 60, false),
-            ("others grew by less than 1 GiB", &global, host(40, 20), host(39, 20), 20, false),
+            (
+                "others grew into the job's room",
+                &global,
+                host(40, 20),
+                host(0, 24),
+                24,
+                true,
+            ),
+            (
+                "the job grew alone: its own",
+                &global,
+                host(40, 20),
+                host(0, 60),
+                60,
+                false,
+            ),
+            (
+                "a limit of the job's own cgroup: its own",
+                &own_cgroup,
+                host(40, 20),
+                host(0, 24),
+                24,
+                false,
+            ),
+            (
+                "the job never fitted beside them",
+                &global,
+                host(10, 20),
+                host(0, 34),
+                60,
+                false,
+            ),
+            (
+                "others grew by less than 1 GiB",
+                &global,
+                host(40, 20),
+                host(39, 20),
+                20,
+                false,
+            ),
         ];
         for (name, kernel, start, death, peak, want) in cases {
             let got = host_taken(kernel, Some(&start), Some(&death), Some(peak * GIB));
             assert_eq!(got.is_some(), want, "{name}: {got:?}");
         }
-        let taken = host_taken(&global, Some(&host(40, 20)), Some(&host(0, 24)), Some(24 * GIB))
-            .unwrap();
+        let taken = host_taken(
+            &global,
+            Some(&host(40, 20)),
+            Some(&host(0, 24)),
+            Some(24 * GIB),
+        )
+        .unwrap();
         assert_eq!(
             taken.evidence(),
             "host memory taken: other processes grew from 4.0 GiB to 40.0 GiB of the machine's 64.0 GiB while the job held at most 24.0 GiB"

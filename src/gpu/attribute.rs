@@ -233,9 +233,9 @@ impl JobGpu {
     pub fn job_devices(&self) -> impl Iterator<Item = &DeviceShare> {
         let listed = self.devices.iter().any(|d| d.job_bytes.is_some())
             || !self.job_bytes_by_device.is_empty();
-        self.devices.iter().filter(move |d| {
-            !listed || self.job_bytes_by_device.iter().any(|(i, _)| *i == d.index)
-        })
+        self.devices
+            .iter()
+            .filter(move |d| !listed || self.job_bytes_by_device.iter().any(|(i, _)| *i == d.index))
     }
 
     /// What the neighbours hold on the job's devices (see [`JobGpu::job_devices`]).
@@ -454,7 +454,12 @@ mod tests {
         for case in cases {
             // The per-device shares have a table of their own, below.
             let mut got = attribute(&case.snapshot, &pids(case.job));
-            assert_eq!(got.devices.len(), case.snapshot.devices.len(), "{}", case.name);
+            assert_eq!(
+                got.devices.len(),
+                case.snapshot.devices.len(),
+                "{}",
+                case.name
+            );
             got.devices.clear();
             assert_eq!(got, case.want, "{}", case.name);
         }

@@ -114,7 +114,7 @@ mod tests {
     #[test]
     fn names_user_and_command_once_per_listed_pid() {
         let dir = tempfile::tempdir().unwrap();
-        fake_proc(dir.path(), 10, 0, b"python3\0train.py\0--batch_size\0064\0");
+        fake_proc(dir.path(), 10, 0, b"python3\x00train.py\x00--batch_size\x00064\x00");
         fake_proc(dir.path(), 11, 4_000_000, b"");
         fake_proc(dir.path(), 12, 0, "x\u{1b}[2J".repeat(40).as_bytes());
         let mut names = Names::new(dir.path());
@@ -140,7 +140,10 @@ mod tests {
 
         // Kept while listed: a change under the same PID is not read again...
         fake_proc(dir.path(), 10, 0, b"other\0");
-        assert_eq!(names.who(10).unwrap().command, "python3 train.py --batch_size 064");
+        assert_eq!(
+            names.who(10).unwrap().command,
+            "python3 train.py --batch_size 064"
+        );
         // ...until the driver stops listing it.
         names.keep_only(|pid| pid != 10);
         assert_eq!(names.who(10).unwrap().command, "other");

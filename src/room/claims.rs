@@ -115,10 +115,7 @@ impl Place {
                 .create(dir)
                 .is_ok()
         });
-        (
-            own.map(|dir| Place { dir }),
-            Some(note),
-        )
+        (own.map(|dir| Place { dir }), Some(note))
     }
 
     /// A place at `dir`, for tests.
@@ -199,9 +196,8 @@ pub fn shared_finding() -> String {
 
 /// Root's, a directory (not a link to one), sticky and writable by all.
 fn trusted_shared(dir: &Path) -> bool {
-    std::fs::symlink_metadata(dir).is_ok_and(|m| {
-        m.file_type().is_dir() && m.uid() == 0 && m.mode() & 0o7777 == 0o1777
-    })
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.file_type().is_dir() && m.uid() == 0 && m.mode() & 0o7777 == 0o1777)
 }
 
 /// A claim file read once, through one open that follows no link, refused unless it is a small
@@ -266,7 +262,10 @@ mod tests {
         };
         // A live process of ours other than this one: the test's parent cannot be relied on,
         // so a child we spawn and keep.
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let mut live = ProcessId::current();
         live.pid = child.id();
         live.pid_start_ticks = std::fs::read_to_string(format!("/proc/{}/stat", child.id()))
@@ -337,9 +336,16 @@ mod tests {
         std::fs::create_dir(&d).unwrap();
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
         let root = nix::unistd::geteuid().is_root();
-        assert_eq!(trusted_shared(&d), root, "ours: trusted only when we are root");
+        assert_eq!(
+            trusted_shared(&d),
+            root,
+            "ours: trusted only when we are root"
+        );
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(!trusted_shared(&d), "not sticky: anyone could remove a claim");
+        assert!(
+            !trusted_shared(&d),
+            "not sticky: anyone could remove a claim"
+        );
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&d, &link).unwrap();
         assert!(!trusted_shared(&link));

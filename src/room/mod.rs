@@ -78,7 +78,12 @@ pub fn holders(gpu: &JobGpu, need: &Need) -> String {
     match all.len() {
         0 => "nobody listed".to_string(),
         1 => all[0].describe(),
-        n => format!("{} and {} other{}", all[0].describe(), n - 1, if n == 2 { "" } else { "s" }),
+        n => format!(
+            "{} and {} other{}",
+            all[0].describe(),
+            n - 1,
+            if n == 2 { "" } else { "s" }
+        ),
     }
 }
 
@@ -175,7 +180,12 @@ pub fn pick_cards<'d>(
             if candidates.len() == 1 { "" } else { "s" }
         ));
     }
-    candidates.sort_by_key(|d| (std::cmp::Reverse(d.total_bytes.saturating_sub(d.used_bytes)), d.index));
+    candidates.sort_by_key(|d| {
+        (
+            std::cmp::Reverse(d.total_bytes.saturating_sub(d.used_bytes)),
+            d.index,
+        )
+    });
     candidates.truncate(n as usize);
     Ok(candidates)
 }
@@ -184,7 +194,11 @@ pub fn pick_cards<'d>(
 /// whatever CUDA's numbering; their indices where a card has none (then
 /// `CUDA_DEVICE_ORDER=PCI_BUS_ID` must go with it, `true` in the second place).
 pub fn visible_value(cards: &[&GpuDevice]) -> (String, bool) {
-    match cards.iter().map(|d| d.uuid.clone()).collect::<Option<Vec<String>>>() {
+    match cards
+        .iter()
+        .map(|d| d.uuid.clone())
+        .collect::<Option<Vec<String>>>()
+    {
         Some(uuids) => (uuids.join(","), false),
         None => (
             cards
@@ -280,10 +294,19 @@ mod tests {
         let now = std::time::Instant::now();
         let at = |job_gib| attribute(&snap(job_gib), &HashSet::from([100]));
         assert!(!claims_done(&held, 50 * GIB, None, now), "no reading");
-        assert!(!claims_done(&held, 50 * GIB, Some(&at(20)), now), "still climbing");
-        assert!(claims_done(&held, 50 * GIB, Some(&at(45)), now), "90% of the need shows");
+        assert!(
+            !claims_done(&held, 50 * GIB, Some(&at(20)), now),
+            "still climbing"
+        );
+        assert!(
+            claims_done(&held, 50 * GIB, Some(&at(45)), now),
+            "90% of the need shows"
+        );
         let long_ago = now - claims::CLAIM_HOLD;
-        assert!(claims_done(&held, 50 * GIB, Some(&at(1)), long_ago), "held long enough");
+        assert!(
+            claims_done(&held, 50 * GIB, Some(&at(1)), long_ago),
+            "held long enough"
+        );
     }
 
     #[test]
@@ -338,11 +361,17 @@ mod tests {
             .collect();
         assert_eq!(among, [2, 0]);
         let err = pick_cards(&devices, 3, Some(&[0, 2])).unwrap_err();
-        assert!(err.contains("only 2 cards") && err.contains("CUDA_VISIBLE_DEVICES"), "{err}");
+        assert!(
+            err.contains("only 2 cards") && err.contains("CUDA_VISIBLE_DEVICES"),
+            "{err}"
+        );
         let two = pick_cards(&devices, 2, Some(&[1, 2])).unwrap();
         assert_eq!(visible_value(&two), ("GPU-b,GPU-c".to_string(), false));
         let with_3 = pick_cards(&devices, 1, None).unwrap();
         assert_eq!(visible_value(&with_3), ("3".to_string(), true));
-        assert_eq!(describe_card(&devices[1]), "GPU 1 (70.0 GiB free of 80.0 GiB)");
+        assert_eq!(
+            describe_card(&devices[1]),
+            "GPU 1 (70.0 GiB free of 80.0 GiB)"
+        );
     }
 }

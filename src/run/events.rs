@@ -456,13 +456,10 @@ impl<'a> Observers<'a> {
                 values,
                 status,
                 ..
-            } => self.job.waiting_for_room(
-                attempt,
-                knobs.at(values).json(),
-                status,
-                run_dir,
-                report,
-            ),
+            } => {
+                self.job
+                    .waiting_for_room(attempt, knobs.at(values).json(), status, run_dir, report)
+            }
             RunEvent::Ended { outcome, .. } => self.job.ended(outcome, report),
             _ => {}
         }
@@ -500,7 +497,9 @@ impl<'a> Observers<'a> {
             }
             RunEvent::Sample(sample) => metrics.sample(sample),
             RunEvent::RelaunchDecided { cause, .. } => metrics.relaunch(cause.as_str()),
-            RunEvent::WaitingForRoom { need_bytes, .. } => metrics.waiting_for_room(Some(need_bytes)),
+            RunEvent::WaitingForRoom { need_bytes, .. } => {
+                metrics.waiting_for_room(Some(need_bytes))
+            }
             RunEvent::RoomWaitOver => metrics.waiting_for_room(None),
             _ => {}
         }

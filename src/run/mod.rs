@@ -194,7 +194,10 @@ impl<'a> Run<'a> {
         self.tell_ended(attempt, &launch, &verdict, &end);
         self.ladder
             .learn(self.settings, verdict.cause, &end, self.observers.ramp());
-        let decision = match self.room_for_relaunch(&end, self.ladder.decide(self.settings)).await {
+        let decision = match self
+            .room_for_relaunch(&end, self.ladder.decide(self.settings))
+            .await
+        {
             Ok(decision) => decision,
             Err(signal) => return Ok(Some(interrupted(signal))),
         };

@@ -66,9 +66,15 @@ impl Want<'_> {
 /// How a wait for room ended.
 enum RoomWait {
     /// The room held for several readings and is claimed (the claims go with the attempt).
-    Room { claims: Vec<Claim>, waited: Duration },
+    Room {
+        claims: Vec<Claim>,
+        waited: Duration,
+    },
     /// The wait ran out (or `--gpu-wait 0`): the least room there is on the job's cards.
-    Short { room_bytes: u64, waited: Duration },
+    Short {
+        room_bytes: u64,
+        waited: Duration,
+    },
     /// No GPU readings (or a needed card is not listed): nothing to wait for.
     NoGpu,
     Stopped(Signal),
@@ -81,7 +87,11 @@ impl super::Run<'_> {
         self.shared.taken = None;
         self.shared.host_taken = None;
         if verdict.cause == Cause::OomKilled {
-            let peak = end.peaks.cgroup_bytes.or(end.peaks.pss_bytes).or(end.peaks.rss_bytes);
+            let peak = end
+                .peaks
+                .cgroup_bytes
+                .or(end.peaks.pss_bytes)
+                .or(end.peaks.rss_bytes);
             let Some(taken) = taken::host_taken(
                 &end.kernel,
                 end.host_at_start.as_ref(),
@@ -182,9 +192,12 @@ impl super::Run<'_> {
                 format!("after {}", console::short_duration(waited)),
             ),
         };
-        let decision =
-            self.ladder
-                .cut_for_room(self.settings, fit::Memory::Gpu, room_bytes, taken.need_bytes);
+        let decision = self.ladder.cut_for_room(
+            self.settings,
+            fit::Memory::Gpu,
+            room_bytes,
+            taken.need_bytes,
+        );
         Ok(match decision {
             Decision::Relaunch(mut next) => {
                 next.reason = Some(format!(
@@ -257,7 +270,10 @@ impl super::Run<'_> {
             human_bytes(need_bytes),
             self.settings.knobs.at(&self.ladder.values).text_short()
         );
-        match self.wait_for_room(Want::Card(&need), &HashSet::new(), 1, &why).await {
+        match self
+            .wait_for_room(Want::Card(&need), &HashSet::new(), 1, &why)
+            .await
+        {
             RoomWait::Stopped(signal) => Err(signal),
             RoomWait::NoGpu => Ok(()),
             RoomWait::Room { claims, .. } => {
@@ -313,7 +329,8 @@ impl super::Run<'_> {
         match room::pick_cards(&devices, n, among.as_deref().filter(|a| !a.is_empty())) {
             Ok(picked) => {
                 let (value, by_index) = room::visible_value(&picked);
-                let described: Vec<String> = picked.iter().map(|d| room::describe_card(d)).collect();
+                let described: Vec<String> =
+                    picked.iter().map(|d| room::describe_card(d)).collect();
                 report.say(&format!(
                     "--gpus {n}: giving the job {} (CUDA_VISIBLE_DEVICES={value})",
                     described.join(", ")
@@ -455,7 +472,12 @@ impl super::Run<'_> {
     /// Where claims go, looked up once (the note about an untrusted shared place said once).
     fn claims_place(&mut self) -> Option<Place> {
         if self.shared.place.is_none() {
-            let own_dir = self.settings.job.state_dir.as_ref().map(|d| d.join("claims"));
+            let own_dir = self
+                .settings
+                .job
+                .state_dir
+                .as_ref()
+                .map(|d| d.join("claims"));
             let (place, note) = Place::find(own_dir);
             if let Some(note) = note {
                 tracing::info!("{note}");
