@@ -114,7 +114,12 @@ mod tests {
     #[test]
     fn names_user_and_command_once_per_listed_pid() {
         let dir = tempfile::tempdir().unwrap();
-        fake_proc(dir.path(), 10, 0, b"python3\x00train.py\x00--batch_size\x00064\x00");
+        fake_proc(
+            dir.path(),
+            10,
+            0,
+            b"python3\x00train.py\x00--batch_size\x00064\x00",
+        );
         fake_proc(dir.path(), 11, 4_000_000, b"");
         fake_proc(dir.path(), 12, 0, "x\u{1b}[2J".repeat(40).as_bytes());
         let mut names = Names::new(dir.path());
