@@ -22,6 +22,12 @@ pub fn plan(settings: &RunSettings, cause: Cause) -> String {
         let attempt = history.len() + 1;
         if attempt == 1 {
             let _ = writeln!(out, "attempt 1: {}", words(&settings.command));
+            if let Some(n) = settings.gpus {
+                let _ = writeln!(
+                    out,
+                    "  cards: the {n} with the most free memory when the run starts (CUDA_VISIBLE_DEVICES by UUID)"
+                );
+            }
         }
         history.push((cause, values.clone()));
         let plan = policy::StepPlan {
