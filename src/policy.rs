@@ -184,17 +184,20 @@ pub fn decide_with(
     }
     let relaunches_so_far = attempts - 1;
     let delay = backoff_delay(relaunches_so_far, limits);
+    let unchanged = || {
+        Decision::Relaunch(Next {
+            values: current.clone(),
+            changed: Vec::new(),
+            effective_note: None,
+            delay,
+            reason: None,
+            hint: None,
+        })
+    };
     if !memory {
         let failures = history.iter().filter(|(c, _)| !c.is_memory()).count() as u32;
         if failures <= limits.retries {
-            return Decision::Relaunch(Next {
-                values: current.clone(),
-                changed: Vec::new(),
-                effective_note: None,
-                delay,
-                reason: None,
-                hint: None,
-            });
+            return unchanged();
         }
         let reason = (limits.retries > 0).then(|| format!("--retries {} used up", limits.retries));
         return stop(Outcome::Failed, reason);
@@ -202,14 +205,7 @@ pub fn decide_with(
     if cause.is_taken() {
         // Other processes took the room of a job that fits alone: the same values, once the
         // room is back (the run waits for it; where it never comes, it cuts for room).
-        return Decision::Relaunch(Next {
-            values: current.clone(),
-            changed: Vec::new(),
-            effective_note: None,
-            delay,
-            reason: None,
-            hint: None,
-        });
+        return unchanged();
     }
     let last = plan
         .evidence

@@ -192,24 +192,41 @@ impl super::Run<'_> {
                 format!("after {}", console::short_duration(waited)),
             ),
         };
-        let decision = self.ladder.cut_for_room(
-            self.settings,
+        let place = format!(
+            "{} has {} free beside its other processes",
+            need.cards(),
+            human_bytes(room_bytes)
+        );
+        Ok(self.cut_for_room(
             fit::Memory::Gpu,
             room_bytes,
             taken.need_bytes,
-        );
-        Ok(match decision {
+            &format!("{after}, {place}"),
+        ))
+    }
+
+    /// The cut into `room_bytes` of `memory` once waiting is over, its line saying that it is
+    /// for room (`why`: how long was waited and what is left), not for the job's size.
+    fn cut_for_room(
+        &mut self,
+        memory: fit::Memory,
+        room_bytes: u64,
+        need_bytes: u64,
+        why: &str,
+    ) -> Decision {
+        match self
+            .ladder
+            .cut_for_room(self.settings, memory, room_bytes, need_bytes)
+        {
             Decision::Relaunch(mut next) => {
                 next.reason = Some(format!(
-                    "cut for room, not for the job's size: {after}, {} has {} free beside its other processes; {}",
-                    need.cards(),
-                    human_bytes(room_bytes),
+                    "cut for room, not for the job's size: {why}; {}",
                     next.reason.unwrap_or_else(|| "halving".to_string())
                 ));
                 Decision::Relaunch(next)
             }
             stop => stop,
-        })
+        }
     }
 
     /// After a `memory_taken` death: waits for the machine's memory the job held, at most
@@ -229,24 +246,12 @@ impl super::Run<'_> {
             RoomWait::Stopped(signal) => Err(signal),
             RoomWait::NoGpu | RoomWait::Room { .. } => Ok(decision),
             RoomWait::Short { room_bytes, waited } => {
-                let cut = self.ladder.cut_for_room(
-                    self.settings,
-                    fit::Memory::Host,
-                    room_bytes,
-                    taken.need_bytes,
+                let why = format!(
+                    "after {}, the machine has {} available",
+                    console::short_duration(waited),
+                    human_bytes(room_bytes)
                 );
-                Ok(match cut {
-                    Decision::Relaunch(mut next) => {
-                        next.reason = Some(format!(
-                            "cut for room, not for the job's size: after {}, the machine has {} available; {}",
-                            console::short_duration(waited),
-                            human_bytes(room_bytes),
-                            next.reason.unwrap_or_else(|| "halving".to_string())
-                        ));
-                        Decision::Relaunch(next)
-                    }
-                    stop => stop,
-                })
+                Ok(self.cut_for_room(fit::Memory::Host, room_bytes, taken.need_bytes, &why))
             }
         }
     }

@@ -44,6 +44,29 @@ fn replay(
     (out, batches)
 }
 
+/// The GPT-2 replay of 256 × 1 ended as it must: 256 → 128 → 64 × 4, two `device_oom` deaths
+/// and a success. Returns oomguard's stderr and the run's summary.json.
+fn ended_at_64_by_4(
+    sb: &Sandbox,
+    out: &std::process::Output,
+    batches: &[(u64, Option<u64>)],
+) -> (String, serde_json::Value) {
+    let stderr = stderr_of(out);
+    assert_eq!(out.status.code(), Some(0), "{batches:?}\n{stderr}");
+    assert_eq!(
+        batches,
+        [(256, Some(1)), (128, Some(2)), (64, Some(4))],
+        "{stderr}"
+    );
+    let summary = sb.summary();
+    assert_eq!(
+        causes(&summary),
+        ["device_oom", "device_oom", "ok"],
+        "{stderr}"
+    );
+    (stderr, summary)
+}
+
 /// The relaunch lines, for the failure messages and the evidence they name.
 fn relaunch_lines(stderr: &str) -> Vec<&str> {
     stderr
@@ -65,19 +88,7 @@ fn the_recorded_gpt2_run_ends_at_64_by_4_without_cutting_below_half() {
             "1",
         ],
     );
-    let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{batches:?}\n{stderr}");
-    assert_eq!(
-        batches,
-        [(256, Some(1)), (128, Some(2)), (64, Some(4))],
-        "{stderr}"
-    );
-    let summary = sb.summary();
-    assert_eq!(
-        causes(&summary),
-        ["device_oom", "device_oom", "ok"],
-        "{stderr}"
-    );
+    let (stderr, summary) = ended_at_64_by_4(&sb, &out, &batches);
     assert_eq!(summary["final"]["batch_size"], 64);
     assert_eq!(summary["final"]["accum"], 4);
     // The card NVML (here the fake probe) showed the job on.
@@ -135,19 +146,7 @@ fn the_recorded_gpt2_run_beside_a_neighbour_is_still_cut_for_its_own_size() {
     );
     let _ = neighbour.kill();
     let _ = neighbour.wait();
-    let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{batches:?}\n{stderr}");
-    assert_eq!(
-        batches,
-        [(256, Some(1)), (128, Some(2)), (64, Some(4))],
-        "{stderr}"
-    );
-    let summary = sb.summary();
-    assert_eq!(
-        causes(&summary),
-        ["device_oom", "device_oom", "ok"],
-        "{stderr}"
-    );
+    let (stderr, summary) = ended_at_64_by_4(&sb, &out, &batches);
     assert!(!stderr.contains("waiting up to"), "{stderr}");
     for attempt in summary["attempts"].as_array().unwrap() {
         assert_eq!(
