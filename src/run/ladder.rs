@@ -554,6 +554,100 @@ mod tests {
     }
 
     #[test]
+    fn a_gpu_taken_death_keeps_the_values_and_a_cut_for_room_is_kept_apart() {
+        let s = settings(&["--strategy", "halve"]);
+        let knobs = &s.knobs;
+        let mut ladder = Ladder::new(&s, None, Vec::new());
+        let taken = end(
+            Ending::Exited(1),
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 32.00 GiB. GPU 0 has a total capacity of 80.00 GiB of which 19.50 GiB is free. Process 999999 has 40.00 GiB memory in use. Including non-PyTorch memory, this process has 20.00 GiB memory in use.\n",
+        );
+        let next = relaunch_after(&mut ladder, &s, Cause::GpuTaken, &taken);
+        assert_eq!(
+            ints(knobs, &next.values),
+            (Some(8), Some(1)),
+            "the same values"
+        );
+        assert!(next.changed.is_empty());
+        // The wait ran out with 39.5 GiB left: cut, and recorded as a cut for room.
+        let room = 79 * (1 << 30) / 2;
+        let Decision::Relaunch(cut) = ladder.cut_for_room(&s, fit::Memory::Gpu, room, 52 << 30)
+        else {
+            panic!("a cut")
+        };
+        assert_eq!(ints(knobs, &cut.values), (Some(4), Some(2)));
+        let kept = ladder
+            .room_cut
+            .clone()
+            .expect("the cut is recorded as one for room");
+        assert_eq!(
+            kept.own.0,
+            knobs.at(&ladder.values).json().0,
+            "the job's own size"
+        );
+        assert_eq!(
+            (kept.own_need_gpu_bytes, kept.room_bytes),
+            (Some(52 << 30), room)
+        );
+        // The history keeps what happened; the evidence now names the room as its limit.
+        assert_eq!(ladder.previous_cause(), Some(Cause::GpuTaken));
+        assert_eq!(
+            ladder
+                .evidence
+                .last()
+                .cloned()
+                .flatten()
+                .and_then(|e| e.limit),
+            Some((room, fit::ROOM))
+        );
+        // A second cut in the run keeps the first one's own size.
+        ladder.advance(cut);
+        ladder.learn(&s, Cause::GpuTaken, &taken, &AttemptRamp::default());
+        let _ = ladder.cut_for_room(&s, fit::Memory::Gpu, room / 2, 52 << 30);
+        assert_eq!(ladder.room_cut.as_ref().unwrap().own, kept.own);
+    }
+
+    #[test]
+    fn attempt_1_starts_room_limited_only_when_told_and_measures_the_need_at_its_values() {
+        let s = settings(&[]);
+        let knobs = &s.knobs;
+        let mut ladder = Ladder::new(&s, None, Vec::new());
+        assert_eq!(ladder.first_need(), None);
+        assert_eq!(ladder.start_room_limited(&s), None, "nothing remembered");
+        let mut limited = knobs.originals();
+        limited[knobs.batch().unwrap()] = Value::Int(4);
+        limited[knobs.accum().unwrap()] = Value::Int(2);
+        let cut = RoomCut {
+            own: knobs.at(&ladder.values).json(),
+            own_need_gpu_bytes: Some(52 << 30),
+            room_bytes: 39 << 30,
+        };
+        ladder.first = Some(FirstNeed {
+            need_bytes: 52 << 30,
+            devices: vec![1],
+            room_limited: Some((limited, cut.clone())),
+        });
+        assert_eq!(ladder.first_need(), Some((52 << 30, true)));
+        assert_eq!(ladder.first_devices(), [1]);
+        let line = ladder.start_room_limited(&s).unwrap();
+        assert!(line.contains("batch 4, accum 2"), "{line}");
+        assert_eq!(ints(knobs, &ladder.values), (Some(4), Some(2)));
+        assert_eq!(
+            ladder.room_cut,
+            Some(cut),
+            "a success now is remembered as room-limited"
+        );
+
+        // What a success measured at these values is the need; a failure's bound is not.
+        let mut ok = end(Ending::Exited(0), "done\n");
+        ok.peaks.gpu_bytes = Some(30 << 30);
+        ladder.learn(&s, Cause::Ok, &ok, &AttemptRamp::default());
+        assert_eq!(ladder.measured_gpu_need(), Some(30 << 30));
+        ladder.values[knobs.batch().unwrap()] = Value::Int(2);
+        assert_eq!(ladder.measured_gpu_need(), None, "another batch");
+    }
+
+    #[test]
     fn a_success_stops_the_run_as_succeeded() {
         let s = settings(&[]);
         let mut ladder = Ladder::new(&s, None, Vec::new());
