@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::jobs::memory::{self, JobMemory};
+use crate::jobs::memory::{self, JobMemory, RunState};
 use crate::liveness::{liveness, Liveness, ProcessId};
 use crate::record::summary::{KnobValues, PeakRecord};
 use crate::units::human_bytes;
@@ -37,6 +37,10 @@ pub struct JobStatus {
     pub ended_at: Option<String>,
     /// The machine the run was recorded on.
     pub host: Option<String>,
+    /// While the run is `waiting` for room on a shared card: what for (`waiting for 57.2 GiB
+    /// free on GPU 0 before attempt 2`). Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 /// A job's status from its file, its run's oomguard checked with `live`.
@@ -56,6 +60,7 @@ pub fn of_job(memory: &JobMemory, live: impl Fn(&ProcessId) -> Liveness) -> JobS
             started_at: None,
             ended_at: None,
             host: None,
+            waiting_for: None,
         };
     };
     let state = if run.state.under_way() && live(&run.process) == Liveness::Dead {
@@ -75,6 +80,11 @@ pub fn of_job(memory: &JobMemory, live: impl Fn(&ProcessId) -> Liveness) -> JobS
         started_at: Some(run.started_at.clone()),
         ended_at: run.ended_at.clone(),
         host: run.process.host.clone(),
+        // Only while it still waits: a dead run's or an ended one's is history.
+        waiting_for: run
+            .waiting_for
+            .clone()
+            .filter(|_| state == RunState::Waiting.as_str()),
     }
 }
 
@@ -121,10 +131,12 @@ pub fn collect(state_dir: &Path) -> (Vec<JobStatus>, Vec<String>) {
     (jobs, warnings)
 }
 
-/// The table for people: one line per job under a header, columns aligned.
+/// The table for people: one line per job under a header, columns aligned; a last column,
+/// NOTE, where a job waits for room on a shared card (what for), and only then.
 pub fn table(jobs: &[JobStatus]) -> Vec<String> {
     let dash = || "-".to_string();
-    let header = [
+    let notes = jobs.iter().any(|j| j.waiting_for.is_some());
+    let mut header = vec![
         "NAME",
         "STATE",
         "PID",
@@ -137,6 +149,9 @@ pub fn table(jobs: &[JobStatus]) -> Vec<String> {
         "ENDED",
         "RUN DIR",
     ];
+    if notes {
+        header.push("NOTE");
+    }
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     for job in jobs {
         let peak = |f: fn(&PeakRecord) -> Option<u64>| {
@@ -145,7 +160,7 @@ pub fn table(jobs: &[JobStatus]) -> Vec<String> {
                 .and_then(f)
                 .map_or_else(dash, human_bytes)
         };
-        rows.push(vec![
+        let mut row = vec![
             job.name.clone(),
             job.state.clone(),
             job.pid.map_or_else(dash, |p| p.to_string()),
@@ -157,7 +172,11 @@ pub fn table(jobs: &[JobStatus]) -> Vec<String> {
             job.started_at.clone().unwrap_or_else(dash),
             job.ended_at.clone().unwrap_or_else(dash),
             job.run_dir.clone().unwrap_or_else(dash),
-        ]);
+        ];
+        if notes {
+            row.push(job.waiting_for.as_deref().map_or_else(dash, one_line));
+        }
+        rows.push(row);
     }
     let widths: Vec<usize> = (0..header.len())
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
@@ -171,6 +190,14 @@ pub fn table(jobs: &[JobStatus]) -> Vec<String> {
                 .collect();
             cells.join("  ").trim_end().to_string()
         })
+        .collect()
+}
+
+/// A note read from a job file as one table cell: control characters (a newline, a
+/// terminal escape) as `?`, so it can neither break the table nor drive the terminal.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
         .collect()
 }
 
@@ -246,6 +273,77 @@ mod tests {
         }
         let none = of_job(&JobMemory::default(), |_| panic!("nothing to look up"));
         assert_eq!(none.state, "unknown");
+    }
+
+    #[test]
+    fn a_run_waiting_for_room_says_what_for_while_it_waits() {
+        use Liveness::*;
+        let what = "waiting for 57.2 GiB free on GPU 0 before attempt 2";
+        // (recorded, liveness of its oomguard, shown state, shown note)
+        let table = [
+            (RunState::Waiting, Alive, "waiting", Some(what)),
+            (RunState::Waiting, Unknown, "waiting", Some(what)),
+            // Gone, or no longer waiting: what it waited for is history.
+            (RunState::Waiting, Dead, "dead", None),
+            (RunState::Running, Alive, "running", None),
+            (RunState::GaveUp, Dead, "gave_up", None),
+        ];
+        for (state, live, want_state, want_note) in table {
+            let mut recorded = memory(state);
+            recorded.run.as_mut().unwrap().waiting_for = Some(what.into());
+            let shown = of_job(&recorded, |_| live);
+            assert_eq!(shown.state, want_state, "{state:?} {live:?}");
+            assert_eq!(
+                shown.waiting_for.as_deref(),
+                want_note,
+                "{state:?} {live:?}"
+            );
+            let json = serde_json::to_value(&shown).unwrap();
+            assert_eq!(
+                json.get("waiting_for").and_then(|v| v.as_str()),
+                want_note,
+                "--json carries it only while waiting"
+            );
+        }
+    }
+
+    #[test]
+    fn the_table_has_a_note_column_only_where_a_job_waits_for_room() {
+        let waiting = |name: &str, note: &str| {
+            let mut m = memory(RunState::Waiting);
+            m.name = name.into();
+            m.run.as_mut().unwrap().waiting_for = Some(note.into());
+            of_job(&m, |_| Liveness::Alive)
+        };
+        let running = of_job(&memory(RunState::Running), |_| Liveness::Alive);
+        // None waits: the table it always was.
+        let plain = table(std::slice::from_ref(&running));
+        assert!(!plain[0].contains("NOTE"), "{plain:?}");
+        assert!(plain[0].ends_with("RUN DIR"), "{plain:?}");
+
+        let lines = table(&[
+            running,
+            waiting("sg", "waiting for 57.2 GiB free on GPU 0 before attempt 2"),
+            waiting("evil", "x\n\u{1b}[2Jy"),
+        ]);
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        let note = lines[0].find("NOTE").expect("a NOTE column");
+        let run_dir = lines[0].find("RUN DIR").unwrap();
+        assert!(note > run_dir, "the note comes last: {lines:?}");
+        // Every row's cells start where the header's do.
+        assert_eq!(&lines[1][note..], "-");
+        assert_eq!(
+            &lines[2][note..],
+            "waiting for 57.2 GiB free on GPU 0 before attempt 2"
+        );
+        assert_eq!(
+            &lines[3][note..],
+            "x??[2Jy",
+            "no control characters reach the terminal"
+        );
+        let state = lines[0].find("STATE").unwrap();
+        assert_eq!(&lines[2][state..state + 7], "waiting");
+        assert_eq!(&lines[2][run_dir..run_dir + 7], "/runs/1");
     }
 
     #[test]

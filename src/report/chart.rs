@@ -1,6 +1,9 @@
 //! The SVG chart of `oomguard report`'s page, drawn by plotters' SVG backend: memory over time
 //! across all attempts, the limits as horizontal lines, a marker and label at each death and
-//! relaunch; its axis units, and a long timeline thinned to the chart's columns.
+//! relaunch; its axis units, and a long timeline thinned to the chart's columns. On a shared
+//! GPU, the other processes' memory (samples.csv's `gpu_neighbours_bytes`) is a band stacked on
+//! the job's GPU line, up to the card's capacity drawn as a limit; a run without neighbours
+//! draws exactly the chart it did before the band was.
 //!
 //! It draws only; the report it draws from is [`crate::report`]'s, and the page around it is
 //! [`crate::report::html`].
@@ -63,11 +66,17 @@ impl RunReport {
         .filter_map(|(flag, v, colour)| {
             v.map(|v| (format!("limit {flag} {}", human_bytes(v)), v, colour))
         })
+        .chain(self.cards_line())
         .collect();
         let peak_seen = self
             .timeline
             .iter()
             .flat_map(|p| series.iter().filter_map(move |s| (s.2)(p)))
+            .chain(
+                self.timeline
+                    .iter()
+                    .filter_map(TimelinePoint::gpu_stacked_bytes),
+            )
             .chain(limits.iter().map(|l| l.1))
             .chain(self.attempts.iter().filter_map(|a| a.peaks.memory_bytes()))
             .max()
@@ -104,6 +113,7 @@ impl RunReport {
                 x_max,
                 y_max,
             };
+            self.draw_neighbours(&mut chart, &scale)?;
             self.draw_series(&mut chart, &series, &scale)?;
             draw_limits(&mut chart, &limits, &scale)?;
             self.draw_markers(&mut chart, &scale)?;
@@ -186,6 +196,100 @@ impl RunReport {
             }
         }
         Ok(())
+    }
+
+    /// Where a shared card's neighbours held memory: their band, stacked on the job's GPU line
+    /// (from it up to the job's and theirs together), one piece for each stretch of an attempt
+    /// whose samples read the neighbours, and only where they held something. Nothing at all
+    /// for a run without neighbours, so its chart is the one it always was.
+    fn draw_neighbours(&self, chart: &mut Chart, scale: &Scale) -> Result<(), DrawError> {
+        use plotters::prelude::*;
+        let colour = NEIGHBOURS_COLOUR;
+        let mut labelled = false;
+        for stretch in self.neighbour_stretches() {
+            let at = |p: &TimelinePoint, bytes: u64| {
+                (p.t_s / scale.per_unit, bytes as f64 / scale.per_y_unit)
+            };
+            let job = |p: &TimelinePoint| p.gpu_bytes.unwrap_or(0);
+            let top: Vec<(f64, f64)> = stretch
+                .iter()
+                .map(|p| {
+                    at(
+                        p,
+                        job(p).saturating_add(p.gpu_neighbours_bytes.unwrap_or(0)),
+                    )
+                })
+                .collect();
+            let bottom: Vec<(f64, f64)> = stretch.iter().map(|p| at(p, job(p))).collect();
+            let column = scale.x_max / CHART_COLUMNS;
+            let (top, bottom) = (thin(top, column), thin(bottom, column));
+            let outline: Vec<(f64, f64)> = top
+                .iter()
+                .copied()
+                .chain(bottom.iter().rev().copied())
+                .collect();
+            chart.draw_series(std::iter::once(Polygon::new(
+                outline,
+                colour.mix(0.3).filled(),
+            )))?;
+            let drawn = chart.draw_series(LineSeries::new(top, colour.stroke_width(1)))?;
+            if !labelled {
+                drawn
+                    .label("GPU neighbours (other processes), stacked on GPU")
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 4), (x + 18, y + 4)], colour.mix(0.3).filled())
+                    });
+                labelled = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// The stretches of each attempt's samples that read the neighbours' memory (a sample
+    /// without a GPU reading ends one), each kept where a neighbour held something in it.
+    fn neighbour_stretches(&self) -> Vec<Vec<&TimelinePoint>> {
+        let mut stretches: Vec<Vec<&TimelinePoint>> = Vec::new();
+        let mut current: Vec<&TimelinePoint> = Vec::new();
+        let mut attempt = None;
+        for p in &self.timeline {
+            if p.gpu_neighbours_bytes.is_none() || attempt != Some(p.attempt) {
+                stretches.push(std::mem::take(&mut current));
+            }
+            attempt = Some(p.attempt);
+            if p.gpu_neighbours_bytes.is_some() {
+                current.push(p);
+            }
+        }
+        stretches.push(current);
+        stretches.retain(|s| s.iter().any(|p| p.gpu_stacked_bytes().is_some()));
+        stretches
+    }
+
+    /// Where neighbours are drawn, the cards' capacity as samples.csv read it, as a limit line
+    /// when the run's recorded GPU capacity (one card's) does not already draw it: a run that
+    /// recorded none, or a job on several cards.
+    fn cards_line(&self) -> Option<(String, u64, plotters::style::RGBColor)> {
+        if self.neighbour_stretches().is_empty() {
+            return None;
+        }
+        let total = self
+            .timeline
+            .iter()
+            .filter_map(|p| p.gpu_total_bytes)
+            .max()?;
+        if self.limits.gpu_total_bytes == Some(total) {
+            return None;
+        }
+        let name = if self.limits.gpu_total_bytes.is_some() {
+            "GPU capacity, all cards"
+        } else {
+            "GPU capacity"
+        };
+        Some((
+            format!("limit {name} {}", human_bytes(total)),
+            total,
+            plotters::style::RGBColor(148, 103, 189),
+        ))
     }
 
     /// A marker at each attempt's end: the cause, and the knobs the next one moved.
@@ -282,6 +386,9 @@ fn size_unit(peak_bytes: u64) -> (&'static str, f64) {
     }
 }
 
+/// The neighbours' band: apart from the job's GPU line (purple) and the limits (red).
+const NEIGHBOURS_COLOUR: plotters::style::RGBColor = plotters::style::RGBColor(140, 86, 75);
+
 /// How many columns of the chart's width the timeline is thinned to.
 pub(super) const CHART_COLUMNS: f64 = 1000.0;
 
@@ -322,6 +429,173 @@ fn thin(line: Vec<(f64, f64)>, column_width: f64) -> Vec<(f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::summary::{PeakRecord, RunLimits};
+    use crate::report::AttemptReport;
+
+    const GIB: u64 = 1 << 30;
+
+    /// The neighbours' bytes by (attempt, sample).
+    type Neighbours = fn(u32, u32) -> Option<u64>;
+
+    /// A GPU point: the job's bytes, and the neighbours' and the cards' where read.
+    fn point(t_s: f64, attempt: u32, job: u64, neighbours: Option<u64>) -> TimelinePoint {
+        TimelinePoint {
+            t_s,
+            attempt,
+            rss_bytes: Some(GIB),
+            pss_bytes: None,
+            swap_bytes: None,
+            gpu_bytes: Some(job),
+            cgroup_bytes: None,
+            gpu_neighbours_bytes: neighbours,
+            gpu_driver_bytes: neighbours.map(|_| 0),
+            gpu_total_bytes: neighbours.map(|_| 80 * GIB),
+        }
+    }
+
+    fn report(gpu_total: Option<u64>, timeline: Vec<TimelinePoint>) -> RunReport {
+        let attempt = |n: u32, start_s: f64, end_s: f64, cause: &str| AttemptReport {
+            attempt: n,
+            knobs: Vec::new(),
+            changes: Vec::new(),
+            cause: cause.into(),
+            evidence: String::new(),
+            exit_code: Some(0),
+            signal: None,
+            started_at: String::new(),
+            duration_s: end_s - start_s,
+            start_s,
+            end_s,
+            peaks: PeakRecord::default(),
+        };
+        RunReport {
+            run_dir: "/runs/r".into(),
+            outcome: "succeeded".into(),
+            command: vec!["python3".into()],
+            job: None,
+            limits: RunLimits {
+                gpu_total_bytes: gpu_total,
+                ..RunLimits::default()
+            },
+            attempts: vec![
+                attempt(1, 0.0, 10.0, "device_oom"),
+                attempt(2, 11.0, 20.0, "ok"),
+            ],
+            fit_attempt: Some(2),
+            fit_knobs: Vec::new(),
+            timeline,
+        }
+    }
+
+    /// Two attempts, the job at 20 GiB, the neighbours' bytes per sample by `neighbours`.
+    fn timeline(neighbours: impl Fn(u32, u32) -> Option<u64>) -> Vec<TimelinePoint> {
+        (1..=2)
+            .flat_map(|a| {
+                let neighbours = &neighbours;
+                (0..10).map(move |i| {
+                    let t = f64::from((a - 1) * 11 + i);
+                    point(t, a, 20 * GIB, neighbours(a, i))
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_run_without_neighbours_draws_the_chart_it_always_did() {
+        // Before the columns (unknown), and with them but nobody else on the card (zero).
+        let unknown = report(Some(80 * GIB), timeline(|_, _| None)).svg();
+        let alone = report(Some(80 * GIB), timeline(|_, _| Some(0))).svg();
+        assert_eq!(unknown, alone);
+        assert!(!unknown.contains("neighbours"));
+        assert!(!unknown.contains("<polygon"));
+    }
+
+    #[test]
+    fn neighbours_are_a_band_on_the_jobs_line_up_to_the_card() {
+        // (name, the run's recorded capacity, neighbours by (attempt, sample),
+        //  bands drawn, the limit lines' labels)
+        type Case = (
+            &'static str,
+            Option<u64>,
+            Neighbours,
+            usize,
+            &'static [&'static str],
+        );
+        let table: [Case; 4] = [
+            (
+                "a neighbour all along: one band an attempt, the card drawn once",
+                Some(80 * GIB),
+                |_, _| Some(40 * GIB),
+                2,
+                &["limit GPU capacity 80.0 GiB"],
+            ),
+            (
+                "a neighbour that leaves in attempt 1: its band ends with it",
+                Some(80 * GIB),
+                |a, i| Some(if a == 1 && i < 5 { 40 * GIB } else { 0 }),
+                1,
+                &["limit GPU capacity 80.0 GiB"],
+            ),
+            (
+                "samples without a GPU reading split a band",
+                Some(80 * GIB),
+                |a, i| (a == 2 || i != 4).then_some(40 * GIB),
+                3,
+                &["limit GPU capacity 80.0 GiB"],
+            ),
+            (
+                "no capacity recorded: the card's total from the samples is the line",
+                None,
+                |_, _| Some(GIB),
+                2,
+                &["limit GPU capacity 80.0 GiB"],
+            ),
+        ];
+        for (name, capacity, neighbours, bands, limits) in table {
+            let r = report(capacity, timeline(neighbours));
+            assert_eq!(r.neighbour_stretches().len(), bands, "{name}");
+            let svg = r.svg();
+            assert_eq!(svg.matches("<polygon").count(), bands, "{name}");
+            assert_eq!(
+                svg.matches("GPU neighbours (other processes), stacked on GPU")
+                    .count(),
+                1,
+                "{name}: one legend entry"
+            );
+            for limit in limits {
+                assert_eq!(svg.matches(limit).count(), 1, "{name}: {limit}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_cards_line_is_drawn_where_the_recorded_capacity_is_not_it() {
+        let with = |capacity, neighbours: Neighbours| {
+            report(capacity, timeline(neighbours))
+                .cards_line()
+                .map(|l| (l.0, l.1))
+        };
+        type Case = (Option<u64>, Neighbours, Option<(String, u64)>);
+        let table: [Case; 4] = [
+            (Some(80 * GIB), |_, _| Some(GIB), None),
+            (
+                None,
+                |_, _| Some(GIB),
+                Some(("limit GPU capacity 80.0 GiB".into(), 80 * GIB)),
+            ),
+            // One card's capacity recorded, the job on two: their total too.
+            (
+                Some(40 * GIB),
+                |_, _| Some(GIB),
+                Some(("limit GPU capacity, all cards 80.0 GiB".into(), 80 * GIB)),
+            ),
+            // No neighbours: nothing new.
+            (None, |_, _| Some(0), None),
+        ];
+        for (capacity, neighbours, want) in table {
+            assert_eq!(with(capacity, neighbours), want, "{capacity:?}");
+        }
+    }
 
     #[test]
     fn a_long_timeline_is_thinned_to_the_columns_keeping_peaks() {

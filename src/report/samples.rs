@@ -1,5 +1,6 @@
 //! samples.csv read back for `oomguard report`: its rows parsed by the header's column names
-//! into [`TimelinePoint`]s, streamed so a long run's file is never held whole, and thinned to
+//! into [`TimelinePoint`]s (a column an older samples.csv lacks is unknown in every row; a
+//! quoted text cell, `gpu_neighbours`, is one cell), streamed so a long run's file is never held whole, and thinned to
 //! what a chart can show (`ChartRows`) for the page a run writes at its end.
 //!
 //! It reads only; the file is written by [`crate::record::samples`], and the report built from
@@ -19,12 +20,29 @@ pub struct TimelinePoint {
     pub swap_bytes: Option<u64>,
     pub gpu_bytes: Option<u64>,
     pub cgroup_bytes: Option<u64>,
+    /// What other processes (a shared card's neighbours) held on the job's cards; `None` where
+    /// unknown (no GPU reading, or a samples.csv from before the column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_neighbours_bytes: Option<u64>,
+    /// The driver's own share of those cards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_driver_bytes: Option<u64>,
+    /// The capacity of those cards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_total_bytes: Option<u64>,
 }
 
 impl TimelinePoint {
     /// The tree's own memory: PSS (shared pages once) where read, else RSS.
     pub(super) fn tree_bytes(&self) -> Option<u64> {
         self.pss_bytes.or(self.rss_bytes)
+    }
+
+    /// The top of the neighbours' band on the chart: the job's GPU memory (none where
+    /// unknown) with the neighbours' on top; `None` where no neighbour held anything.
+    pub(super) fn gpu_stacked_bytes(&self) -> Option<u64> {
+        let neighbours = self.gpu_neighbours_bytes.filter(|b| *b > 0)?;
+        Some(self.gpu_bytes.unwrap_or(0).saturating_add(neighbours))
     }
 }
 
@@ -51,22 +69,29 @@ fn parse_samples(mut csv: impl std::io::BufRead, mut row: impl FnMut(Row)) {
     if csv.read_line(&mut header).unwrap_or(0) == 0 {
         return;
     }
-    let names: Vec<&str> = header.trim_end().split(',').collect();
+    let names: Vec<String> = cells(header.trim_end())
+        .into_iter()
+        .map(String::from)
+        .collect();
     let col = |name: &str| names.iter().position(|n| *n == name);
     let (Some(time), Some(attempt)) = (col("unix_time"), col("attempt")) else {
         return;
     };
-    let [rss, pss, swap, gpu, cgroup] = [
+    // Columns a samples.csv of an older version lacks are unknown in every row.
+    let [rss, pss, swap, gpu, cgroup, neighbours, driver, total] = [
         "tree_rss_bytes",
         "tree_pss_bytes",
         "tree_swap_bytes",
         "gpu_used_bytes",
         "cgroup_bytes",
+        "gpu_neighbours_bytes",
+        "gpu_driver_bytes",
+        "gpu_total_bytes",
     ]
     .map(col);
     let mut line = String::new();
     while csv.read_line(&mut line).unwrap_or(0) > 0 {
-        let cells: Vec<&str> = line.trim_end().split(',').collect();
+        let cells = cells(line.trim_end());
         let num = |i: Option<usize>| i.and_then(|i| cells.get(i)?.parse::<u64>().ok());
         let parsed = (|| {
             Some(Row {
@@ -79,6 +104,9 @@ fn parse_samples(mut csv: impl std::io::BufRead, mut row: impl FnMut(Row)) {
                     swap_bytes: num(swap),
                     gpu_bytes: num(gpu),
                     cgroup_bytes: num(cgroup),
+                    gpu_neighbours_bytes: num(neighbours),
+                    gpu_driver_bytes: num(driver),
+                    gpu_total_bytes: num(total),
                 },
             })
         })();
@@ -87,6 +115,34 @@ fn parse_samples(mut csv: impl std::io::BufRead, mut row: impl FnMut(Row)) {
         }
         line.clear();
     }
+}
+
+/// A samples.csv line's cells. Numbers need no quoting, but a text cell (`gpu_neighbours`) is
+/// quoted as CSV quotes it where it holds a `,` or a `"`: such a cell is one cell, unquoted, so
+/// the columns after it keep their places. Rows are single lines (no cell holds a newline).
+fn cells(line: &str) -> Vec<std::borrow::Cow<'_, str>> {
+    use std::borrow::Cow;
+    if !line.contains('"') {
+        return line.split(',').map(Cow::Borrowed).collect();
+    }
+    let mut out = Vec::new();
+    let mut cell = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                cell.push('"');
+            }
+            (true, '"') => quoted = false,
+            (false, '"') if cell.is_empty() => quoted = true,
+            (false, ',') => out.push(Cow::Owned(std::mem::take(&mut cell))),
+            (_, c) => cell.push(c),
+        }
+    }
+    out.push(Cow::Owned(cell));
+    out
 }
 
 /// The rows a chart `CHART_COLUMNS` wide can show: of each attempt's rows in each column of
@@ -136,6 +192,14 @@ impl ChartRows {
                 (0..self.pending.len()).max_by_key(|&i| value(&self.pending[i].point))
             })
             .collect();
+        // The top of the neighbours' band, only among rows that have one: a run without
+        // neighbours keeps the rows it always did.
+        chosen.extend(
+            (0..self.pending.len())
+                .filter_map(|i| Some((self.pending[i].point.gpu_stacked_bytes()?, i)))
+                .max_by_key(|&(bytes, _)| bytes)
+                .map(|(_, i)| i),
+        );
         if !self.pending.is_empty() {
             chosen.push(0);
         }
@@ -174,6 +238,151 @@ mod tests {
     }
 
     #[test]
+    fn the_neighbours_columns_are_read_where_present_and_unknown_where_not() {
+        let old = "unix_time,attempt,gpu_used_bytes\n1.0,1,5\n";
+        let new = "unix_time,attempt,gpu_used_bytes,gpu_neighbours_bytes,gpu_driver_bytes,\
+                   gpu_total_bytes,gpu_neighbours\n\
+                   1.0,1,5,40,1,80,\"7:a,b:40\"\n\
+                   2.0,1,5,0,1,80,\n\
+                   3.0,1,,,,,\n";
+        // (csv, row, job, neighbours, driver, total, stacked top)
+        type Want = (
+            Option<u64>,
+            Option<u64>,
+            Option<u64>,
+            Option<u64>,
+            Option<u64>,
+        );
+        let table: [(&str, usize, Want); 4] = [
+            (old, 0, (Some(5), None, None, None, None)),
+            (new, 0, (Some(5), Some(40), Some(1), Some(80), Some(45))),
+            (new, 1, (Some(5), Some(0), Some(1), Some(80), None)),
+            (new, 2, (None, None, None, None, None)),
+        ];
+        for (csv, i, want) in table {
+            let mut rows = Vec::new();
+            parse_samples(csv.as_bytes(), |row| rows.push(row));
+            let p = rows[i].point;
+            let got = (
+                p.gpu_bytes,
+                p.gpu_neighbours_bytes,
+                p.gpu_driver_bytes,
+                p.gpu_total_bytes,
+                p.gpu_stacked_bytes(),
+            );
+            assert_eq!(got, want, "row {i} of {csv}");
+        }
+    }
+
+    #[test]
+    fn cells_split_as_csv_quotes_them() {
+        let table: [(&str, &[&str]); 6] = [
+            ("1,,3", &["1", "", "3"]),
+            ("", &[""]),
+            ("1,\"a,b\",3", &["1", "a,b", "3"]),
+            ("\"say \"\"hi\"\"\",2", &["say \"hi\"", "2"]),
+            ("1,\"\"", &["1", ""]),
+            // A quote never closed: the rest of the line is the cell.
+            ("1,\"a,b", &["1", "a,b"]),
+        ];
+        for (line, want) in table {
+            let got = cells(line);
+            assert_eq!(got, want, "{line}");
+        }
+    }
+
+    #[test]
+    fn what_the_run_writes_the_report_reads() {
+        use crate::gpu::{DeviceShare, JobGpu, Neighbour};
+        let dir = tempfile::tempdir().unwrap();
+        let run = crate::record::run_dir::RunDir::create(Some(&dir.path().join("r")), "p", false)
+            .unwrap();
+        let mut csv = run.open_samples().unwrap();
+        let share = DeviceShare {
+            index: 0,
+            total_bytes: 80,
+            used_bytes: 70,
+            job_bytes: Some(20),
+            neighbours: vec![Neighbour {
+                pid: 9,
+                used_bytes: Some(45),
+                who: Some(crate::gpu::who::Who {
+                    user: "x,y".into(),
+                    command: "c".into(),
+                }),
+            }],
+            neighbours_bytes: 45,
+            driver_bytes: 5,
+            ..DeviceShare::default()
+        };
+        let sample = crate::sampler::Sample {
+            unix_time_s: 10.0,
+            attempt: 2,
+            gpu: Some(JobGpu {
+                job_bytes: Some(20),
+                job_bytes_by_device: vec![(0, Some(20))],
+                devices: vec![share],
+                ..JobGpu::default()
+            }),
+            cgroup_bytes: Some(3),
+            ..crate::sampler::Sample::default()
+        };
+        csv.write(&sample).unwrap();
+        let mut rows = Vec::new();
+        read_samples(run.path(), |row| rows.push(row));
+        assert_eq!(rows.len(), 1);
+        let p = rows[0].point;
+        assert_eq!(
+            (p.attempt, p.gpu_bytes, p.cgroup_bytes),
+            (2, Some(20), Some(3))
+        );
+        assert_eq!(
+            (
+                p.gpu_neighbours_bytes,
+                p.gpu_driver_bytes,
+                p.gpu_total_bytes
+            ),
+            (Some(45), Some(5), Some(80))
+        );
+    }
+
+    #[test]
+    fn chart_rows_keep_the_neighbours_peak_and_nothing_more_without_them() {
+        let row = |t: u32, neighbours: Option<u64>| Row {
+            unix_time_s: f64::from(t),
+            point: TimelinePoint {
+                t_s: 0.0,
+                attempt: 1,
+                rss_bytes: Some(10),
+                pss_bytes: None,
+                swap_bytes: None,
+                gpu_bytes: Some(100),
+                cgroup_bytes: None,
+                gpu_neighbours_bytes: neighbours,
+                gpu_driver_bytes: None,
+                gpu_total_bytes: None,
+            },
+        };
+        // (neighbours by second, in one column of 100 s; the times kept)
+        type Case = (fn(u32) -> Option<u64>, &'static [f64]);
+        let table: [Case; 4] = [
+            // Flat: the first row, and the last one as every flat series' "highest".
+            (|_| None, &[0.0, 99.0]),
+            (|_| Some(0), &[0.0, 99.0]),
+            (|t| Some(u64::from(t == 40) * 7), &[0.0, 40.0, 99.0]),
+            (|t| (t != 40).then_some(3), &[0.0, 99.0]),
+        ];
+        for (neighbours, want) in table {
+            let mut rows = ChartRows::new(0.0, 100.0);
+            for t in 0..100 {
+                rows.push(row(t, neighbours(t)));
+            }
+            let kept: Vec<f64> = rows.finish().iter().map(|r| r.unix_time_s).collect();
+            assert_eq!(kept, want);
+        }
+    }
+
+    #[test]
     fn chart_rows_keep_each_columns_first_row_and_peaks() {
         let row = |t: f64, attempt: u32, rss: u64, gpu: Option<u64>| Row {
             unix_time_s: t,
@@ -185,6 +394,9 @@ mod tests {
                 swap_bytes: None,
                 gpu_bytes: gpu,
                 cgroup_bytes: None,
+                gpu_neighbours_bytes: None,
+                gpu_driver_bytes: None,
+                gpu_total_bytes: None,
             },
         };
         // Two days at 1s in 1,000 columns of 172.8 s; a host spike and a GPU spike.

@@ -23,6 +23,7 @@ use crate::outcome::Cause;
 use crate::policy::Decision;
 use crate::room::claims::{Claim, Place};
 use crate::room::{self, Need, Steady};
+use crate::sampler::Sample;
 use crate::supervise::AttemptEnd;
 use crate::taken::{self, HostTaken, Taken};
 use crate::units::human_bytes;
@@ -409,6 +410,16 @@ impl super::Run<'_> {
                     None => break RoomWait::NoGpu,
                 },
             };
+            // The wait is part of the record: the card's holders (or the machine's memory) on
+            // samples.csv's rows of the attempt that waits, no job process among them.
+            let sample = Sample {
+                unix_time_s: unix_now_s(),
+                attempt,
+                gpu: gpu.clone(),
+                system: self.supervisor.system_now(),
+                ..Sample::default()
+            };
+            self.observers.tell(&RunEvent::Sample(&sample));
             let fits = room_bytes >= want.bytes();
             // `--gpu-wait 0`: one look decides.
             if (limit.is_zero() && fits) || steady.observe(fits) {
@@ -531,6 +542,12 @@ fn claim(
     });
     // Dropping the claims removes their files.
     still_room.then_some(claims)
+}
+
+fn unix_now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// The cards the job was listed on (NVML indices).

@@ -32,16 +32,20 @@ fn samples(sb: &Sandbox) -> Vec<Vec<Option<f64>>> {
             "unix_time,attempt,tree_rss_bytes,tree_pss_bytes,tree_swap_bytes,sys_available_bytes,",
             "gpu_used_bytes,cgroup_bytes,sys_swap_free_bytes,psi_some_avg10,",
             "cgroup_working_set_bytes,cgroup_anon_bytes,cgroup_file_bytes,cgroup_shmem_bytes,",
-            "cgroup_swap_bytes"
+            "cgroup_swap_bytes,gpu_neighbours_bytes,gpu_driver_bytes,gpu_total_bytes,",
+            "gpu_neighbours"
         ))
     );
     lines
         .map(|l| {
+            // The last cell, who the GPU's neighbours are, is text (quoted where it holds a
+            // comma): the numbers are the 18 before it.
             let cells: Vec<Option<f64>> = l
-                .split(',')
+                .splitn(19, ',')
+                .take(18)
                 .map(|c| (!c.is_empty()).then(|| c.parse().unwrap()))
                 .collect();
-            assert_eq!(cells.len(), 15, "{l}");
+            assert_eq!(cells.len(), 18, "{l}");
             cells
         })
         .collect()
