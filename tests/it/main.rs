@@ -14,6 +14,7 @@ mod config_files;
 mod fit;
 mod fit_ramp;
 mod fit_replay;
+mod gpu_room;
 mod hang;
 mod hygiene;
 mod jobfiles;
