@@ -285,7 +285,7 @@ impl super::Run<'_> {
             RoomWait::Room { claims, .. } => {
                 if own {
                     self.observers.console().say(&format!(
-                        "starting from the job's own size: {} has room for it again (an earlier run was cut for room)",
+                        "{} has room for the job's own size again",
                         need.cards()
                     ));
                 }
@@ -311,7 +311,16 @@ impl super::Run<'_> {
     fn pick_cards(&mut self) {
         let report = self.observers.console();
         let listed = self.supervisor.gpu_devices();
-        let visible = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+        // The job's own value: its job file's `[env]`, else what oomguard was given.
+        let visible = self
+            .settings
+            .job_context
+            .env
+            .iter()
+            .rev()
+            .find(|(name, _)| name == "CUDA_VISIBLE_DEVICES")
+            .map(|(_, value)| value.to_string_lossy().into_owned())
+            .or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok());
         let among = match (&listed, &visible) {
             (Some(devices), Some(value)) => room::visible_devices(value, devices),
             _ => None,

@@ -258,7 +258,10 @@ fn a_cut_for_room_is_remembered_apart_and_the_job_grows_back_once_the_card_is_fr
     let out = card.run("free", &[], "64", &[]).output().unwrap();
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(stderr.contains("has room for it again"), "{stderr}");
+    assert!(
+        stderr.contains("GPU 0 has room for the job's own size again"),
+        "{stderr}"
+    );
     let summary = card.summary("free");
     assert_eq!(sizes(&summary), [(64, 1)], "{stderr}");
     let memory = card.job_memory();
