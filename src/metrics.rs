@@ -141,8 +141,11 @@ pub struct Metrics {
 
 /// The causes a relaunch counter starts at 0 for, so that `rate()` sees the first one.
 fn relaunch_causes() -> Vec<&'static str> {
-    crate::knobs::default_causes()
-        .iter()
+    // Every memory death is relaunched: smaller, or (`gpu_taken`, `memory_taken`) once there is
+    // room.
+    crate::outcome::Cause::ALL
+        .into_iter()
+        .filter(|c| c.is_memory())
         .map(|c| c.as_str())
         .collect()
 }
@@ -676,6 +679,55 @@ mod tests {
         ] {
             assert!(!text.contains(absent), "{absent:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_shared_card_by_holder_and_the_wait_for_room() {
+        use crate::gpu::{attribute, GpuDevice, GpuProcess, GpuSnapshot};
+        const GIB: u64 = 1 << 30;
+        let snap = GpuSnapshot {
+            devices: vec![GpuDevice {
+                index: 0,
+                name: "H100".into(),
+                uuid: None,
+                used_bytes: 61 * GIB,
+                total_bytes: 80 * GIB,
+            }],
+            processes: vec![
+                GpuProcess {
+                    pid: 100,
+                    device: 0,
+                    used_bytes: Some(20 * GIB),
+                },
+                GpuProcess {
+                    pid: 999,
+                    device: 0,
+                    used_bytes: Some(40 * GIB),
+                },
+            ],
+        };
+        let sample = Sample {
+            gpu: Some(attribute(&snap, &std::collections::HashSet::from([100]))),
+            ..Sample::default()
+        };
+        let metrics = Metrics::new(None);
+        metrics.sample(&sample);
+        metrics.waiting_for_room(Some(57 * GIB));
+        let text = metrics.render();
+        for (holder, gib) in [("job", 20), ("neighbours", 40), ("driver", 1), ("free", 19)] {
+            let line = format!(
+                "oomguard_gpu_card_memory_bytes{{device=\"0\",holder=\"{holder}\"}} {}",
+                gib * GIB
+            );
+            assert!(text.contains(&line), "{line}\n{text}");
+        }
+        assert!(text.contains(&format!("oomguard_gpu_room_wait_bytes {}", 57 * GIB)));
+        // The wait over, and a tick without GPU readings: both are gone, never a stale value.
+        metrics.waiting_for_room(None);
+        metrics.sample(&Sample::default());
+        let text = metrics.render();
+        assert!(!text.contains("oomguard_gpu_room_wait_bytes "), "{text}");
+        assert!(!text.contains("holder=\"neighbours\"}"), "{text}");
     }
 
     #[test]
