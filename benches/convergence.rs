@@ -681,6 +681,7 @@ fn second_run(jobs: &[Job]) {
                             .collect(),
                     ),
                     room_cut: None,
+                    room_limited: None,
                 };
                 start_from(&remembered, &knobs).map(|start| start.values)
             });

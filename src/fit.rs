@@ -122,7 +122,9 @@ pub fn observe(o: &Observed) -> Option<Evidence> {
         (Cause::DeviceOom | Cause::GpuTaken | Cause::HungAfterOom, _) => {
             let numbers = oom_numbers::parse(o.tail)?;
             let need = numbers.need_bytes()?;
-            let card = numbers.limit_bytes().map(|l| (l, "GPU"));
+            // The card as the job would have it alone: another process's memory on it is room
+            // taken (`gpu_taken`, a wait and a cut kept apart), not the job's size.
+            let card = numbers.alone_limit_bytes().map(|l| (l, "GPU"));
             let limit = match (card, o.max_gpu_bytes) {
                 (Some(card), Some(max)) if max < card.0 => (max, "--max-gpu"),
                 (Some(card), _) => card,

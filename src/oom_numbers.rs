@@ -95,6 +95,20 @@ impl OomNumbers {
         }
     }
 
+    /// The most the process could have held with the card to itself: [`OomNumbers::limit_bytes`]
+    /// plus what the other processes the message names held, where it also names itself apart
+    /// (`this process has`: otherwise one of those named may be itself) and no per-process cap
+    /// bounds it. A shared card's neighbours are not the job's size.
+    pub fn alone_limit_bytes(&self) -> Option<u64> {
+        let limit = self.limit_bytes()?;
+        Some(
+            match (self.process_bytes, self.others_bytes, self.allowed_bytes) {
+                (Some(_), Some(others), None) => limit.saturating_add(others),
+                _ => limit,
+            },
+        )
+    }
+
     /// PyTorch's allocator held at least as much reserved-but-unallocated memory as the failed
     /// allocation asked for: the memory was there, in pieces (`expandable_segments` helps).
     pub fn fragmented(&self) -> bool {
@@ -530,12 +544,27 @@ mod tests {
             n.need_bytes(),
             Some(b(8.04 * GIB).unwrap() + b(86.0 * MIB).unwrap())
         );
-        // A per-process cap bounds the limit.
+        // Alone on the card it would also have had what the others held.
+        assert_eq!(
+            n.alone_limit_bytes(),
+            Some(n.limit_bytes().unwrap() + n.others_bytes.unwrap())
+        );
+        assert_eq!(
+            others_named(&corpus("cuda_oom__v2_5_multi_process_info.txt")).len(),
+            2
+        );
+        // A per-process cap bounds the limit, alone or not.
         let n = parse(&corpus(
             "xpu_oom__pytest_set_per_process_memory_fraction_allowed.txt",
         ))
         .unwrap();
         assert_eq!(n.limit_bytes(), b(8.27 * GIB));
+        assert_eq!(n.alone_limit_bytes(), b(8.27 * GIB));
+        // Without its own `this process has`, one of the named may be itself: no addition.
+        let rank = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 158.00 MiB. GPU 1 has a total capacity of 23.69 GiB of which 115.69 MiB is free. Process 21422 has 23.57 GiB memory in use. Of the allocated memory 22.10 GiB is allocated by PyTorch, and 1.01 GiB is reserved by PyTorch but unallocated.\n";
+        let n = parse(rank).unwrap();
+        assert_eq!(n.alone_limit_bytes(), n.limit_bytes());
+        assert_eq!(n.device, Some(1));
     }
 
     #[test]

@@ -72,10 +72,19 @@ fn read_who(proc_root: &std::path::Path, pid: u32) -> Option<Who> {
         .flatten()
         .map_or_else(|| uid.to_string(), |u| u.name);
     let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+    // The program and its script by their names, not their paths: within the line's length, an
+    // interpreter's path would push out what tells one job from another.
     let mut command = cmdline
         .split(|&b| b == 0)
         .filter(|arg| !arg.is_empty())
         .map(String::from_utf8_lossy)
+        .enumerate()
+        .map(|(i, arg)| match arg.rsplit_once('/') {
+            Some((_, name)) if i < 2 && !arg.starts_with('-') && !name.is_empty() => {
+                name.to_string()
+            }
+            _ => arg.into_owned(),
+        })
         .collect::<Vec<_>>()
         .join(" ");
     if command.is_empty() {
@@ -118,7 +127,7 @@ mod tests {
             dir.path(),
             10,
             0,
-            b"python3\x00train.py\x00--batch_size\x00064\x00",
+            b"/opt/conda/envs/big/bin/python3\x00/home/alice/proj/train.py\x00--batch_size\x00064\x00--out\x00/x/y\x00",
         );
         fake_proc(dir.path(), 11, 4_000_000, b"");
         fake_proc(dir.path(), 12, 0, "x\u{1b}[2J".repeat(40).as_bytes());
@@ -127,7 +136,7 @@ mod tests {
             names.who(10),
             Some(Who {
                 user: "root".into(),
-                command: "python3 train.py --batch_size 064".into()
+                command: "python3 train.py --batch_size 064 --out /x/y".into()
             })
         );
         // An unknown UID is its number; an empty command line is the process's name.
@@ -147,7 +156,7 @@ mod tests {
         fake_proc(dir.path(), 10, 0, b"other\0");
         assert_eq!(
             names.who(10).unwrap().command,
-            "python3 train.py --batch_size 064"
+            "python3 train.py --batch_size 064 --out /x/y"
         );
         // ...until the driver stops listing it.
         names.keep_only(|pid| pid != 10);

@@ -168,6 +168,50 @@ pub struct LastSuccess {
     /// (A build that does not know it starts from `knobs`, the size that worked.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub room_cut: Option<RoomCut>,
+    /// Set when these values are the job's own size and an earlier run, on a card short of
+    /// room, worked at a smaller one: that size, for a later run to start from while the card
+    /// is short again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub room_limited: Option<RoomLimited>,
+}
+
+/// A size that worked on a card short of room, kept beside the job's own size.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoomLimited {
+    /// Every knob's value of that size.
+    pub knobs: KnobValues,
+    /// The cut it came from: the job's own size, its need there, the room.
+    pub cut: RoomCut,
+}
+
+impl LastSuccess {
+    /// The size to start from while the card is short of room, and its cut: this success's
+    /// own where it was cut for room, else the one kept beside the job's own size.
+    pub fn room_fallback(&self) -> Option<RoomLimited> {
+        match (&self.room_cut, &self.room_limited) {
+            (Some(cut), _) => Some(RoomLimited {
+                knobs: self.knobs.clone(),
+                cut: cut.clone(),
+            }),
+            (None, limited) => limited.clone(),
+        }
+    }
+
+    /// The job's own size: what worked, or the values a cut for room came from.
+    pub fn own_knobs(&self) -> &KnobValues {
+        self.room_cut.as_ref().map_or(&self.knobs, |cut| &cut.own)
+    }
+
+    /// This success (at the job's own size, not cut for room) keeps `earlier`'s room-limited
+    /// size where it was cut from these very values.
+    pub fn keep_room_limited(&mut self, earlier: Option<&LastSuccess>) {
+        if self.room_cut.is_some() {
+            return;
+        }
+        self.room_limited = earlier
+            .and_then(LastSuccess::room_fallback)
+            .filter(|limited| limited.cut.own.same_as(&self.knobs));
+    }
 }
 
 /// One attempt as the job's file keeps it: the summary.json record's knobs, cause and peaks.
@@ -270,6 +314,51 @@ mod tests {
         }
         // And an old file, without a run, reads as before.
         assert_eq!(parse(br#"{"version": 1, "name": "j"}"#).unwrap().run, None);
+    }
+
+    /// A success at the job's own size keeps the room-limited size an earlier run was cut to
+    /// from these values (read back from the file, in another order); not one cut from others.
+    #[test]
+    fn a_success_at_the_own_size_keeps_the_room_limited_size_beside_it() {
+        use serde_json::json;
+        let knobs = |batch: u64, accum: u64| {
+            KnobValues(vec![
+                ("batch".into(), json!(batch)),
+                ("accum".into(), json!(accum)),
+            ])
+        };
+        let success = |values, cut: Option<RoomCut>| LastSuccess {
+            at: "t".into(),
+            run: "/r".into(),
+            knobs: values,
+            room_cut: cut,
+            room_limited: None,
+        };
+        let cut = RoomCut {
+            own: KnobValues(vec![
+                ("accum".into(), json!(1)),
+                ("batch".into(), json!(64)),
+            ]),
+            own_need_gpu_bytes: Some(52 << 30),
+            room_bytes: 39 << 30,
+        };
+        let limited = success(knobs(32, 2), Some(cut.clone()));
+        assert_eq!(limited.own_knobs(), &cut.own);
+        let mut own = success(knobs(64, 1), None);
+        own.keep_room_limited(Some(&limited));
+        let kept = own.room_fallback().expect("kept beside the own size");
+        assert_eq!((kept.knobs, kept.cut), (knobs(32, 2), cut.clone()));
+        // The next success at the own size keeps it still; one at other values does not.
+        let mut again = success(knobs(64, 1), None);
+        again.keep_room_limited(Some(&own));
+        assert!(again.room_limited.is_some());
+        let mut other = success(knobs(48, 1), None);
+        other.keep_room_limited(Some(&own));
+        assert_eq!(other.room_fallback(), None);
+        // A room-limited success is its own fallback.
+        let mut cut_again = success(knobs(16, 4), Some(cut));
+        cut_again.keep_room_limited(Some(&own));
+        assert_eq!(cut_again.room_fallback().unwrap().knobs, knobs(16, 4));
     }
 
     #[test]

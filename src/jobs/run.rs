@@ -128,24 +128,23 @@ impl JobRun {
             return run;
         }
         let last = run.memory.last_success().cloned();
-        if let Some((last, cut)) = last.as_ref().and_then(|l| Some((l, l.room_cut.clone()?))) {
+        if let Some((last, limited)) = last.as_ref().and_then(|l| Some((l, l.room_fallback()?))) {
             // The job's own size first; the room-limited one only while the card is short.
-            let own = LastSuccess {
-                knobs: cut.own.clone(),
+            let at = |values: &KnobValues| LastSuccess {
+                knobs: values.clone(),
                 ..last.clone()
             };
-            run.start = start_from(&own, knobs);
-            run.room_start = start_from(last, knobs);
-            let day = last.at.get(..10).unwrap_or(&last.at);
-            let own_values = match &run.start {
+            run.start = start_from(&at(last.own_knobs()), knobs);
+            run.room_start = start_from(&at(&limited.knobs), knobs);
+            let described = |start: &Option<Start>| match start {
                 Some(start) => start.describe(knobs),
                 None => "the command's values".to_string(),
             };
+            let day = last.at.get(..10).unwrap_or(&last.at);
             report.say(&format!(
-                "starting from the job's own size ({own_values}): the last run ({day}) was cut to {} only for a shared card's room; --fresh to start from the command's values",
-                run.room_start
-                    .as_ref()
-                    .map_or_else(|| "the command's values".to_string(), |s| s.describe(knobs))
+                "starting from the job's own size ({}) where the card has room for it; on a card short of room ({day}) {} worked; --fresh to start from the command's values",
+                described(&run.start),
+                described(&run.room_start),
             ));
             return run;
         }
@@ -192,6 +191,7 @@ impl JobRun {
             run: past.run.clone(),
             knobs: past.knobs.clone(),
             room_cut: record.room_cut.clone(),
+            room_limited: None,
         });
         if let Some(current) = &mut self.current {
             current.last_cause = Some(past.cause.clone());
@@ -215,8 +215,10 @@ impl JobRun {
             for past in pending {
                 memory.push(past.clone());
             }
-            if pending_success.is_some() {
-                memory.last_success = pending_success.clone();
+            if let Some(success) = pending_success {
+                let mut success = success.clone();
+                success.keep_room_limited(memory.last_success.as_ref());
+                memory.last_success = Some(success);
             }
             if current.is_some() {
                 memory.run = current;

@@ -187,6 +187,7 @@ mod tests {
                     .collect(),
             ),
             room_cut: None,
+            room_limited: None,
         }
     }
 

@@ -75,6 +75,14 @@ impl Serialize for KnobValues {
     }
 }
 
+impl KnobValues {
+    /// The same knobs with the same values, in whatever order (a job's file, read back through
+    /// a JSON object, may hold them in another).
+    pub fn same_as(&self, other: &KnobValues) -> bool {
+        self.0.len() == other.0.len() && self.0.iter().all(|pair| other.0.contains(pair))
+    }
+}
+
 /// Read back from a job's memory (`jobs`), in the order written.
 impl<'de> serde::Deserialize<'de> for KnobValues {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {

@@ -163,7 +163,7 @@ impl Ladder {
         self.values = values;
         self.room_cut = Some(cut);
         Some(format!(
-            "starting from {}, the size the last run was cut to for room (its own size waits for an emptier card)",
+            "starting from {}, the size an earlier run was cut to for room (its own size waits for an emptier card)",
             knobs.at(&self.values).text_short()
         ))
     }
@@ -336,18 +336,6 @@ fn first_need(job: &JobRun, knobs: &KnobSet, start: &[Value]) -> Option<FirstNee
         .find(|a| !a.gpu_devices.is_empty())
         .map(|a| a.gpu_devices.clone())
         .unwrap_or_default();
-    if let (Some(cut), Some(limited)) = (
-        job.memory()
-            .last_success()
-            .and_then(|last| last.room_cut.clone()),
-        job.room_start(),
-    ) {
-        return Some(FirstNeed {
-            need_bytes: cut.own_need_gpu_bytes?,
-            devices,
-            room_limited: Some((limited.values.clone(), cut)),
-        });
-    }
     let at_start = |past: &&crate::jobs::memory::PastAttempt| {
         knobs
             .knobs
@@ -355,19 +343,39 @@ fn first_need(job: &JobRun, knobs: &KnobSet, start: &[Value]) -> Option<FirstNee
             .zip(start)
             .all(|(k, v)| past.value(&k.name).is_some_and(|p| p.same(v)))
     };
-    let success = attempts
+    // What a success measured at these values, per card.
+    let measured = attempts
         .iter()
         .rev()
         .filter(|a| a.cause() == Some(Cause::Ok))
-        .find(at_start)?;
-    let cards = success.gpu_devices.len().max(1) as u64;
+        .find(at_start)
+        .and_then(|success| {
+            let cards = success.gpu_devices.len().max(1) as u64;
+            let devices = match success.gpu_devices.is_empty() {
+                true => devices.clone(),
+                false => success.gpu_devices.clone(),
+            };
+            Some((success.peaks.peak_gpu_bytes? / cards, devices))
+        });
+    let fallback = job
+        .memory()
+        .last_success()
+        .and_then(|last| last.room_fallback());
+    if let (Some(limited), Some(start)) = (fallback, job.room_start()) {
+        let (need_bytes, devices) = match measured {
+            Some(measured) => measured,
+            None => (limited.cut.own_need_gpu_bytes?, devices),
+        };
+        return Some(FirstNeed {
+            need_bytes,
+            devices,
+            room_limited: Some((start.values.clone(), limited.cut)),
+        });
+    }
+    let (need_bytes, devices) = measured?;
     Some(FirstNeed {
-        need_bytes: success.peaks.peak_gpu_bytes? / cards,
-        devices: if success.gpu_devices.is_empty() {
-            devices
-        } else {
-            success.gpu_devices.clone()
-        },
+        need_bytes,
+        devices,
         room_limited: None,
     })
 }

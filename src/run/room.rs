@@ -284,10 +284,9 @@ impl super::Run<'_> {
             RoomWait::NoGpu => Ok(()),
             RoomWait::Room { claims, .. } => {
                 if own {
-                    self.observers.console().say(&format!(
-                        "{} has room for the job's own size again",
-                        need.cards()
-                    ));
+                    self.observers
+                        .console()
+                        .say(&format!("{} has room for the job's own size", need.cards()));
                 }
                 self.observers.hold_claims(claims, need.bytes);
                 Ok(())

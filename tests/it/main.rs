@@ -14,7 +14,6 @@ mod config_files;
 mod fit;
 mod fit_ramp;
 mod fit_replay;
-mod gpu_room;
 mod hang;
 mod hygiene;
 mod jobfiles;
