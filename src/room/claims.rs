@@ -92,9 +92,15 @@ impl Place {
     pub fn find(own_dir: Option<PathBuf>) -> (Option<Place>, Option<String>) {
         let shared = Path::new(SHARED_DIR);
         if nix::unistd::geteuid().is_root() {
-            // `/run` is root's: nobody else can have made it first.
-            let _ = std::fs::DirBuilder::new().mode(0o755).create(shared);
-            let _ = std::fs::set_permissions(shared, std::fs::Permissions::from_mode(0o1777));
+            // `/run` is root's: nobody else can have made it first. One that exists is left as
+            // its admin made it (a mode other than 1777 keeps claims per user).
+            if std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(shared)
+                .is_ok()
+            {
+                let _ = std::fs::set_permissions(shared, std::fs::Permissions::from_mode(0o1777));
+            }
         }
         if trusted_shared(shared) {
             return (
