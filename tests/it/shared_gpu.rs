@@ -725,23 +725,32 @@ fn two_oomguards_waiting_on_one_card_do_not_both_launch_into_the_room() {
     );
 }
 
+/// `oomguard run --gpus 1` of the job at 64 on `card` (with `CUDA_VISIBLE_DEVICES=visible`
+/// where given), to its success: its stderr and summary.json.
+fn gpus_1(sb: &Sandbox, card: &Card, record: &Path, visible: Option<&str>) -> (String, Value) {
+    let mut cmd = oomguard(
+        sb,
+        card,
+        &sb.run_dir(),
+        &sb.path("state"),
+        "sgjob",
+        &["--gpus", "1", "--gpu-wait", "0"],
+        &job(card, 64, record, &[]),
+    );
+    if let Some(visible) = visible {
+        cmd.env("CUDA_VISIBLE_DEVICES", visible);
+    }
+    let out = output_within(&mut cmd, PATIENCE * 2);
+    succeeded(&out, &sb.run_dir())
+}
+
 #[test]
 fn gpus_1_gives_the_job_the_empty_card_by_uuid() {
     let sb = Sandbox::new();
     let card = Card::new(&sb, 2);
     let record = sb.path("record.jsonl");
     let _neighbour = Neighbour::start(&sb, &card, 0, 40.0, "neighbour");
-    let mut cmd = oomguard(
-        &sb,
-        &card,
-        &sb.run_dir(),
-        &sb.path("state"),
-        "sgjob",
-        &["--gpus", "1", "--gpu-wait", "0"],
-        &job(&card, 64, &record, &[]),
-    );
-    let out = output_within(&mut cmd, PATIENCE * 2);
-    let (stderr, summary) = succeeded(&out, &sb.run_dir());
+    let (stderr, summary) = gpus_1(&sb, &card, &record, None);
     let picked = stderr
         .lines()
         .find(|l| l.contains("--gpus 1: giving the job"))
@@ -766,18 +775,7 @@ fn gpus_1_picks_only_among_the_cards_cuda_visible_devices_names() {
     let record = sb.path("record.jsonl");
     let _big = Neighbour::start(&sb, &card, 0, 40.0, "big");
     let _small = Neighbour::start(&sb, &card, 1, 10.0, "small");
-    let mut cmd = oomguard(
-        &sb,
-        &card,
-        &sb.run_dir(),
-        &sb.path("state"),
-        "sgjob",
-        &["--gpus", "1", "--gpu-wait", "0"],
-        &job(&card, 64, &record, &[]),
-    );
-    cmd.env("CUDA_VISIBLE_DEVICES", "0,1");
-    let out = output_within(&mut cmd, PATIENCE * 2);
-    let (stderr, summary) = succeeded(&out, &sb.run_dir());
+    let (stderr, summary) = gpus_1(&sb, &card, &record, Some("0,1"));
     assert!(
         stderr.contains(&format!(
             "--gpus 1: giving the job GPU 1 (69.5 GiB free of 80.0 GiB) (CUDA_VISIBLE_DEVICES={})",
@@ -823,6 +821,27 @@ fn wait_for_samples(sb: &Sandbox, run: &Running, rows: usize) {
     );
 }
 
+/// oomguard running the idle job on `card`, once the job runs; and the file that stops it.
+fn start_idle(sb: &Sandbox, card: &Card) -> (Running, PathBuf) {
+    let (job, ready, stop) = idle_job(sb);
+    let cmd = oomguard(
+        sb,
+        card,
+        &sb.run_dir(),
+        &sb.path("state"),
+        "idle",
+        &["--gpu-wait", "0"],
+        &job,
+    );
+    let run = Running::start(sb, cmd);
+    assert!(
+        util::wait_until(PATIENCE, || ready.exists()),
+        "{}",
+        run.stderr()
+    );
+    (run, stop)
+}
+
 #[test]
 fn neighbours_listed_before_the_job_started_are_no_container_warning() {
     let sb = Sandbox::new();
@@ -831,22 +850,7 @@ fn neighbours_listed_before_the_job_started_are_no_container_warning() {
     // container's process on the shared card).
     let _neighbour = Neighbour::start(&sb, &card, 0, 40.0, "neighbour");
     card.write(&[(UNSEEN_PID, 0, 2 * GIB)]);
-    let (job, ready, stop) = idle_job(&sb);
-    let cmd = oomguard(
-        &sb,
-        &card,
-        &sb.run_dir(),
-        &sb.path("state"),
-        "idle",
-        &["--gpu-wait", "0"],
-        &job,
-    );
-    let run = Running::start(&sb, cmd);
-    assert!(
-        util::wait_until(PATIENCE, || ready.exists()),
-        "{}",
-        run.stderr()
-    );
+    let (run, stop) = start_idle(&sb, &card);
     // Several readings with the job running and not on the card.
     wait_for_samples(&sb, &run, 5);
     std::fs::write(&stop, "").unwrap();
@@ -864,22 +868,7 @@ fn a_process_invisible_here_appearing_with_the_job_is_the_container_warning() {
     let sb = Sandbox::new();
     let card = Card::new(&sb, 1);
     let neighbour = Neighbour::start(&sb, &card, 0, 40.0, "neighbour");
-    let (job, ready, stop) = idle_job(&sb);
-    let cmd = oomguard(
-        &sb,
-        &card,
-        &sb.run_dir(),
-        &sb.path("state"),
-        "idle",
-        &["--gpu-wait", "0"],
-        &job,
-    );
-    let run = Running::start(&sb, cmd);
-    assert!(
-        util::wait_until(PATIENCE, || ready.exists()),
-        "{}",
-        run.stderr()
-    );
+    let (run, stop) = start_idle(&sb, &card);
     // oomguard has read the card as it was at the job's start.
     wait_for_samples(&sb, &run, 1);
     card.write(&[(UNSEEN_PID, 0, 10 * GIB)]);
