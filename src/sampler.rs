@@ -291,7 +291,9 @@ impl Sampler {
             tree.swap_bytes = cgroup_swap_bytes;
         }
         // The PID set is built only when there is a snapshot to attribute.
-        let gpu = self.gpu_now(pids);
+        let gpu = self
+            .gpu_snapshot()
+            .map(|snap| self.shares(&snap, &pids.iter().copied().collect()));
         Sample {
             unix_time_s,
             attempt,
@@ -310,10 +312,16 @@ impl Sampler {
         }
     }
 
-    /// The card now, split by whose it is, the neighbours named.
-    pub fn gpu_now(&mut self, pids: &[u32]) -> Option<JobGpu> {
+    /// The card now, split by whose it is (`pids`' processes are the job's), the neighbours
+    /// named.
+    pub fn gpu_now(&mut self, pids: &HashSet<u32>) -> Option<JobGpu> {
         let snap = self.gpu_snapshot()?;
-        let mut shares = gpu::attribute(&snap, &pids.iter().copied().collect());
+        Some(self.shares(&snap, pids))
+    }
+
+    /// `snap` split by whose it is, the neighbours named.
+    fn shares(&mut self, snap: &gpu::GpuSnapshot, pids: &HashSet<u32>) -> JobGpu {
+        let mut shares = gpu::attribute(snap, pids);
         self.names
             .keep_only(|pid| snap.processes.iter().any(|p| p.pid == pid));
         for device in &mut shares.devices {
@@ -321,7 +329,7 @@ impl Sampler {
                 n.who = self.names.who(n.pid);
             }
         }
-        Some(shares)
+        shares
     }
 
     /// The machine's memory now.

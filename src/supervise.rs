@@ -1283,8 +1283,7 @@ impl Supervisor {
     /// The card now, split by whose it is (`pids`' processes are the job's); `None` without
     /// GPU readings.
     pub fn gpu_now(&mut self, pids: &HashSet<u32>) -> Option<JobGpu> {
-        let pids: Vec<u32> = pids.iter().copied().collect();
-        self.sampler.gpu_now(&pids)
+        self.sampler.gpu_now(pids)
     }
 
     /// The machine's memory now.

@@ -1,6 +1,5 @@
 //! The job's share of a [`GpuSnapshot`]: which listed processes are the job's and how much device
-//! memory they hold, or, when that cannot be told, which processes are left unattributed; and,
-//! per device, whose the rest is: the neighbours' (processes that are not the job's: on a shared
+//! memory they hold; and, per device, whose the rest is: the neighbours' (processes that are not the job's: on a shared
 //! card, other users') and the driver's own share (used memory no listed process accounts for).
 //! A pure function of the snapshot and the job's PIDs.
 //!
@@ -32,9 +31,6 @@ pub struct JobGpu {
     /// The job's memory per device index, sorted by device, for the devices where a job PID is
     /// listed; `None` for a device where a job process's memory is unavailable.
     pub job_bytes_by_device: Vec<(u32, Option<u64>)>,
-    /// Processes that may or may not be the job's: every listed process when no job PID is
-    /// listed; empty otherwise.
-    pub unattributed: Vec<GpuProcess>,
     /// Every device, by index: what the job, its neighbours and the driver hold on it.
     pub devices: Vec<DeviceShare>,
 }
@@ -155,13 +151,13 @@ fn device_shares(snapshot: &GpuSnapshot, job_pids: &HashSet<u32>) -> Vec<DeviceS
 /// * **some job PID is listed**: we share the driver's PID namespace. The job's share is the
 ///   memory of its listed processes ([`JobGpu::job_bytes`], per device in
 ///   [`JobGpu::job_bytes_by_device`]); the other processes belong to others (other users,
-///   other jobs) and are not reported; `unattributed` is empty. (A host PID that equals one of
+///   other jobs): the neighbours of [`JobGpu::devices`]. (A host PID that equals one of
 ///   ours by chance inside a container would fool this; with container PIDs being small and few,
 ///   that is accepted.)
 /// * **no job PID is listed**: either the job holds no GPU memory yet, or it runs in another PID
 ///   namespace; a snapshot cannot tell which. The job's share is unknown (`job_bytes` `None`),
-///   and every listed process is `unattributed`, for the caller to report as such (e.g. "GPU
-///   memory of 2 processes not attributable to the job: 31.2 GiB"). No processes listed at all
+///   and every listed process is a neighbour that may be the job's own: the caller weighs that
+///   (`supervise` warns of a PID namespace only where the evidence points to one). No processes listed at all
 ///   (the job has not touched the GPU, or the driver hides processes in this container) gives
 ///   `None` and an empty list; `devices_used_bytes` still shows what the devices hold.
 ///
@@ -176,10 +172,11 @@ pub fn attribute(snapshot: &GpuSnapshot, job_pids: &HashSet<u32>) -> JobGpu {
         .iter()
         .fold(0u64, |sum, d| sum.saturating_add(d.total_bytes));
 
-    let (mine, others): (Vec<&GpuProcess>, Vec<&GpuProcess>) = snapshot
+    let mine: Vec<&GpuProcess> = snapshot
         .processes
         .iter()
-        .partition(|p| job_pids.contains(&p.pid));
+        .filter(|p| job_pids.contains(&p.pid))
+        .collect();
 
     let devices = device_shares(snapshot, job_pids);
     if mine.is_empty() {
@@ -190,7 +187,6 @@ pub fn attribute(snapshot: &GpuSnapshot, job_pids: &HashSet<u32>) -> JobGpu {
             job_device_capacity_bytes: None,
             job_pids_listed: Vec::new(),
             job_bytes_by_device: Vec::new(),
-            unattributed: others.into_iter().cloned().collect(),
             devices,
         };
     }
@@ -222,7 +218,6 @@ pub fn attribute(snapshot: &GpuSnapshot, job_pids: &HashSet<u32>) -> JobGpu {
         job_device_capacity_bytes,
         job_pids_listed,
         job_bytes_by_device: by_device.into_iter().collect(),
-        unattributed: Vec::new(),
         devices,
     }
 }
@@ -285,6 +280,27 @@ mod tests {
         snapshot: GpuSnapshot,
         job: &'static [u32],
         want: JobGpu,
+        /// The processes that may or may not be the job's: every listed one where no job PID is
+        /// listed, none otherwise.
+        unattributed: Vec<GpuProcess>,
+    }
+
+    /// [`Case::unattributed`] as the shares show it: the neighbours, where no job PID is listed.
+    fn unattributed(got: &JobGpu) -> Vec<GpuProcess> {
+        if !got.job_pids_listed.is_empty() {
+            return Vec::new();
+        }
+        let mut all: Vec<GpuProcess> = got
+            .devices
+            .iter()
+            .flat_map(|d| {
+                d.neighbours
+                    .iter()
+                    .map(|n| proc_(n.pid, d.index, n.used_bytes))
+            })
+            .collect();
+        all.sort_by_key(|p| (p.device, p.pid));
+        all
     }
 
     #[test]
@@ -311,8 +327,8 @@ mod tests {
                     job_pids_listed: vec![100, 101],
                     job_bytes_by_device: vec![(0, Some(21 * GIB))],
                     devices: vec![],
-                    unattributed: vec![],
                 },
+                unattributed: vec![],
             },
             Case {
                 name: "nothing listed: unknown, nothing unattributed",
@@ -327,6 +343,7 @@ mod tests {
                     devices_total_bytes: 80 * GIB,
                     ..JobGpu::default()
                 },
+                unattributed: vec![],
             },
             Case {
                 name: "container: host pids never match ours, all unattributed",
@@ -346,11 +363,11 @@ mod tests {
                     job_pids_listed: vec![],
                     job_bytes_by_device: vec![],
                     devices: vec![],
-                    unattributed: vec![
-                        proc_(2_345_678, 0, Some(29 * GIB)),
-                        proc_(2_345_690, 1, Some(49 * GIB)),
-                    ],
                 },
+                unattributed: vec![
+                    proc_(2_345_678, 0, Some(29 * GIB)),
+                    proc_(2_345_690, 1, Some(49 * GIB)),
+                ],
             },
             Case {
                 name: "no job pids known yet: all unattributed",
@@ -363,9 +380,9 @@ mod tests {
                     job_bytes: None,
                     devices_used_bytes: 30 * GIB,
                     devices_total_bytes: 80 * GIB,
-                    unattributed: vec![proc_(5, 0, Some(GIB))],
                     ..JobGpu::default()
                 },
+                unattributed: vec![proc_(5, 0, Some(GIB))],
             },
             Case {
                 name: "job memory unavailable (MIG): listed but unknown, never zero",
@@ -382,8 +399,8 @@ mod tests {
                     job_pids_listed: vec![100],
                     job_bytes_by_device: vec![(0, None)],
                     devices: vec![],
-                    unattributed: vec![],
                 },
+                unattributed: vec![],
             },
             Case {
                 name: "other process's memory unavailable: does not matter",
@@ -400,8 +417,8 @@ mod tests {
                     job_pids_listed: vec![100],
                     job_bytes_by_device: vec![(0, Some(3 * GIB))],
                     devices: vec![],
-                    unattributed: vec![],
                 },
+                unattributed: vec![],
             },
             Case {
                 name: "multiple devices: one process on two devices, per device and total",
@@ -423,8 +440,8 @@ mod tests {
                     job_pids_listed: vec![100, 101],
                     job_bytes_by_device: vec![(0, Some(12 * GIB)), (1, Some(40 * GIB))],
                     devices: vec![],
-                    unattributed: vec![],
                 },
+                unattributed: vec![],
             },
             Case {
                 name: "multiple devices, one unavailable: per-device known, total unknown",
@@ -441,14 +458,15 @@ mod tests {
                     job_pids_listed: vec![100],
                     job_bytes_by_device: vec![(0, Some(10 * GIB)), (1, None)],
                     devices: vec![],
-                    unattributed: vec![],
                 },
+                unattributed: vec![],
             },
             Case {
                 name: "no devices at all (NullProbe)",
                 snapshot: GpuSnapshot::default(),
                 job: &[100],
                 want: JobGpu::default(),
+                unattributed: vec![],
             },
         ];
         for case in cases {
@@ -460,6 +478,7 @@ mod tests {
                 "{}",
                 case.name
             );
+            assert_eq!(unattributed(&got), case.unattributed, "{}", case.name);
             got.devices.clear();
             assert_eq!(got, case.want, "{}", case.name);
         }

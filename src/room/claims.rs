@@ -7,7 +7,8 @@
 //! writable by all, so no user can squat it, remove another's claim or plant a link in its
 //! place. It is used only when it is exactly that (root's, a real directory, mode 1777); an
 //! oomguard run as root makes it, and so does `packaging/tmpfiles.d/oomguard.conf`. Without it
-//! claims live in a directory of the user's own and coordinate only that user's oomguards.
+//! claims live in a directory of the user's own and coordinate only that user's oomguards (the
+//! caller gives none as root).
 //!
 //! What a claim can do to others is bounded: it counts only while the process that wrote it
 //! lives (PID and start time, in this PID namespace), only when the file's owner is that

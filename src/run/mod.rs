@@ -190,7 +190,7 @@ impl<'a> Run<'a> {
             .supervisor
             .run_attempt(attempt, &launch, log, &mut self.observers)
             .await?;
-        let verdict = self.judge_on_card(&end, judge(&end));
+        let verdict = self.judge_taken(&end, judge(&end));
         self.tell_ended(attempt, &launch, &verdict, &end);
         self.ladder
             .learn(self.settings, verdict.cause, &end, self.observers.ramp());

@@ -76,15 +76,15 @@ enum RoomWait {
         room_bytes: u64,
         waited: Duration,
     },
-    /// No GPU readings (or a needed card is not listed): nothing to wait for.
-    NoGpu,
+    /// No readings (no GPU or a needed card not listed; no /proc/meminfo): nothing to wait on.
+    NoReading,
     Stopped(Signal),
 }
 
 impl super::Run<'_> {
     /// The verdict, with a device out-of-memory error that the neighbours caused named
     /// `gpu_taken` (the evidence kept for the wait).
-    pub(super) fn judge_on_card(&mut self, end: &AttemptEnd, verdict: Verdict) -> Verdict {
+    pub(super) fn judge_taken(&mut self, end: &AttemptEnd, verdict: Verdict) -> Verdict {
         self.shared.taken = None;
         self.shared.host_taken = None;
         if verdict.cause == Cause::OomKilled {
@@ -172,7 +172,7 @@ impl super::Run<'_> {
         let (room_bytes, after) = match waited.await {
             RoomWait::Stopped(signal) => return Err(signal),
             // Nothing to wait on (the message alone told): the room the message showed.
-            RoomWait::NoGpu => (
+            RoomWait::NoReading => (
                 taken
                     .room_alone_bytes
                     .saturating_sub(taken.neighbours_bytes_at_death),
@@ -245,7 +245,7 @@ impl super::Run<'_> {
             .await
         {
             RoomWait::Stopped(signal) => Err(signal),
-            RoomWait::NoGpu | RoomWait::Room { .. } => Ok(decision),
+            RoomWait::NoReading | RoomWait::Room { .. } => Ok(decision),
             RoomWait::Short { room_bytes, waited } => {
                 let why = format!(
                     "after {}, the machine has {} available",
@@ -281,7 +281,7 @@ impl super::Run<'_> {
             .await
         {
             RoomWait::Stopped(signal) => Err(signal),
-            RoomWait::NoGpu => Ok(()),
+            RoomWait::NoReading => Ok(()),
             RoomWait::Room { claims, .. } => {
                 if own {
                     self.observers
@@ -401,21 +401,24 @@ impl super::Run<'_> {
             })
         };
         let result = loop {
+            // One reading of the machine's memory a tick: the room waited for (host) and the
+            // record.
+            let system = self.supervisor.system_now();
             let (room_bytes, gpu) = match want {
                 Want::Card(need) => {
                     let Some(gpu) = self.supervisor.gpu_now(own) else {
-                        break RoomWait::NoGpu;
+                        break RoomWait::NoReading;
                     };
                     let card = |i: u32| gpu.devices.iter().find(|d| d.index == i);
                     let claimed = |i: u32| card(i).map_or(0, |d| claimed_by(&place, d, None));
                     match room::least_room(&gpu, need, claimed) {
                         Some(room_bytes) => (room_bytes, Some(gpu)),
-                        None => break RoomWait::NoGpu,
+                        None => break RoomWait::NoReading,
                     }
                 }
-                Want::Host(_) => match self.supervisor.system_now() {
+                Want::Host(_) => match system {
                     Some(system) => (system.available_bytes, None),
-                    None => break RoomWait::NoGpu,
+                    None => break RoomWait::NoReading,
                 },
             };
             // The wait is part of the record: the card's holders (or the machine's memory) on
@@ -423,11 +426,12 @@ impl super::Run<'_> {
             let sample = Sample {
                 unix_time_s: unix_now_s(),
                 attempt,
-                gpu: gpu.clone(),
-                system: self.supervisor.system_now(),
+                gpu,
+                system,
                 ..Sample::default()
             };
             self.observers.tell(&RunEvent::Sample(&sample));
+            let gpu = sample.gpu;
             let fits = room_bytes >= want.bytes();
             // `--gpu-wait 0`: one look decides.
             if (limit.is_zero() && fits) || steady.observe(fits) {
@@ -496,12 +500,17 @@ impl super::Run<'_> {
     /// Where claims go, looked up once (the note about an untrusted shared place said once).
     fn claims_place(&mut self) -> Option<Place> {
         if self.shared.place.is_none() {
-            let own_dir = self
-                .settings
-                .job
-                .state_dir
-                .as_ref()
-                .map(|d| d.join("claims"));
+            // As root, never a directory of the state directory's choosing (a job file's writer
+            // may have chosen it): without the shared place, root's runs take no claims.
+            let own_dir = match nix::unistd::geteuid().is_root() {
+                true => None,
+                false => self
+                    .settings
+                    .job
+                    .state_dir
+                    .as_ref()
+                    .map(|d| d.join("claims")),
+            };
             let (place, note) = Place::find(own_dir);
             if let Some(note) = note {
                 tracing::info!("{note}");

@@ -44,6 +44,20 @@ fn replay(
     (out, batches)
 }
 
+/// The recorded GPT-2 run replayed from 256 × 1.
+fn replay_gpt2_from_256(sb: &Sandbox) -> (std::process::Output, Vec<(u64, Option<u64>)>) {
+    replay(
+        sb,
+        "hf-gpt2-seq1024-h200.json",
+        &[
+            "--per_device_train_batch_size",
+            "256",
+            "--gradient_accumulation_steps",
+            "1",
+        ],
+    )
+}
+
 /// The GPT-2 replay of 256 × 1 ended as it must: 256 → 128 → 64 × 4, two `device_oom` deaths
 /// and a success. Returns oomguard's stderr and the run's summary.json.
 fn ended_at_64_by_4(
@@ -78,16 +92,7 @@ fn relaunch_lines(stderr: &str) -> Vec<&str> {
 #[test]
 fn the_recorded_gpt2_run_ends_at_64_by_4_without_cutting_below_half() {
     let sb = Sandbox::new();
-    let (out, batches) = replay(
-        &sb,
-        "hf-gpt2-seq1024-h200.json",
-        &[
-            "--per_device_train_batch_size",
-            "256",
-            "--gradient_accumulation_steps",
-            "1",
-        ],
-    );
+    let (out, batches) = replay_gpt2_from_256(&sb);
     let (stderr, summary) = ended_at_64_by_4(&sb, &out, &batches);
     assert_eq!(summary["final"]["batch_size"], 64);
     assert_eq!(summary["final"]["accum"], 4);
@@ -134,16 +139,7 @@ fn the_recorded_gpt2_run_beside_a_neighbour_is_still_cut_for_its_own_size() {
         util::wait_until(std::time::Duration::from_secs(30), || ready.exists()),
         "the neighbour never held its memory"
     );
-    let (out, batches) = replay(
-        &sb,
-        "hf-gpt2-seq1024-h200.json",
-        &[
-            "--per_device_train_batch_size",
-            "256",
-            "--gradient_accumulation_steps",
-            "1",
-        ],
-    );
+    let (out, batches) = replay_gpt2_from_256(&sb);
     let _ = neighbour.kill();
     let _ = neighbour.wait();
     let (stderr, summary) = ended_at_64_by_4(&sb, &out, &batches);
