@@ -6,6 +6,7 @@
 //! state (environment, current directory, signal dispositions): each passes what it needs to the
 //! command it spawns. Pure logic is tested by unit tests in src/, not here.
 
+mod attacker;
 mod util;
 
 mod classify;
