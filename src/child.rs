@@ -134,6 +134,9 @@ pub(crate) fn close_other_fds() -> io::Result<()> {
 pub struct Spawned {
     pub pid: u32,
     pub output: JobOutput,
+    /// Whether it leads a session of its own ([`leave_terminal`]): then job control stops it
+    /// with SIGSTOP, as the kernel drops a SIGTSTP to a group with no parent in its session.
+    pub own_session: bool,
 }
 
 /// Where the job's stdout and stderr can be read.
@@ -166,30 +169,24 @@ pub fn spawn(
 ) -> Result<Spawned, SpawnError> {
     let program = &launch.argv[0];
     let mut cmd = Command::new(program);
-    for key in own_namespace(std::env::vars_os()) {
-        cmd.env_remove(key);
-    }
-    if let Some(who) = &launch.run_as {
-        // Before the launch's own variables, so that an `[env]` HOME still wins.
-        cmd.env("HOME", &who.home)
-            .env("USER", &who.name)
-            .env("LOGNAME", &who.name);
-    }
+    // Before the launch's own variables, so that an `[env]` HOME still wins.
+    cmd.env_clear()
+        .envs(inherited_env(std::env::vars_os(), launch.run_as.as_ref()));
     let run_as = launch.run_as.clone();
-    // The service manager's variables are oomguard's (see crate::notify), not the job's.
-    for key in crate::notify::FOR_OOMGUARD_ONLY {
-        cmd.env_remove(key);
-    }
     // A job run as another user never gets root's terminal: from it, TIOCSTI could type into
-    // root's shell. It reads /dev/null instead.
+    // root's shell. It reads /dev/null instead, and starts a session of its own (below).
     let stdin = match &launch.run_as {
         Some(_) if std::io::IsTerminal::is_terminal(&std::io::stdin()) => Stdio::null(),
         _ => Stdio::inherit(),
     };
     cmd.args(&launch.argv[1..])
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
-        .stdin(stdin)
-        .process_group(0);
+        .stdin(stdin);
+    let own_session = launch.run_as.is_some();
+    let own_terminal = pty.is_some();
+    if !own_session {
+        cmd.process_group(0);
+    }
     let master = match pty {
         Some(Pty { master, slave }) => {
             let for_stderr = slave.try_clone().map_err(|e| {
@@ -211,6 +208,9 @@ pub fn spawn(
         cmd.pre_exec(move || {
             if let Some(fd) = &cgroup_procs {
                 crate::cgroup::JobCgroup::join_from_child(fd.as_fd())?;
+            }
+            if own_session {
+                leave_terminal(own_terminal)?;
             }
             // Before the parent-death signal: changing the uid or gid clears it. A job run as
             // another user inherits no descriptor of root's beyond its stdio.
@@ -254,17 +254,63 @@ pub fn spawn(
     Ok(Spawned {
         pid: child.id(),
         output,
+        own_session,
     })
 }
 
-/// The names among `vars` in oomguard's `OOMGUARD_` namespace. They are removed from the job's
-/// environment before the attempt's own are set: the job must see only what this attempt says
-/// (an `OOMGUARD_PREV_CAUSE` in oomguard's own environment must not reach attempt 1).
-fn own_namespace(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<OsString> {
-    vars.into_iter()
-        .map(|(key, _)| key)
-        .filter(|key| key.as_bytes().starts_with(b"OOMGUARD_"))
-        .collect()
+/// Between fork and exec, for a job or hook run as another user: a new session (its PID its
+/// session's and group's id, as `process_group(0)` would make it a group's), so it has no
+/// controlling terminal and cannot reach oomguard's with `/dev/tty` or TIOCSTI. With
+/// `own_terminal`, its stdout (the job's pseudo-terminal slave) becomes the new session's
+/// controlling terminal: the job is the foreground of a terminal that is its own.
+pub(crate) fn leave_terminal(own_terminal: bool) -> io::Result<()> {
+    nix::unistd::setsid()?;
+    if own_terminal {
+        // SAFETY: an ioctl on a descriptor we hold, with an integer argument.
+        if unsafe { nix::libc::ioctl(1, nix::libc::TIOCSCTTY, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// What a job or hook inherits of oomguard's environment `vars`. Never oomguard's own
+/// `OOMGUARD_` namespace (the job sees only what this attempt says: an `OOMGUARD_PREV_CAUSE`
+/// in oomguard's environment must not reach attempt 1) or the service manager's variables
+/// (they are oomguard's: see crate::notify). For a job run as another user (`run_as`), only
+/// [`KEPT_FOR_ANOTHER_USER`] of root's environment and that user's HOME, USER and LOGNAME:
+/// root's tokens and settings are not lent; the job file's `[env]` adds what the job needs.
+pub(crate) fn inherited_env(
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
+    run_as: Option<&RunAs>,
+) -> Vec<(OsString, OsString)> {
+    let mut kept: Vec<(OsString, OsString)> = vars
+        .into_iter()
+        .filter(|(key, _)| {
+            let key = key.as_bytes();
+            !key.starts_with(b"OOMGUARD_")
+                && !crate::notify::FOR_OOMGUARD_ONLY
+                    .iter()
+                    .any(|own| own.as_bytes() == key)
+                && (run_as.is_none() || kept_for_another_user(key))
+        })
+        .collect();
+    if let Some(who) = run_as {
+        kept.retain(|(key, _)| !matches!(key.as_bytes(), b"HOME" | b"USER" | b"LOGNAME"));
+        kept.push(("HOME".into(), who.home.clone().into_os_string()));
+        kept.push(("USER".into(), who.name.clone().into()));
+        kept.push(("LOGNAME".into(), who.name.clone().into()));
+    }
+    kept
+}
+
+/// The variables of root's environment a job or hook run as another user keeps: where programs
+/// are found, the language and the time zone, and the terminal's kind (its output goes to that
+/// terminal). Nothing else: a secret of root's (a token, a proxy password) stays root's.
+pub const KEPT_FOR_ANOTHER_USER: [&str; 5] = ["PATH", "LANG", "LANGUAGE", "TERM", "TZ"];
+
+fn kept_for_another_user(key: &[u8]) -> bool {
+    key.starts_with(b"LC_") || KEPT_FOR_ANOTHER_USER.iter().any(|k| k.as_bytes() == key)
 }
 
 fn libc_esrch() -> i32 {
@@ -624,23 +670,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_oomguard_namespace_is_removed() {
-        let vars = [
-            ("OOMGUARD_PREV_CAUSE", true),
-            ("OOMGUARD_ATTEMPT", true),
-            ("OOMGUARD_X", true),
-            ("OOMGUARD_", true),
-            ("oomguard_attempt", false),
-            ("MY_OOMGUARD_X", false),
-            ("PATH", false),
+    fn a_job_inherits_all_but_oomguards_own_and_one_of_another_user_only_the_basics() {
+        let who = RunAs {
+            name: "alice".into(),
+            uid: nix::unistd::Uid::from_raw(1000),
+            gid: nix::unistd::Gid::from_raw(1000),
+            groups: vec![],
+            home: "/home/alice".into(),
+        };
+        // (variable, kept for a job of oomguard's own user, kept for alice's)
+        let table = [
+            ("OOMGUARD_PREV_CAUSE", false, false),
+            ("OOMGUARD_", false, false),
+            ("oomguard_attempt", true, false),
+            ("MY_OOMGUARD_X", true, false),
+            ("NOTIFY_SOCKET", false, false),
+            ("WATCHDOG_USEC", false, false),
+            ("WATCHDOG_PID", false, false),
+            ("SECRET_ROOT_TOKEN", true, false),
+            ("CUDA_VISIBLE_DEVICES", true, false),
+            ("PATH", true, true),
+            ("LANG", true, true),
+            ("LC_ALL", true, true),
+            ("LC_MESSAGES", true, true),
+            ("TERM", true, true),
+            ("TZ", true, true),
+            ("HOME", true, false),
+            ("USER", true, false),
         ];
-        let removed = own_namespace(vars.iter().map(|(k, _)| (k.into(), "1".into())));
-        let want: Vec<OsString> = vars
-            .iter()
-            .filter(|(_, gone)| *gone)
-            .map(|(k, _)| k.into())
-            .collect();
-        assert_eq!(removed, want);
+        let vars = || table.iter().map(|(k, _, _)| (k.into(), "root's".into()));
+        for (run_as, column) in [(None, 1), (Some(&who), 2)] {
+            let kept: Vec<(OsString, OsString)> = inherited_env(vars(), run_as);
+            for (key, own, other) in table {
+                let want = if column == 1 { own } else { other };
+                let value = kept.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+                match (key, run_as) {
+                    ("HOME", Some(_)) => assert_eq!(value, Some(&"/home/alice".into())),
+                    ("USER", Some(_)) => assert_eq!(value, Some(&"alice".into())),
+                    _ => assert_eq!(value.is_some(), want, "{key} for {run_as:?}"),
+                }
+            }
+        }
+        let alices = inherited_env(vars(), Some(&who));
+        assert!(alices.iter().any(|(k, v)| k == "LOGNAME" && v == "alice"));
+        assert_eq!(alices.iter().filter(|(k, _)| k == "HOME").count(), 1);
     }
 
     #[test]

@@ -122,15 +122,18 @@ pub struct Occasion<'a> {
     /// exit.
     pub knobs: &'a KnobValues,
     pub run_dir: &'a Path,
+    /// The job file's `[env]`: a hook of the job sees what the job is given (for a job run as
+    /// another user, nothing else of root's environment reaches either).
+    pub job_env: &'a [(String, OsString)],
 }
 
 impl Occasion<'_> {
-    /// The hook's variables. Always all of them, empty where not known (the outcome of a
-    /// relaunch), so a `set -u` script need not test for each.
+    /// The hook's variables: the job file's `[env]`, then oomguard's, always all of them, empty
+    /// where not known (the outcome of a relaunch), so a `set -u` script need not test for each.
     pub fn env(&self) -> Vec<(String, OsString)> {
         let knobs = serde_json::to_string(self.knobs).expect("knob values are JSON values");
         let summary = self.run_dir.join("summary.json");
-        [
+        let ours = [
             ("OOMGUARD_EVENT", self.event.as_str().into()),
             (
                 "OOMGUARD_OUTCOME",
@@ -147,8 +150,8 @@ impl Occasion<'_> {
             ("OOMGUARD_SUMMARY", summary.into_os_string()),
         ]
         .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+        .map(|(k, v)| (k.to_string(), v));
+        self.job_env.iter().cloned().chain(ours).collect()
     }
 }
 
@@ -325,28 +328,29 @@ fn spawn_wrapped(
     timeout: Duration,
 ) -> std::io::Result<(Child, mpsc::Receiver<String>)> {
     let exe = std::env::current_exe()?;
+    let who = crate::principal::acting_for().cloned();
     let mut cmd = Command::new(exe);
     cmd.arg("__hook")
         .arg(timeout.as_millis().to_string())
         .arg("--")
         .args(&hook.argv)
-        // Variables of an outer oomguard are not this run's.
+        // What the job would inherit (no outer oomguard's variables, none of the service
+        // manager's, and for another user only the basics), then the hook's own.
         .env_clear()
-        .envs(std::env::vars_os().filter(|(k, _)| !k.as_encoded_bytes().starts_with(b"OOMGUARD_")))
+        .envs(crate::child::inherited_env(
+            std::env::vars_os(),
+            who.as_ref(),
+        ))
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        // Its own group: Ctrl-C at the terminal is oomguard's to handle.
-        .process_group(0);
+        .stdout(Stdio::piped());
     match log {
         Some(log) => cmd.stderr(log),
         None => cmd.stderr(Stdio::null()),
     };
-    let who = crate::principal::acting_for().cloned();
-    if let Some(who) = &who {
-        cmd.env("HOME", &who.home)
-            .env("USER", &who.name)
-            .env("LOGNAME", &who.name);
+    if who.is_none() {
+        // Its own group: Ctrl-C at the terminal is oomguard's to handle.
+        cmd.process_group(0);
     }
     // SAFETY: between fork and exec only system calls are made (no allocation: `who` was
     // cloned before the fork).
@@ -354,6 +358,8 @@ fn spawn_wrapped(
         cmd.pre_exec(move || {
             crate::child::close_other_fds()?;
             if let Some(who) = &who {
+                // Another user's hook gets no terminal of root's (see child::leave_terminal).
+                crate::child::leave_terminal(false)?;
                 crate::child::become_user(who)?;
             }
             Ok(())
@@ -531,6 +537,7 @@ mod tests {
             cause: Some(Cause::DeviceOom),
             knobs: &knobs,
             run_dir,
+            job_env: &[],
         }
         .env();
         let exit = Occasion {
@@ -540,6 +547,7 @@ mod tests {
             cause: Some(Cause::OomKilled),
             knobs: &knobs,
             run_dir,
+            job_env: &[],
         }
         .env();
         // (variable, on relaunch, on exit)

@@ -221,6 +221,17 @@ fn is_job_control_stop(signal: Signal) -> bool {
     matches!(signal, Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU)
 }
 
+/// The signal that stops the job for a job-control `signal`: the signal itself, or SIGSTOP for
+/// a job in a session of its own, whose group has no parent in its session (it is "orphaned"),
+/// so the kernel would discard a SIGTSTP, SIGTTIN or SIGTTOU it has no handler for.
+fn job_control_signal(signal: Signal, own_session: bool) -> Signal {
+    if own_session {
+        Signal::SIGSTOP
+    } else {
+        signal
+    }
+}
+
 /// Stops oomguard itself (after the job), as the default action of the job-control signal
 /// would have; a SIGCONT resumes it and is then forwarded to the job.
 fn stop_self() {
@@ -451,6 +462,9 @@ struct StartedJob {
     attempt: u32,
     /// The main process's PID, also its process group.
     pgid: u32,
+    /// Whether it leads a session of its own (a job run as another user): see
+    /// [`job_control_signal`].
+    own_session: bool,
     cgroup: Option<JobCgroup>,
     before: EvidenceBefore,
     started_at: SystemTime,
@@ -909,6 +923,7 @@ impl Supervisor {
         let pty = self.open_pty();
         let spawned = child::spawn(launch, procs_fd, pty)?;
         let pgid = spawned.pid;
+        let own_session = spawned.own_session;
         observer.started();
         if let Some(guard) = self.guard.as_mut() {
             guard.watch(Some(pgid), cgroup.as_ref().map(JobCgroup::dir));
@@ -935,6 +950,7 @@ impl Supervisor {
         Ok(StartedJob {
             attempt,
             pgid,
+            own_session,
             cgroup,
             before,
             started_at,
@@ -991,7 +1007,7 @@ impl Supervisor {
             signal if is_job_control_stop(signal) => {
                 tracing::info!("{signal}: stopping the job, then oomguard");
                 state.stopped_by_us = true;
-                child::signal_group(pgid, signal);
+                child::signal_group(pgid, job_control_signal(signal, job.own_session));
                 stop_self();
             }
             Signal::SIGCONT => {

@@ -525,6 +525,7 @@ impl<'a> Observers<'a> {
                     cause: Some(cause),
                     knobs: &knobs,
                     run_dir: run_dir.path(),
+                    job_env: &self.settings.job_context.env,
                 };
                 self.hooks
                     .start(&self.settings.hooks, &occasion, report, open_log);
@@ -539,6 +540,7 @@ impl<'a> Observers<'a> {
                     cause: last.map(|a| a.cause),
                     knobs: &last_knobs,
                     run_dir: run_dir.path(),
+                    job_env: &self.settings.job_context.env,
                 };
                 self.hooks
                     .start(&self.settings.hooks, &occasion, report, open_log);

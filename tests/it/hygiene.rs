@@ -403,6 +403,58 @@ fn ctrl_z_stops_the_job_and_oomguard_and_fg_continues_both() {
     assert_eq!(single_attempt(&sb.summary())["cause"], "interrupted");
 }
 
+/// The same for a job run as another user, which leads a session of its own (no terminal of
+/// root's to type into): Ctrl-Z still stops it, then oomguard; `fg` continues both; Ctrl-C
+/// still stops the run.
+#[test]
+fn ctrl_z_stops_a_job_run_as_another_user_in_its_own_session() {
+    if !util::is_root() {
+        eprintln!("SKIPPED ctrl_z_stops_a_job_run_as_another_user_in_its_own_session: not root (needs a second user)");
+        return;
+    }
+    let sb = Sandbox::new();
+    let job_file = sb.path("job.toml");
+    let script = "import time; print('ready', flush=True); time.sleep(120)";
+    std::fs::write(
+        &job_file,
+        format!("user = \"nobody\"\ncommand = [\"python3\", \"-c\", {script:?}]\n"),
+    )
+    .unwrap();
+    let run_dir = sb.run_dir();
+    let mut cmd = sb.oomguard(&[
+        "run",
+        "--config",
+        job_file.to_str().unwrap(),
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+    ]);
+    let mut terminal = Terminal::open();
+    terminal.attach(&mut cmd);
+    let mut run = Running::start(&sb, cmd);
+    run.expect_line("ready", PROMPT);
+    let job_pid = run.track_job();
+    let session = |pid: u32| nix::unistd::getsid(Some(nix::unistd::Pid::from_raw(pid as i32)));
+    assert_ne!(
+        session(job_pid),
+        session(run.pid()),
+        "the job shares oomguard's session"
+    );
+
+    terminal.type_keys(b"\x1a");
+    wait_state(job_pid, true, "the job");
+    wait_state(run.pid(), true, "oomguard");
+
+    run.signal(Signal::SIGCONT);
+    wait_state(run.pid(), false, "oomguard");
+    wait_state(job_pid, false, "the job");
+
+    terminal.type_keys(b"\x03");
+    let status = run.wait(PROMPT);
+    let stderr = run.stderr();
+    assert_eq!(code(status, &stderr), 128 + 2, "{stderr}");
+    assert_eq!(single_attempt(&sb.summary())["cause"], "interrupted");
+}
+
 /// A job that reads the terminal from its own (background) process group is stopped by the
 /// kernel (SIGTTIN): the user is told why, and a stop request still ends it without waiting
 /// out --grace (SIGTERM, then SIGCONT so it can act on it).

@@ -9,7 +9,8 @@ use crate::attacker::*;
 use crate::util;
 
 use std::os::unix::fs::{symlink, MetadataExt};
-use std::process::Command;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use util::{bin, stderr_of, wait_until};
@@ -609,4 +610,150 @@ fn a_job_name_in_a_users_file_never_reaches_another_users_job_memory() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert_eq!(read(&bobs), "{}\n", "bob's job memory was touched");
     assert!(jobs.join("nobody.bobs-job.json").exists());
+}
+
+/// Second round, 0. A job and a hook run as another user cannot type into the terminal of the
+/// root who started oomguard: each starts in a session of its own, with no controlling terminal
+/// of root's (the job's pseudo-terminal, when it has one, is its own). The attacker is nobody's
+/// job and hook, each opening `/dev/tty` and pushing a command with TIOCSTI; the terminal is
+/// a real pseudo-terminal, root's oomguard's controlling one, and what reached its input is read
+/// back: nothing may have.
+#[test]
+fn a_job_run_as_another_user_cannot_type_into_roots_terminal() {
+    let Some(w) = World::new("a_job_run_as_another_user_cannot_type_into_roots_terminal") else {
+        return;
+    };
+    let dir = w.path("nobody");
+    let typer = w.nobody_file(
+        &dir.join("typer.py"),
+        "import fcntl, os, sys, termios\n\
+         out = []\n\
+         try:\n    fd = os.open('/dev/tty', os.O_RDWR)\n    out.append('tty open')\n\
+         \x20   try:\n        for ch in b'echo typed-by-the-job\\n':\n            fcntl.ioctl(fd, termios.TIOCSTI, bytes([ch]))\n        out.append('tiocsti done')\n\
+         \x20   except OSError as e:\n        out.append('tiocsti refused %d' % e.errno)\n\
+         except OSError as e:\n    out.append('tty none %d' % e.errno)\n\
+         open(sys.argv[1], 'w').write('\\n'.join(out) + '\\n')\n",
+    );
+    for (case, stdout_on_terminal) in [("pipes", false), ("pty", true)] {
+        let said = |who: &str| dir.join(format!("{case}-{who}"));
+        let hook = format!("python3 {} {}", typer.display(), said("hook").display());
+        let job = w.nobody_file(
+            &dir.join(format!("{case}.toml")),
+            &format!(
+                "user = \"nobody\"\ncommand = {}\n[run]\non_exit = [{hook:?}]\n",
+                toml_list(&[
+                    "python3",
+                    typer.to_str().unwrap(),
+                    said("job").to_str().unwrap()
+                ])
+            ),
+        );
+        let (terminal, slave) = util::test_pty(24, 80);
+        let mut cmd = w.oomguard(&["--config", job.to_str().unwrap()]);
+        cmd.stdin(slave.try_clone().unwrap());
+        if stdout_on_terminal {
+            cmd.stdout(slave.try_clone().unwrap());
+        }
+        // SAFETY: two system calls between fork and exec. oomguard leads a session whose
+        // controlling terminal is the test's, as a shell's command would.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::unistd::setsid()?;
+                if nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
+        assert!(
+            wait_until(Duration::from_secs(60), || child
+                .try_wait()
+                .unwrap()
+                .is_some()),
+            "{case}: oomguard still runs"
+        );
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{case}: {}", stderr_of(&out));
+        // What the job and the hook could do: the job with a pseudo-terminal of its own may
+        // reach that one; neither reaches root's.
+        let job_saw = read(&said("job"));
+        let hook_saw = read(&said("hook"));
+        assert!(
+            hook_saw.starts_with("tty none"),
+            "{case}: the hook reached a terminal: {hook_saw}"
+        );
+        if !stdout_on_terminal {
+            assert!(
+                job_saw.starts_with("tty none"),
+                "{case}: the job reached a terminal: {job_saw}"
+            );
+        }
+        // Root's terminal's input: a line typed into it would be readable now.
+        nix::fcntl::fcntl(
+            std::os::fd::AsRawFd::as_raw_fd(&slave),
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )
+        .unwrap();
+        let mut typed = [0u8; 256];
+        let got = nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&slave), &mut typed);
+        assert_eq!(
+            got,
+            Err(nix::errno::Errno::EAGAIN),
+            "{case}: the job typed into root's terminal: {:?} (job: {job_saw}, hook: {hook_saw})",
+            got.map(|n| String::from_utf8_lossy(&typed[..n]).into_owned())
+        );
+        drop(terminal);
+    }
+}
+
+/// Second round, 8. Root's environment is not lent: a job and its hooks run as another user
+/// start from a clean environment (that user's HOME, USER and LOGNAME, root's PATH, LANG, LC_*,
+/// TERM and TZ, and the job file's `[env]`), and neither gets the service manager's variables.
+#[test]
+fn a_job_and_its_hooks_run_as_another_user_get_none_of_roots_environment() {
+    let Some(w) =
+        World::new("a_job_and_its_hooks_run_as_another_user_get_none_of_roots_environment")
+    else {
+        return;
+    };
+    let dir = w.path("nobody");
+    let dump = w.nobody_file(
+        &dir.join("dump.py"),
+        "import os, sys\nopen(sys.argv[1], 'w').write(''.join('%s=%s\\n' % kv for kv in sorted(os.environ.items())))\n",
+    );
+    let said = |who: &str| dir.join(format!("env-{who}"));
+    let hook = format!("python3 {} {}", dump.display(), said("hook").display());
+    let job = w.nobody_file(
+        &dir.join("job.toml"),
+        &format!(
+            "user = \"nobody\"\ncommand = {}\n[env]\nJOBS_OWN = \"from the job file\"\n[run]\non_exit = [{hook:?}]\n",
+            toml_list(&["python3", dump.to_str().unwrap(), said("job").to_str().unwrap()])
+        ),
+    );
+    let out = w
+        .oomguard(&["--config", job.to_str().unwrap()])
+        .env("SECRET_ROOT_TOKEN", "root's secret")
+        .env("NOTIFY_SOCKET", w.path("no-such-socket"))
+        .env("WATCHDOG_USEC", "100000000")
+        .env("LANG", "C.UTF-8")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let home = nix::unistd::User::from_uid(NOBODY.into())
+        .unwrap()
+        .unwrap()
+        .dir;
+    for who in ["job", "hook"] {
+        let env = read(&said(who));
+        let has = |line: &str| env.lines().any(|l| l == line);
+        let named = |name: &str| env.lines().any(|l| l.starts_with(&format!("{name}=")));
+        for secret in ["SECRET_ROOT_TOKEN", "NOTIFY_SOCKET", "WATCHDOG_USEC"] {
+            assert!(!named(secret), "the {who} got root's {secret}:\n{env}");
+        }
+        assert!(has(&format!("HOME={}", home.display())), "{who}:\n{env}");
+        assert!(has("USER=nobody") && has("LOGNAME=nobody"), "{who}:\n{env}");
+        assert!(has("LANG=C.UTF-8") && named("PATH"), "{who}:\n{env}");
+        assert!(has("JOBS_OWN=from the job file"), "{who}:\n{env}");
+    }
 }
