@@ -11,7 +11,6 @@ use std::fs::File;
 use std::io::{self, BufRead, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
@@ -34,6 +33,14 @@ pub enum SpawnError {
     NotFound(String),
     #[error("command not executable: {0} (check its permissions: chmod +x)")]
     NotExecutable(String),
+    #[error(
+        "command not found as user {1}: {0} (the job runs as {1}: give a path that user can reach)"
+    )]
+    NotFoundFor(String, String),
+    #[error(
+        "command not executable by user {1}: {0} (the job runs as {1}: check its permissions)"
+    )]
+    NotExecutableFor(String, String),
     #[error("cannot run {0}: the interpreter on its first `#!` line was not found")]
     BadInterpreter(String),
     #[error("cannot prepare the attempt: {0}")]
@@ -45,8 +52,9 @@ pub enum SpawnError {
 impl SpawnError {
     pub fn exit_code(&self) -> i32 {
         match self {
-            SpawnError::NotFound(_) => 127,
+            SpawnError::NotFound(_) | SpawnError::NotFoundFor(..) => 127,
             SpawnError::NotExecutable(_)
+            | SpawnError::NotExecutableFor(..)
             | SpawnError::BadInterpreter(_)
             | SpawnError::Other { .. } => 126,
             SpawnError::Setup(_) => crate::EXIT_INTERNAL,
@@ -54,8 +62,36 @@ impl SpawnError {
     }
 }
 
+/// [`resolve_program`] as `who` would find it (a job file's `user`, when oomguard is root): with
+/// that user's filesystem identity, so root's lookup never tells anyone whether a file exists
+/// where they cannot look (a program in `/root` is "not found" for them either way).
+pub fn resolve_program_for(
+    program: impl AsRef<OsStr>,
+    path_var: Option<&OsStr>,
+    who: Option<&RunAs>,
+) -> Result<PathBuf, SpawnError> {
+    let mut found = None;
+    crate::principal::as_recorded(who, || {
+        found = Some(resolve_program(program.as_ref(), path_var));
+        Ok(())
+    })
+    .map_err(|e| SpawnError::Setup(e.to_string()))?;
+    let user = |e: SpawnError| match (e, who) {
+        (SpawnError::NotFound(program), Some(who)) => {
+            SpawnError::NotFoundFor(program, who.name.clone())
+        }
+        (SpawnError::NotExecutable(program), Some(who)) => {
+            SpawnError::NotExecutableFor(program, who.name.clone())
+        }
+        (e, _) => e,
+    };
+    found.expect("the lookup ran").map_err(user)
+}
+
 /// Finds the program a launch would run, the way execvp(3) would, so a typo is reported before
-/// anything is created or started.
+/// anything is created or started. Whether it may be run is the kernel's answer for the
+/// current filesystem identity (`faccessat` with `AT_EACCESS`), so ACLs count and, inside
+/// [`crate::principal::as_user`], the user's rights are checked rather than root's.
 pub fn resolve_program(
     program: impl AsRef<OsStr>,
     path_var: Option<&OsStr>,
@@ -72,9 +108,7 @@ pub fn resolve_program(
     let mut not_executable = None;
     for candidate in candidates {
         match std::fs::metadata(&candidate) {
-            Ok(meta) if meta.is_file() && meta.permissions().mode() & 0o111 != 0 => {
-                return Ok(candidate)
-            }
+            Ok(meta) if meta.is_file() && may_execute(&candidate) => return Ok(candidate),
             Ok(_) => {
                 not_executable.get_or_insert(candidate);
             }
@@ -85,6 +119,18 @@ pub fn resolve_program(
         Some(path) => Err(SpawnError::NotExecutable(path.display().to_string())),
         None => Err(SpawnError::NotFound(program.to_string_lossy().into_owned())),
     }
+}
+
+/// Whether the kernel would let this process's filesystem identity execute `path`.
+fn may_execute(path: &Path) -> bool {
+    use nix::unistd::{faccessat, AccessFlags};
+    faccessat(
+        None,
+        path,
+        AccessFlags::X_OK,
+        nix::fcntl::AtFlags::AT_EACCESS,
+    )
+    .is_ok()
 }
 
 /// What to start for one attempt.

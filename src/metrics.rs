@@ -28,13 +28,18 @@ pub struct MetricsPlan {
 
 impl MetricsPlan {
     /// Checks the flags as given; the port is bound later, by [`Exporter::start`], still before
-    /// anything starts.
+    /// anything starts. `addr_is_users`: the address was chosen by a job file its user could
+    /// write, so root listens only where that user could (see [`users_port`]).
     pub fn new(
         addr: Option<&str>,
+        addr_is_users: bool,
         textfile: Option<&Path>,
         textfile_is_users: bool,
     ) -> Result<MetricsPlan, String> {
         let addr = addr.map(parse_addr).transpose()?;
+        if let Some(addr) = addr.filter(|_| addr_is_users) {
+            users_port(addr, unprivileged_port_start())?;
+        }
         let checked = textfile
             .map(|path| check_textfile(path, textfile_is_users))
             .transpose()?;
@@ -65,6 +70,27 @@ pub fn parse_addr(text: &str) -> Result<SocketAddr, String> {
         return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
     }
     trimmed.parse::<SocketAddr>().map_err(|_| bad())
+}
+
+/// Refuses an address a job file's user could not listen on alone: a privileged port (below
+/// `unprivileged_start`, the kernel's `net.ipv4.ip_unprivileged_port_start`; 0, any free port,
+/// is anyone's). Root binding it for them would lend them root's right.
+fn users_port(addr: SocketAddr, unprivileged_start: u16) -> Result<(), String> {
+    let port = addr.port();
+    if port == 0 || port >= unprivileged_start {
+        return Ok(());
+    }
+    Err(format!(
+        "metrics_addr {addr}: port {port} is privileged (below net.ipv4.ip_unprivileged_port_start = {unprivileged_start}), and the job file's user could not listen there alone: use a port from {unprivileged_start} up (e.g. 9184)"
+    ))
+}
+
+/// `net.ipv4.ip_unprivileged_port_start`, or the kernel's default (1024) where it cannot be read.
+fn unprivileged_port_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(1024)
 }
 
 /// `--metrics-textfile`: its directory must exist (node_exporter's textfile directory is made
@@ -577,6 +603,35 @@ fn respond(head: &[u8], render: impl FnOnce() -> String) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_users_job_file_gets_only_the_ports_its_user_could_bind() {
+        let any = |port| SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
+        // (port, unprivileged start, allowed)
+        let table = [
+            (81, 1024, false),
+            (1023, 1024, false),
+            (1024, 1024, true),
+            (9184, 1024, true),
+            (0, 1024, true),
+            (81, 80, true),
+            (79, 80, false),
+            (443, 0, true),
+        ];
+        for (port, start, allowed) in table {
+            let said = users_port(any(port), start);
+            assert_eq!(
+                said.is_ok(),
+                allowed,
+                "port {port}, start {start}: {said:?}"
+            );
+        }
+        let said = users_port(any(81), 1024).unwrap_err();
+        assert!(
+            said.contains("port 81 is privileged") && said.contains("from 1024 up"),
+            "{said}"
+        );
+    }
 
     #[test]
     fn addresses() {

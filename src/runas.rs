@@ -34,6 +34,17 @@ pub struct JobContext {
 }
 
 impl JobContext {
+    /// The PATH the job's programs are found with: the job file's `[env]` PATH, else oomguard's
+    /// (which a job run as another user keeps: see [`crate::child::inherited_env`]).
+    pub fn path_var(&self) -> Option<std::ffi::OsString> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(name, _)| name == "PATH")
+            .map(|(_, value)| value.clone())
+            .or_else(|| std::env::var_os("PATH"))
+    }
+
     /// Checks the job part of the file at `path` against this machine: the workdir exists,
     /// the user and group exist and may be switched to, and (as root) the file is trusted.
     /// Each error is one line naming the file, and where it can, the line.
@@ -57,12 +68,34 @@ impl JobContext {
             file.parent().unwrap_or(Path::new("/")).to_path_buf()
         };
         let file_dir = file_dir.as_path();
+        let euid = Uid::effective();
+        let (run_as, group_is_users) = identity(job, euid).map_err(|e| e.to_string())?;
         let workdir = match &job.workdir {
             None => None,
             Some(dir) => {
                 let joined = file_dir.join(&dir.value);
-                match std::fs::canonicalize(&joined) {
-                    Ok(real) if real.is_dir() => Some(real),
+                // Looked up as the job's user: what root alone can see is not described to
+                // them (a directory they cannot reach reads the same whether it exists or not).
+                let looked = crate::principal::as_recorded(run_as.as_ref(), || {
+                    let real = std::fs::canonicalize(&joined)?;
+                    Ok(std::fs::metadata(&real)?.is_dir().then_some(real))
+                });
+                match (looked, &run_as) {
+                    (Ok(Some(real)), _) => Some(real),
+                    (Err(e), Some(who)) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                        return Err(job
+                            .error(
+                                dir.line,
+                                format!(
+                                    "cannot enter the job file's workdir {:?} ({}) as user {}: {e}",
+                                    dir.value,
+                                    joined.display(),
+                                    who.name
+                                ),
+                                "give a directory that user can reach",
+                            )
+                            .to_string())
+                    }
                     _ => {
                         return Err(job
                             .error(
@@ -79,8 +112,6 @@ impl JobContext {
                 }
             }
         };
-        let euid = Uid::effective();
-        let (run_as, group_is_users) = identity(job, euid).map_err(|e| e.to_string())?;
         let mut warnings = Vec::new();
         let mut file_writers = Writers::Root;
         if euid.is_root() {

@@ -43,8 +43,13 @@ use prepare::Ready;
 pub fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error> {
     prepare::enter_job_context(&settings, &report)?;
     prepare::places_as_whom(&mut settings)?;
-    let path_var = std::env::var_os("PATH");
-    crate::child::resolve_program(&settings.command[0], path_var.as_deref())?;
+    // Found as the job will be: with its PATH, and as its user (see child::resolve_program_for).
+    let context = &settings.job_context;
+    crate::child::resolve_program_for(
+        &settings.command[0],
+        context.path_var().as_deref(),
+        context.run_as.as_ref(),
+    )?;
     if let Some(cause) = settings.dry_run {
         print!("{}", crate::dry_run::plan(&settings, cause));
         return Ok(0);

@@ -91,15 +91,20 @@ fn hooks_of(
     on_exit: &[String],
     on_relaunch: &[String],
     timeout: Duration,
+    context: &crate::runas::JobContext,
 ) -> Result<crate::hooks::Hooks, UsageError> {
-    let path_var = std::env::var_os("PATH");
+    let path_var = context.path_var();
     let parse = |flag: &str, texts: &[String]| -> Result<Vec<crate::hooks::Hook>, UsageError> {
         texts
             .iter()
             .map(|text| {
                 let hook = crate::hooks::Hook::parse(flag, text).map_err(UsageError::Hook)?;
-                crate::child::resolve_program(&hook.argv[0], path_var.as_deref())
-                    .map_err(|e| UsageError::Hook(format!("{flag} {text:?}: {e}")))?;
+                crate::child::resolve_program_for(
+                    &hook.argv[0],
+                    path_var.as_deref(),
+                    context.run_as.as_ref(),
+                )
+                .map_err(|e| UsageError::Hook(format!("{flag} {text:?}: {e}")))?;
                 Ok(hook)
             })
             .collect()
@@ -145,6 +150,7 @@ impl RunArgs {
         let run_dir_is_users = users_path("run_dir");
         let state_dir_is_users = users_path("state_dir");
         let textfile_is_users = users_path("metrics_textfile");
+        let addr_is_users = users_path("metrics_addr");
         let cwd = job_context
             .workdir
             .clone()
@@ -166,10 +172,16 @@ impl RunArgs {
         let mut job = self.job_settings(&knobs, &cwd, &job_context)?;
         job.state_dir_is_users = state_dir_is_users;
         let resume = self.resume(&knobs)?;
-        let hooks = hooks_of(&self.on_exit, &self.on_relaunch, self.hook_timeout)?;
+        let hooks = hooks_of(
+            &self.on_exit,
+            &self.on_relaunch,
+            self.hook_timeout,
+            &job_context,
+        )?;
         self.check_limits()?;
         let metrics = crate::metrics::MetricsPlan::new(
             self.metrics_addr.as_deref(),
+            addr_is_users,
             self.metrics_textfile.as_deref(),
             textfile_is_users,
         )

@@ -10,6 +10,7 @@ use crate::util;
 
 use std::os::unix::fs::{symlink, MetadataExt};
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -756,4 +757,98 @@ fn a_job_and_its_hooks_run_as_another_user_get_none_of_roots_environment() {
         assert!(has("LANG=C.UTF-8") && named("PATH"), "{who}:\n{env}");
         assert!(has("JOBS_OWN=from the job file"), "{who}:\n{env}");
     }
+}
+
+/// Second round, 5. What exists in a directory only root can read is not told to a job file's
+/// user: the command and the workdir are looked up as that user, so a file that is there and
+/// one that is not give the same exit code and the same words.
+#[test]
+fn a_job_file_cannot_probe_for_files_in_roots_directories() {
+    let Some(w) = World::new("a_job_file_cannot_probe_for_files_in_roots_directories") else {
+        return;
+    };
+    let dir = w.path("nobody");
+    let there = w.root_file("there", "#!/bin/sh\nexit 0\n");
+    chmod(&there, 0o755);
+    std::fs::create_dir(w.root_only().join("there-dir")).unwrap();
+    chmod(&w.root_only().join("there-dir"), 0o777);
+    let answer = |name: &str, text: &str| {
+        let job = w.nobody_file(&dir.join(format!("{name}.toml")), text);
+        let out = w.run(&["--config", job.to_str().unwrap()]);
+        (out.status.code(), stderr_of(&out))
+    };
+    let command = |path: &Path| format!("user = \"nobody\"\ncommand = [{:?}]\n", path);
+    let workdir = |path: &Path| {
+        format!(
+            "user = \"nobody\"\nworkdir = {:?}\ncommand = [\"true\"]\n",
+            path
+        )
+    };
+    let root = w.root_only();
+    let cases = [
+        ("command", command(&there), command(&root.join("not-there"))),
+        (
+            "workdir",
+            workdir(&root.join("there-dir")),
+            workdir(&root.join("not-there-dir")),
+        ),
+    ];
+    for (what, exists, missing) in cases {
+        let (code_there, said_there) = answer(&format!("{what}-1"), &exists);
+        let (code_missing, said_missing) = answer(&format!("{what}-2"), &missing);
+        assert_ne!(
+            code_there,
+            Some(0),
+            "{what}: root's file ran for nobody: {said_there}"
+        );
+        assert_eq!(
+            code_there, code_missing,
+            "{what}: the exit code tells:\n{said_there}\n{said_missing}"
+        );
+        let blank = |said: &str| {
+            said.replace(&format!("{what}-2.toml"), "FILE")
+                .replace(&format!("{what}-1.toml"), "FILE")
+                .replace("not-there-dir", "NAME")
+                .replace("there-dir", "NAME")
+                .replace("not-there", "NAME")
+                .replace("there", "NAME")
+        };
+        assert_eq!(
+            blank(&said_there),
+            blank(&said_missing),
+            "{what}: the words tell whether root's file exists"
+        );
+        assert!(
+            said_there.contains("nobody"),
+            "{what}: the message does not name the user: {said_there}"
+        );
+    }
+}
+
+/// Second round, 4. A job file its user could write has root listen only where that user
+/// could: a privileged port is refused (nobody alone gets EACCES), before anything starts.
+#[test]
+fn a_users_job_file_never_has_root_bind_a_privileged_port() {
+    let Some(w) = World::new("a_users_job_file_never_has_root_bind_a_privileged_port") else {
+        return;
+    };
+    let dir = w.path("nobody");
+    let ran = dir.join("ran");
+    let job = w.nobody_file(
+        &dir.join("job.toml"),
+        &format!(
+            "user = \"nobody\"\ncommand = {}\n[run]\nmetrics_addr = \"127.0.0.1:81\"\n",
+            toml_list(&["touch", ran.to_str().unwrap()])
+        ),
+    );
+    let out = w.run(&["--config", job.to_str().unwrap()]);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("port 81 is privileged"), "{stderr}");
+    assert!(!ran.exists(), "the job started");
+    // The port stays as it was: nobody listens there (no listener, or not oomguard's).
+    assert!(
+        std::net::TcpStream::connect("127.0.0.1:81").is_err(),
+        "something listens on 127.0.0.1:81"
+    );
 }
