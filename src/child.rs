@@ -370,10 +370,54 @@ pub fn signal_group(pgid: u32, signal: Signal) -> bool {
     target(pgid).is_some_and(|pgid| killpg(pgid, signal).is_ok())
 }
 
-/// Sends `signal` to one process. Returns false when it is gone, and for a PID that names no
-/// single process: 0 (our own group), 1 (init), above `i32::MAX` (a group, or -1: everything).
-pub fn signal_pid(pid: u32, signal: Signal) -> bool {
-    target(pid).is_some_and(|pid| nix::sys::signal::kill(pid, signal).is_ok())
+/// Sends `signal` to each of `pids`, the job's processes as listed a moment ago (our
+/// descendants), each only while it still is one: its parent is oomguard or another of
+/// `pids`. Through a pidfd, so a process that ended after the listing, and whose number the
+/// kernel gave to someone else's process, is never signalled (as root, that could be anyone's).
+pub fn signal_processes(pids: &[u32], signal: Signal) {
+    signal_processes_of(pids, pids, signal);
+}
+
+/// [`signal_processes`] for `pids` among the job's processes `all` (whose children they may be).
+pub fn signal_processes_of(pids: &[u32], all: &[u32], signal: Signal) {
+    let me = std::process::id();
+    for &pid in pids {
+        signal_if(pid, signal, |parent| parent == me || all.contains(&parent));
+    }
+}
+
+/// Sends `signal` to the process now numbered `pid` if `ours(its parent's PID)`. The pidfd
+/// opened first pins that process: the parent read afterwards is its own or, if it has ended
+/// since, the signal goes nowhere (ESRCH). Without pidfds (Linux before 5.3) a plain kill.
+fn signal_if(pid: u32, signal: Signal, ours: impl Fn(u32) -> bool) -> bool {
+    let Some(target) = target(pid) else {
+        return false;
+    };
+    // SAFETY: a system call on integers; the descriptor it returns is owned below.
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, target.as_raw(), 0) };
+    if fd < 0 {
+        return Errno::last() == Errno::ENOSYS && nix::sys::signal::kill(target, signal).is_ok();
+    }
+    // SAFETY: `fd` was just returned by the kernel and nothing else owns it.
+    let pidfd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    let parent = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| crate::liveness::stat_fields(&stat).get(1)?.parse().ok());
+    if !parent.is_some_and(ours) {
+        return false;
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: a system call on a descriptor we own, a signal number and a null siginfo.
+    let rc = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal as i32,
+            std::ptr::null::<nix::libc::siginfo_t>(),
+            0,
+        )
+    };
+    rc == 0
 }
 
 /// A PID or pgid as the kernel's signal calls take it, or `None` where those calls would hit
@@ -971,6 +1015,27 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&config).unwrap(), original);
     }
 
+    /// A process is signalled only while its parent is one the caller counts as the job's; the
+    /// one still at the listed number is the one signalled.
+    #[test]
+    fn only_a_process_whose_parent_is_ours_is_signalled() {
+        let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = sleeper.id();
+        assert!(!signal_if(pid, Signal::SIGKILL, |_| false));
+        assert_eq!(
+            sleeper.try_wait().unwrap(),
+            None,
+            "signalled though not ours"
+        );
+        // Its parent is this process: oomguard's place in signal_processes.
+        signal_processes(&[pid], Signal::SIGKILL);
+        let status = sleeper.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
+        );
+    }
+
     #[test]
     fn signals_only_single_targets() {
         let table = [
@@ -987,7 +1052,7 @@ mod tests {
         }
         assert!(!signal_group(0, Signal::SIGKILL));
         assert!(!signal_group(1, Signal::SIGKILL));
-        assert!(!signal_pid(u32::MAX, Signal::SIGKILL));
+        assert!(!signal_if(u32::MAX, Signal::SIGKILL, |_| true));
     }
 
     #[test]

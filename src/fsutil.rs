@@ -21,15 +21,24 @@ pub const SMALL_FILE_MAX_BYTES: u64 = 64 << 20;
 /// Opens `path` for reading, refused unless it is a regular file (symlinks followed): the open
 /// does not wait for a FIFO's writer, and a FIFO, device or directory there is an
 /// `InvalidInput` error saying what it is. A missing file stays `NotFound`.
+///
+/// The file's type is checked before it is opened for reading: the first open is `O_PATH`,
+/// which does nothing to what it names (a device's driver is never called, a tape never
+/// rewound), and the regular file found is then opened through that very handle
+/// (`/proc/self/fd/N`), so what is read is what was checked even if the name is swapped.
 pub fn open_regular(path: &Path) -> io::Result<File> {
-    let file = std::fs::OpenOptions::new()
+    let handle = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(nix::libc::O_NONBLOCK)
+        .custom_flags(nix::libc::O_PATH)
         .open(path)?;
-    let kind = file.metadata()?.file_type();
+    let kind = handle.metadata()?.file_type();
     if kind.is_file() {
+        use std::os::fd::AsRawFd;
         // Reads of a regular file never wait: O_NONBLOCK changes nothing for them.
-        return Ok(file);
+        return std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(format!("/proc/self/fd/{}", handle.as_raw_fd()));
     }
     use std::os::unix::fs::FileTypeExt;
     let what = if kind.is_fifo() {
@@ -203,6 +212,36 @@ mod tests {
         }
         let missing = read_regular_capped(&dir.path().join("missing"), 1).unwrap_err();
         assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+    }
+
+    /// What is not a regular file is never opened for reading: inotify sees no open of a FIFO
+    /// (or of a device: the same path) that is refused.
+    #[test]
+    fn what_is_refused_is_never_opened() {
+        use nix::libc;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, "x").unwrap();
+        // SAFETY: plain system calls on descriptors this test owns.
+        let opens = |path: &Path, open: &dyn Fn()| unsafe {
+            let fd = libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC);
+            assert!(fd >= 0);
+            let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+            assert!(libc::inotify_add_watch(fd, name.as_ptr(), libc::IN_OPEN) >= 0);
+            open();
+            let mut buf = [0u8; 4096];
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            libc::close(fd);
+            n > 0
+        };
+        assert!(
+            !opens(&fifo, &|| assert!(open_regular(&fifo).is_err())),
+            "the FIFO was opened before it was refused"
+        );
+        // The watch does see a real open: the test can fail.
+        assert!(opens(&plain, &|| assert!(open_regular(&plain).is_ok())));
     }
 
     #[test]

@@ -706,9 +706,7 @@ impl Supervisor {
     /// Sends `signal` to the group and to every descendant outside it (a job may `setsid`).
     fn signal_all(&self, pgid: u32, signal: Signal) {
         child::signal_group(pgid, signal);
-        for pid in self.job_processes() {
-            child::signal_pid(pid, signal);
-        }
+        child::signal_processes(&self.job_processes(), signal);
     }
 
     /// The Slurm steps of the job's live `srun`s, asking `scontrol` about sruns not seen before
@@ -807,11 +805,11 @@ impl Supervisor {
             return;
         }
         slurm::signal_steps(&steps, signal);
-        for pid in self.job_processes() {
-            if !sruns.contains(&pid) {
-                child::signal_pid(pid, signal);
-                child::signal_pid(pid, Signal::SIGCONT);
-            }
+        let all = self.job_processes();
+        let others: Vec<u32> = all.iter().copied().filter(|p| !sruns.contains(p)).collect();
+        for signal in [signal, Signal::SIGCONT] {
+            // An srun is not signalled, but its children are still the job's.
+            child::signal_processes_of(&others, &all, signal);
         }
     }
 
