@@ -484,6 +484,7 @@ mod tests {
             fit_attempt: Some(2),
             fit_knobs: Vec::new(),
             timeline,
+            samples_note: None,
         }
     }
 

@@ -35,6 +35,9 @@ impl RunReport {
                 self.run_dir
             )),
         );
+        if let Some(note) = &self.samples_note {
+            let _ = writeln!(out, "<p>{}</p>", escape(note));
+        }
         out.push_str(&self.svg());
         out.push_str("\n<table>\n<tr>");
         for (i, c) in COLUMNS.iter().enumerate() {
@@ -120,8 +123,10 @@ fn for_chart(dir: &Path, summary_text: &str) -> Result<RunReport, String> {
         return from_summary(dir, summary_text);
     };
     let mut rows = ChartRows::new(first, (last + 1.0 - first) / CHART_COLUMNS);
-    read_samples(dir, |row| rows.push(row));
-    Ok(build(dir, summary, &rows.finish()))
+    let read = read_samples(dir, |row| rows.push(row));
+    let mut report = build(dir, summary, &rows.finish());
+    report.samples_note = read.note();
+    Ok(report)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod html;
 pub mod samples;
 
 use std::fmt::Write as _;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -84,6 +85,10 @@ pub struct RunReport {
     /// The knob values of that attempt: what fit.
     pub fit_knobs: Vec<KnobValue>,
     pub timeline: Vec<TimelinePoint>,
+    /// What of samples.csv was not read (lines too long skipped, the read stopped at a cap), so
+    /// the timeline and chart are known to be partial; absent when every row was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples_note: Option<String>,
 }
 
 /// summary.json as this module reads it: only the fields it shows, unknown ones ignored.
@@ -150,13 +155,25 @@ pub fn load(dir: &Path) -> Result<RunReport, ReportError> {
     })
 }
 
+/// The most samples.csv rows a report holds (its `--json` timeline lists each): two weeks at
+/// `--interval 1s`, about 150 MiB in memory. Past it the timeline stops, with a note.
+pub const TIMELINE_ROWS_MAX: usize = 1_200_000;
+
 /// A report from summary.json's text (read from `dir` or handed over by the run that holds it)
-/// and `dir`'s samples.csv, every row of it.
+/// and `dir`'s samples.csv, every row of it up to [`TIMELINE_ROWS_MAX`].
 fn from_summary(dir: &Path, summary_text: &str) -> Result<RunReport, String> {
     let summary: SummaryIn = serde_json::from_str(summary_text).map_err(|e| e.to_string())?;
     let mut samples = Vec::new();
-    read_samples(dir, |row| samples.push(row));
-    Ok(build(dir, summary, &samples))
+    let read = read_samples(dir, |row| {
+        if samples.len() >= TIMELINE_ROWS_MAX {
+            return ControlFlow::Break(());
+        }
+        samples.push(row);
+        ControlFlow::Continue(())
+    });
+    let mut report = build(dir, summary, &samples);
+    report.samples_note = read.note();
+    Ok(report)
 }
 
 fn knob_list(values: &KnobValues) -> Vec<KnobValue> {
@@ -260,6 +277,7 @@ fn build(dir: &Path, summary: SummaryIn, samples: &[Row]) -> RunReport {
         fit_knobs: fit.map(|a| knob_list(&a.knobs)).unwrap_or_default(),
         attempts,
         timeline,
+        samples_note: None,
     }
 }
 
@@ -407,6 +425,9 @@ impl RunReport {
             );
         }
         out.push('\n');
+        if let Some(note) = &self.samples_note {
+            let _ = writeln!(out, "note: {note}");
+        }
         let _ = writeln!(out, "{}", self.result_line());
         out
     }
