@@ -153,7 +153,9 @@ fn bounded_line(
     max_bytes: usize,
 ) -> std::io::Result<Line> {
     line.clear();
-    let bound = u64::try_from(max_bytes).unwrap_or(u64::MAX).saturating_add(1);
+    let bound = u64::try_from(max_bytes)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
     if (&mut *input).take(bound).read_until(b'\n', line)? == 0 {
         return Ok(Line::End);
     }
@@ -409,9 +411,9 @@ mod tests {
         for (csv, i, want) in table {
             let mut rows = Vec::new();
             parse_samples(csv.as_bytes(), |row| {
-            rows.push(row);
-            ControlFlow::Continue(())
-        });
+                rows.push(row);
+                ControlFlow::Continue(())
+            });
             let p = rows[i].point;
             let got = (
                 p.gpu_bytes,
@@ -445,12 +447,24 @@ mod tests {
         let table: [(String, u64, Vec<u32>, u64, bool); 6] = [
             (format!("{good}2.0,2\n"), 1 << 20, vec![1, 2], 0, false),
             // A line longer than the bound, whole or without its newline, is skipped.
-            (format!("{good}{long}\n3.0,3\n"), 1 << 20, vec![1, 3], 1, false),
+            (
+                format!("{good}{long}\n3.0,3\n"),
+                1 << 20,
+                vec![1, 3],
+                1,
+                false,
+            ),
             (format!("{good}{long}"), 1 << 20, vec![1], 1, false),
             // A row without its newline is not whole (still being written, or cut).
             (format!("{good}2.0,22"), 1 << 20, vec![1], 0, false),
             // The cap falls inside the third row: it is not taken as `2.0,2`.
-            (format!("{good}2.0,23\n"), good.len() as u64 + 5, vec![1], 0, true),
+            (
+                format!("{good}2.0,23\n"),
+                good.len() as u64 + 5,
+                vec![1],
+                0,
+                true,
+            ),
             // The cap at the file's end cuts nothing.
             (good.to_string(), good.len() as u64, vec![1], 0, false),
         ];
@@ -459,7 +473,11 @@ mod tests {
             let got: Vec<u32> = rows.iter().map(|r| r.point.attempt).collect();
             let what = &csv[..csv.len().min(40)];
             assert_eq!(got, attempts, "{what}");
-            assert_eq!((read.too_long, read.cut_at_bytes), (too_long, cut), "{what}");
+            assert_eq!(
+                (read.too_long, read.cut_at_bytes),
+                (too_long, cut),
+                "{what}"
+            );
             assert_eq!(read.note().is_some(), too_long > 0 || cut, "{what}");
         }
         // Not text: that row alone is skipped.
