@@ -66,8 +66,11 @@ impl RunReport {
     }
 }
 
-/// Text for HTML element content and attributes.
+/// Text for HTML element content and attributes; control characters written as escapes
+/// ([`crate::console::printable`]), so the page shown as text (`cat`, `less`) drives no
+/// terminal either.
 fn escape(text: &str) -> String {
+    let text = crate::console::printable(text);
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -139,5 +142,6 @@ mod tests {
             escape("<a href=\"x\">&'"),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
+        assert_eq!(escape("a\u{1b}[2J\u{7}"), "a\\u{1b}[2J\\u{7}");
     }
 }

@@ -12,7 +12,6 @@ pub mod chart;
 pub mod html;
 pub mod samples;
 
-use std::fmt::Write as _;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
@@ -383,21 +382,34 @@ impl RunReport {
     /// The terminal report: a heading, the attempts table with peaks (PSS/RSS of the process
     /// tree, swap, GPU, the cgroup's high-water mark), each attempt's evidence, the result.
     pub fn text(&self) -> String {
+        use crate::console::printable;
         let mut out = String::new();
-        let _ = writeln!(out, "run {}", self.run_dir);
-        let _ = writeln!(out, "command: {}", self.command.join(" "));
+        // Every line below is one line: escaped whole ([`printable`]), so a newline or an
+        // escape sequence in what summary.json holds (its user's to write) stays in its line.
+        let mut line = |text: String| {
+            out.push_str(&printable(&text));
+            out.push('\n');
+        };
+        line(format!("run {}", self.run_dir));
+        line(format!("command: {}", self.command.join(" ")));
         let limits = self.limits.describe();
         if !limits.is_empty() {
-            let _ = writeln!(out, "limits: {}", limits.join(", "));
+            line(format!("limits: {}", limits.join(", ")));
         }
-        out.push('\n');
+        line(String::new());
         let mut rows = vec![COLUMNS.map(String::from).to_vec()];
-        rows.extend(self.attempts.iter().map(AttemptReport::cells));
+        // Cells escaped before they are measured, so the columns line up.
+        rows.extend(self.attempts.iter().map(|a| {
+            a.cells()
+                .iter()
+                .map(|c| printable(c).into_owned())
+                .collect::<Vec<_>>()
+        }));
         let widths: Vec<usize> = (0..COLUMNS.len())
             .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
             .collect();
         for row in &rows {
-            let line: Vec<String> = row
+            let cells: Vec<String> = row
                 .iter()
                 .zip(&widths)
                 .enumerate()
@@ -411,24 +423,23 @@ impl RunReport {
                     }
                 })
                 .collect();
-            let _ = writeln!(out, "{}", line.join("  ").trim_end());
+            line(cells.join("  ").trim_end().to_string());
         }
-        out.push('\n');
+        line(String::new());
         for a in &self.attempts {
-            let _ = writeln!(
-                out,
+            line(format!(
                 "attempt {} ({}): {}: {}",
                 a.attempt,
                 knobs_text(&a.knobs),
                 a.cause,
                 a.evidence
-            );
+            ));
         }
-        out.push('\n');
+        line(String::new());
         if let Some(note) = &self.samples_note {
-            let _ = writeln!(out, "note: {note}");
+            line(format!("note: {note}"));
         }
-        let _ = writeln!(out, "{}", self.result_line());
+        line(self.result_line());
         out
     }
 
@@ -449,6 +460,36 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.clone()))
                 .collect(),
         )
+    }
+
+    #[test]
+    fn the_text_carries_no_control_character_of_summary_json() {
+        let evil = "\u{1b}]0;PWNED\u{7}\u{1b}[2J\u{9b}1m\nfake line";
+        let summary = serde_json::json!({
+            "outcome": evil,
+            "command": [evil],
+            "job": evil,
+            "attempts": [{
+                "attempt": 1,
+                "knobs": {"alloc": evil},
+                "cause": evil,
+                "evidence": evil,
+                "exit_code": 1,
+                "signal": null,
+            }],
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let report = from_summary(dir.path(), &summary.to_string()).unwrap();
+        let text = report.text();
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text}");
+        assert!(
+            !text.contains("\nfake line"),
+            "a value broke its line: {text}"
+        );
+        assert!(text.contains("\\u{1b}]0;PWNED\\u{7}"), "{text}");
+        let json = crate::console::json_printable(&report.json()).into_owned();
+        assert!(!json.chars().any(|c| c.is_control() && c != '\n'), "{json}");
+        assert!(!json.contains('\u{9b}'), "{json}");
     }
 
     #[test]
