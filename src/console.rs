@@ -120,12 +120,14 @@ fn escape_where(text: &str, escape: impl Fn(char) -> bool) -> std::borrow::Cow<'
 /// here, which read back as the same characters. Only strings can hold them (outside strings
 /// JSON is ASCII), so the document stays valid and means the same.
 pub fn json_printable(json: &str) -> std::borrow::Cow<'_, str> {
-    if !json.chars().any(unprintable) {
+    // JSON's own whitespace between tokens stays (within strings serde escaped it already).
+    let escape = |c: char| !matches!(c, '\n' | '\t' | '\r') && unprintable(c);
+    if !json.chars().any(escape) {
         return std::borrow::Cow::Borrowed(json);
     }
     let mut out = String::with_capacity(json.len() + 8);
     for c in json.chars() {
-        if unprintable(c) {
+        if escape(c) {
             // All of them lie in the Basic Multilingual Plane: one \uXXXX each.
             use std::fmt::Write as _;
             let _ = write!(out, "\\u{:04x}", u32::from(c));
@@ -382,11 +384,21 @@ mod tests {
         ));
         // JSON: serde escapes C0; DEL, C1 and bidi controls are escaped here, and the document
         // still reads back as the same value.
-        let json = serde_json::to_string(&serde_json::json!({ "v": evil })).unwrap();
-        let safe = json_printable(&json);
-        assert!(!safe.chars().any(unprintable), "{safe}");
-        let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
-        assert_eq!(back["v"], evil);
+        let value = serde_json::json!({ "v": evil, "w": [1, 2] });
+        for json in [
+            serde_json::to_string(&value).unwrap(),
+            serde_json::to_string_pretty(&value).unwrap(),
+        ] {
+            let safe = json_printable(&json);
+            assert!(
+                !safe.chars().any(|c| c != '\n' && unprintable(c)),
+                "{safe}"
+            );
+            let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+            assert_eq!(back, value);
+        }
+        let pretty = serde_json::to_string_pretty(&serde_json::json!({ "a": 1 })).unwrap();
+        assert_eq!(json_printable(&pretty), pretty, "the layout stays");
     }
 
     #[test]
