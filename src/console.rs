@@ -390,10 +390,7 @@ mod tests {
             serde_json::to_string_pretty(&value).unwrap(),
         ] {
             let safe = json_printable(&json);
-            assert!(
-                !safe.chars().any(|c| c != '\n' && unprintable(c)),
-                "{safe}"
-            );
+            assert!(!safe.chars().any(|c| c != '\n' && unprintable(c)), "{safe}");
             let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
             assert_eq!(back, value);
         }

@@ -331,8 +331,8 @@ fn status_and_report_print_no_control_character_a_user_wrote() {
 
     let status = oomguard(&w, &["status"]).output().unwrap();
     let text = String::from_utf8(status.stdout.clone()).unwrap();
-    assert!(text.contains("alloc=\\u{1b}]0;PWNED\\u{7}"), "{text}");
     assert_printable("status", &text);
+    assert!(text.contains("alloc=\\u{1b}]0;PWNED\\u{7}"), "{text}");
     assert_printable("status (stderr)", &stderr_of(&status));
     let status = oomguard(&w, &["status", "--json"]).output().unwrap();
     let json = String::from_utf8(status.stdout.clone()).unwrap();
