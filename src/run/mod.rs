@@ -46,7 +46,11 @@ pub fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error
     let path_var = std::env::var_os("PATH");
     crate::child::resolve_program(&settings.command[0], path_var.as_deref())?;
     if let Some(cause) = settings.dry_run {
-        print!("{}", crate::dry_run::plan(&settings, cause));
+        // The plan shows a job file's values, which its user wrote: escaped for the terminal.
+        print!(
+            "{}",
+            crate::console::printable_lines(&crate::dry_run::plan(&settings, cause))
+        );
         return Ok(0);
     }
     let mut ready = Ready::new(&settings)?;
