@@ -22,7 +22,13 @@ pub fn show_report(args: &cli::ReportArgs) -> Result<i32, Error> {
             source,
         })?;
     }
-    let mut text = if args.json { run.json() } else { run.text() };
+    // What a run directory holds is its user's to write: no control character of theirs
+    // reaches the terminal (the table's cells are escaped where they are laid out).
+    let mut text = if args.json {
+        crate::console::json_printable(&run.json()).into_owned()
+    } else {
+        crate::console::printable_lines(&run.text()).into_owned()
+    };
     if !text.ends_with('\n') {
         text.push('\n');
     }
@@ -72,7 +78,8 @@ pub fn show_status(args: &cli::StatusArgs, report: Reporter) -> Result<i32, Erro
         report.warn(warning);
     }
     if args.json {
-        report.out(&serde_json::to_string_pretty(&jobs).expect("statuses are plain data"));
+        let json = serde_json::to_string_pretty(&jobs).expect("statuses are plain data");
+        report.out(&crate::console::json_printable(&json));
     } else if jobs.is_empty() {
         report.say(&format!("no jobs in {}", state_dir.join("jobs").display()));
     } else {

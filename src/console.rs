@@ -2,6 +2,10 @@
 //! they stand apart from the job's output, or one JSON object per line with `--log-format json`),
 //! the short forms those lines use (durations, memory peaks), and the table printed at the end.
 //!
+//! Everything oomguard prints to a terminal passes [`printable`] (or [`json_printable`] for
+//! JSON): knob values, job names, causes and paths come from files other users may write, and
+//! a control character in them (an ESC sequence, a BEL) must not drive the admin's terminal.
+//!
 //! It decides nothing and writes no file: it formats what the attempt loop hands it, and its lines
 //! go out through the stream's stderr writer ([`crate::stream::own_line`]). The tracing subscriber
 //! that prints `-v` lines the same way is [`crate::logging`]; the run directory is
@@ -36,9 +40,10 @@ impl Reporter {
         }
     }
 
-    /// A line of a command's own output (`doctor`), on stdout, unprefixed.
+    /// A line of a command's own output (`doctor`, `status`), on stdout, unprefixed; control
+    /// characters escaped ([`printable_lines`]).
     pub fn out(&self, line: &str) {
-        let _ = writeln!(io::stdout().lock(), "{line}");
+        let _ = writeln!(io::stdout().lock(), "{}", printable_lines(line));
     }
 
     /// Shown even with `-q`.
@@ -60,8 +65,77 @@ fn print_line(line: &str) {
         return;
     }
     // Through the stream's stderr writer: ordered after the job's output already queued, and
-    // on a line of its own even after an unfinished progress bar.
-    crate::stream::own_line(format!("oomguard: {line}\n").as_bytes());
+    // on a line of its own even after an unfinished progress bar. A message may quote what a
+    // user wrote (a job file's value in an error): escaped.
+    crate::stream::own_line(format!("oomguard: {}\n", printable_lines(line)).as_bytes());
+}
+
+/// Whether `c` must not reach a terminal as it is: a control character (C0, DEL, C1: the
+/// bytes that start escape sequences, ring the bell, move the cursor) or a Unicode
+/// bidirectional control (which reorders what is shown around it, so text could read as
+/// something else).
+fn unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// `text` safe to show on a terminal as one line (a table cell, a value): each control
+/// character and bidirectional control written as an escape (`\n`, `\t`, `\r`, `\u{1b}`,
+/// `\u{202e}`), so it can neither drive the terminal nor break the line; the rest as it is.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    escape_where(text, unprintable)
+}
+
+/// [`printable`] for text of several lines that oomguard made: its newlines (and tabs) kept,
+/// every other control character escaped.
+pub fn printable_lines(text: &str) -> std::borrow::Cow<'_, str> {
+    escape_where(text, |c| c != '\n' && c != '\t' && unprintable(c))
+}
+
+fn escape_where(text: &str, escape: impl Fn(char) -> bool) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(&escape) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if !escape(c) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c => {
+                use std::fmt::Write as _;
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A JSON document (as serde_json writes it) safe for a terminal: serde escapes C0 controls but
+/// writes DEL, C1 and bidirectional controls as they are; those become `\u007f`-style escapes
+/// here, which read back as the same characters. Only strings can hold them (outside strings
+/// JSON is ASCII), so the document stays valid and means the same.
+pub fn json_printable(json: &str) -> std::borrow::Cow<'_, str> {
+    // JSON's own whitespace between tokens stays (within strings serde escaped it already).
+    let escape = |c: char| !matches!(c, '\n' | '\t' | '\r') && unprintable(c);
+    if !json.chars().any(escape) {
+        return std::borrow::Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 8);
+    for c in json.chars() {
+        if escape(c) {
+            // All of them lie in the Basic Multilingual Plane: one \uXXXX each.
+            use std::fmt::Write as _;
+            let _ = write!(out, "\\u{:04x}", u32::from(c));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// How oomguard's own lines look: `oomguard: ...` text for people, or one JSON object per line
@@ -112,7 +186,8 @@ fn own_json(
     message: &str,
     fields: &serde_json::Map<String, serde_json::Value>,
 ) {
-    let mut text = json_line(SystemTime::now(), level, event, message, fields);
+    let mut text =
+        json_printable(&json_line(SystemTime::now(), level, event, message, fields)).into_owned();
     text.push('\n');
     crate::stream::own_line(text.as_bytes());
 }
@@ -215,7 +290,11 @@ pub fn table(attempts: &[AttemptRecord]) -> Vec<String> {
             or_dash(a.peaks.memory_bytes().map(human_bytes)),
             or_dash(a.peaks.peak_gpu_bytes.map(human_bytes)),
         ]);
-        rows.push(row);
+        rows.push(
+            row.into_iter()
+                .map(|c| printable(&c).into_owned())
+                .collect(),
+        );
     }
     let widths: Vec<usize> = (0..rows[0].len())
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
@@ -286,6 +365,37 @@ mod tests {
                 "fields": {"attempt": 2},
             })
         );
+    }
+
+    #[test]
+    fn control_characters_are_escaped_for_the_terminal() {
+        let evil = "a\u{1b}]0;PWNED\u{7}\u{1b}[2J\u{9b}31m\u{7f}\u{202e}b\tc\nd\re";
+        assert_eq!(
+            printable(evil),
+            "a\\u{1b}]0;PWNED\\u{7}\\u{1b}[2J\\u{9b}31m\\u{7f}\\u{202e}b\\tc\\nd\\re"
+        );
+        assert_eq!(
+            printable_lines(evil),
+            "a\\u{1b}]0;PWNED\\u{7}\\u{1b}[2J\\u{9b}31m\\u{7f}\\u{202e}b\tc\nd\\re"
+        );
+        assert!(matches!(
+            printable("plain ünïcode"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        // JSON: serde escapes C0; DEL, C1 and bidi controls are escaped here, and the document
+        // still reads back as the same value.
+        let value = serde_json::json!({ "v": evil, "w": [1, 2] });
+        for json in [
+            serde_json::to_string(&value).unwrap(),
+            serde_json::to_string_pretty(&value).unwrap(),
+        ] {
+            let safe = json_printable(&json);
+            assert!(!safe.chars().any(|c| c != '\n' && unprintable(c)), "{safe}");
+            let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
+            assert_eq!(back, value);
+        }
+        let pretty = serde_json::to_string_pretty(&serde_json::json!({ "a": 1 })).unwrap();
+        assert_eq!(json_printable(&pretty), pretty, "the layout stays");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! on a shared filesystem) cannot be checked from here and is shown as recorded, with its host.
 //!
 //! This module only reads: it never takes the jobs' locks nor moves a file aside (a file it
-//! cannot read is skipped with a warning). Printing is left to the caller, through `report`.
+//! cannot read is skipped with a warning). Printing is left to the caller, through `report`;
+//! the table's cells are escaped for the terminal here ([`crate::console::printable`]).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -174,9 +175,15 @@ pub fn table(jobs: &[JobStatus]) -> Vec<String> {
             job.run_dir.clone().unwrap_or_else(dash),
         ];
         if notes {
-            row.push(job.waiting_for.as_deref().map_or_else(dash, one_line));
+            row.push(job.waiting_for.clone().unwrap_or_else(dash));
         }
-        rows.push(row);
+        // Every cell may come from a file a user wrote (a knob's text value, a cause, a note):
+        // no control character reaches the terminal, nor breaks the table.
+        rows.push(
+            row.iter()
+                .map(|cell| crate::console::printable(cell).into_owned())
+                .collect(),
+        );
     }
     let widths: Vec<usize> = (0..header.len())
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
@@ -190,14 +197,6 @@ pub fn table(jobs: &[JobStatus]) -> Vec<String> {
                 .collect();
             cells.join("  ").trim_end().to_string()
         })
-        .collect()
-}
-
-/// A note read from a job file as one table cell: control characters (a newline, a
-/// terminal escape) as `?`, so it can neither break the table nor drive the terminal.
-fn one_line(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
         .collect()
 }
 
@@ -338,7 +337,7 @@ mod tests {
         );
         assert_eq!(
             &lines[3][note..],
-            "x??[2Jy",
+            "x\\n\\u{1b}[2Jy",
             "no control characters reach the terminal"
         );
         let state = lines[0].find("STATE").unwrap();

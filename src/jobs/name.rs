@@ -34,6 +34,9 @@ pub struct JobSettings {
     pub command: Vec<String>,
     /// The canonical working directory.
     pub cwd: PathBuf,
+    /// The name an older build kept this job under, read once when `name` has no file yet (see
+    /// [`crate::settings::from_args::legacy_user_prefix`]); set by the caller.
+    pub legacy_name: Option<String>,
 }
 
 impl JobSettings {
@@ -72,6 +75,7 @@ impl JobSettings {
                 .map(|t| t.to_string_lossy().into_owned())
                 .collect(),
             cwd,
+            legacy_name: None,
         })
     }
 }

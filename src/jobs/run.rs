@@ -65,8 +65,9 @@ impl JobRun {
             ));
             return run;
         };
-        let store =
-            JobStore::new(state_dir, &settings.name).touched_as_user(settings.state_dir_is_users);
+        let store = JobStore::new(state_dir, &settings.name)
+            .touched_as_user(settings.state_dir_is_users)
+            .with_legacy_name(settings.legacy_name.clone());
         match store.load() {
             Ok((memory, moved)) => {
                 if let Some(moved) = moved {

@@ -66,6 +66,10 @@ pub struct JobStore {
     ///
     /// [`JobSettings::state_dir_is_users`]: super::name::JobSettings::state_dir_is_users
     as_user: bool,
+    /// The name an older build kept this job under ([`JobSettings::legacy_name`]).
+    ///
+    /// [`JobSettings::legacy_name`]: super::name::JobSettings::legacy_name
+    legacy: Option<String>,
 }
 
 impl JobStore {
@@ -75,7 +79,15 @@ impl JobStore {
             dir: state_dir.join("jobs"),
             name: name.to_string(),
             as_user: false,
+            legacy: None,
         }
+    }
+
+    /// The same store, taking over `legacy`'s file (an older build's name for this job) when
+    /// the job has none of its own yet.
+    pub fn with_legacy_name(mut self, legacy: Option<String>) -> JobStore {
+        self.legacy = legacy.filter(|l| *l != self.name);
+        self
     }
 
     /// The same store, its files touched as the job's user when `yes`.
@@ -109,6 +121,10 @@ impl JobStore {
     }
 
     fn load_here(&self) -> Result<(JobMemory, Option<MovedAside>), StoreError> {
+        if self.legacy_waits() {
+            let _lock = self.lock()?;
+            self.adopt_legacy()?;
+        }
         match self.read()? {
             None => Ok((JobMemory::default(), None)),
             Some(Ok(memory)) => Ok((memory, None)),
@@ -158,12 +174,57 @@ impl JobStore {
                 source,
             })?;
         let _lock = self.lock()?;
+        self.adopt_legacy()?;
         let (mut memory, moved) = self.read_or_set_aside()?;
         change(&mut memory);
         memory.version = FORMAT_VERSION;
         memory.name = self.name.clone();
         self.write(&memory, durable)?;
         Ok(moved)
+    }
+
+    /// `<state dir>/jobs/LEGACY.json`, where an older build kept this job.
+    fn legacy_path(&self) -> Option<PathBuf> {
+        let legacy = self.legacy.as_ref()?;
+        Some(self.dir.join(format!("{legacy}.json")))
+    }
+
+    /// Whether an older build's file waits to be taken over: the job has no file of its own
+    /// and the old name has one.
+    fn legacy_waits(&self) -> bool {
+        self.legacy_path().is_some_and(|old| {
+            fs::symlink_metadata(&old).is_ok_and(|m| m.file_type().is_file())
+                && fs::symlink_metadata(self.path()).is_err()
+        })
+    }
+
+    /// Moves an older build's file of this job to the job's own name, once (call with the
+    /// lock held): linked, never over a file (one there now is the job's own), then unlinked
+    /// from the old name, so no later run (nor `oomguard status`) sees it twice.
+    fn adopt_legacy(&self) -> Result<(), StoreError> {
+        let Some(old) = self.legacy_path().filter(|_| self.legacy_waits()) else {
+            return Ok(());
+        };
+        match fs::hard_link(&old, self.path()) {
+            Ok(()) => {
+                let _ = fs::remove_file(&old);
+                Ok(())
+            }
+            // Taken over or made meanwhile by another run: the job's own file stands.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::AlreadyExists | io::ErrorKind::NotFound
+                ) =>
+            {
+                Ok(())
+            }
+            Err(source) => Err(StoreError {
+                action: "take over the older job memory",
+                path: old,
+                source,
+            }),
+        }
     }
 
     /// The file's bytes parsed; `None` when there is no file.
@@ -385,5 +446,28 @@ mod tests {
             assert_ne!(again.to, moved.to);
             assert!(again.to.exists() && moved.to.exists());
         }
+    }
+
+    #[test]
+    fn an_older_builds_file_is_taken_over_once_and_never_over_the_jobs_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = dir.path().join("jobs");
+        let old = JobStore::new(dir.path(), "alice.train");
+        old.update(|m| m.push(record(1, 16, Cause::Ok))).unwrap();
+        let store = JobStore::new(dir.path(), "1001-alice.train")
+            .with_legacy_name(Some("alice.train".into()));
+        let (memory, _) = store.load().unwrap();
+        assert_eq!(memory.attempts()[0].value("batch"), Some(Value::Int(16)));
+        assert!(store.path().exists() && !jobs.join("alice.train.json").exists());
+        // The job's own file stands: a file at the old name (again) is not read.
+        old.update(|m| m.push(record(1, 2, Cause::Ok))).unwrap();
+        store.update(|m| m.push(record(2, 8, Cause::Ok))).unwrap();
+        let (memory, _) = store.load().unwrap();
+        let batches: Vec<_> = memory.attempts().iter().map(|a| a.value("batch")).collect();
+        assert_eq!(batches, [Some(Value::Int(16)), Some(Value::Int(8))]);
+        assert!(jobs.join("alice.train.json").exists());
+        // Without a legacy name nothing is taken over.
+        let fresh = JobStore::new(dir.path(), "1002-bob.train").with_legacy_name(None);
+        assert_eq!(fresh.load().unwrap().0, JobMemory::default());
     }
 }

@@ -327,8 +327,10 @@ impl RunReport {
                 Pos::new(HPos::Left, VPos::Top)
             };
             let style = ("sans-serif", 13).into_font().color(&BLACK).pos(anchor);
+            // The cause and knob values are summary.json's, its user's to write: no control
+            // character in the page (nor on a terminal that shows its source).
             chart.draw_series(std::iter::once(Text::new(
-                format!(" {label} "),
+                format!(" {} ", crate::console::printable(&label)),
                 (x, y),
                 style,
             )))?;
@@ -484,6 +486,7 @@ mod tests {
             fit_attempt: Some(2),
             fit_knobs: Vec::new(),
             timeline,
+            samples_note: None,
         }
     }
 

@@ -35,6 +35,9 @@ impl RunReport {
                 self.run_dir
             )),
         );
+        if let Some(note) = &self.samples_note {
+            let _ = writeln!(out, "<p>{}</p>", escape(note));
+        }
         out.push_str(&self.svg());
         out.push_str("\n<table>\n<tr>");
         for (i, c) in COLUMNS.iter().enumerate() {
@@ -63,8 +66,11 @@ impl RunReport {
     }
 }
 
-/// Text for HTML element content and attributes.
+/// Text for HTML element content and attributes; control characters written as escapes
+/// ([`crate::console::printable`]), so the page shown as text (`cat`, `less`) drives no
+/// terminal either.
 fn escape(text: &str) -> String {
+    let text = crate::console::printable(text);
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -120,8 +126,10 @@ fn for_chart(dir: &Path, summary_text: &str) -> Result<RunReport, String> {
         return from_summary(dir, summary_text);
     };
     let mut rows = ChartRows::new(first, (last + 1.0 - first) / CHART_COLUMNS);
-    read_samples(dir, |row| rows.push(row));
-    Ok(build(dir, summary, &rows.finish()))
+    let read = read_samples(dir, |row| rows.push(row));
+    let mut report = build(dir, summary, &rows.finish());
+    report.samples_note = read.note();
+    Ok(report)
 }
 
 #[cfg(test)]
@@ -134,5 +142,6 @@ mod tests {
             escape("<a href=\"x\">&'"),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
+        assert_eq!(escape("a\u{1b}[2J\u{7}"), "a\\u{1b}[2J\\u{7}");
     }
 }

@@ -12,7 +12,7 @@ pub mod chart;
 pub mod html;
 pub mod samples;
 
-use std::fmt::Write as _;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -84,6 +84,10 @@ pub struct RunReport {
     /// The knob values of that attempt: what fit.
     pub fit_knobs: Vec<KnobValue>,
     pub timeline: Vec<TimelinePoint>,
+    /// What of samples.csv was not read (lines too long skipped, the read stopped at a cap), so
+    /// the timeline and chart are known to be partial; absent when every row was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples_note: Option<String>,
 }
 
 /// summary.json as this module reads it: only the fields it shows, unknown ones ignored.
@@ -150,13 +154,25 @@ pub fn load(dir: &Path) -> Result<RunReport, ReportError> {
     })
 }
 
+/// The most samples.csv rows a report holds (its `--json` timeline lists each): two weeks at
+/// `--interval 1s`, about 150 MiB in memory. Past it the timeline stops, with a note.
+pub const TIMELINE_ROWS_MAX: usize = 1_200_000;
+
 /// A report from summary.json's text (read from `dir` or handed over by the run that holds it)
-/// and `dir`'s samples.csv, every row of it.
+/// and `dir`'s samples.csv, every row of it up to [`TIMELINE_ROWS_MAX`].
 fn from_summary(dir: &Path, summary_text: &str) -> Result<RunReport, String> {
     let summary: SummaryIn = serde_json::from_str(summary_text).map_err(|e| e.to_string())?;
     let mut samples = Vec::new();
-    read_samples(dir, |row| samples.push(row));
-    Ok(build(dir, summary, &samples))
+    let read = read_samples(dir, |row| {
+        if samples.len() >= TIMELINE_ROWS_MAX {
+            return ControlFlow::Break(());
+        }
+        samples.push(row);
+        ControlFlow::Continue(())
+    });
+    let mut report = build(dir, summary, &samples);
+    report.samples_note = read.note();
+    Ok(report)
 }
 
 fn knob_list(values: &KnobValues) -> Vec<KnobValue> {
@@ -260,6 +276,7 @@ fn build(dir: &Path, summary: SummaryIn, samples: &[Row]) -> RunReport {
         fit_knobs: fit.map(|a| knob_list(&a.knobs)).unwrap_or_default(),
         attempts,
         timeline,
+        samples_note: None,
     }
 }
 
@@ -365,21 +382,34 @@ impl RunReport {
     /// The terminal report: a heading, the attempts table with peaks (PSS/RSS of the process
     /// tree, swap, GPU, the cgroup's high-water mark), each attempt's evidence, the result.
     pub fn text(&self) -> String {
+        use crate::console::printable;
         let mut out = String::new();
-        let _ = writeln!(out, "run {}", self.run_dir);
-        let _ = writeln!(out, "command: {}", self.command.join(" "));
+        // Every line below is one line: escaped whole ([`printable`]), so a newline or an
+        // escape sequence in what summary.json holds (its user's to write) stays in its line.
+        let mut line = |text: String| {
+            out.push_str(&printable(&text));
+            out.push('\n');
+        };
+        line(format!("run {}", self.run_dir));
+        line(format!("command: {}", self.command.join(" ")));
         let limits = self.limits.describe();
         if !limits.is_empty() {
-            let _ = writeln!(out, "limits: {}", limits.join(", "));
+            line(format!("limits: {}", limits.join(", ")));
         }
-        out.push('\n');
+        line(String::new());
         let mut rows = vec![COLUMNS.map(String::from).to_vec()];
-        rows.extend(self.attempts.iter().map(AttemptReport::cells));
+        // Cells escaped before they are measured, so the columns line up.
+        rows.extend(self.attempts.iter().map(|a| {
+            a.cells()
+                .iter()
+                .map(|c| printable(c).into_owned())
+                .collect::<Vec<_>>()
+        }));
         let widths: Vec<usize> = (0..COLUMNS.len())
             .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
             .collect();
         for row in &rows {
-            let line: Vec<String> = row
+            let cells: Vec<String> = row
                 .iter()
                 .zip(&widths)
                 .enumerate()
@@ -393,21 +423,23 @@ impl RunReport {
                     }
                 })
                 .collect();
-            let _ = writeln!(out, "{}", line.join("  ").trim_end());
+            line(cells.join("  ").trim_end().to_string());
         }
-        out.push('\n');
+        line(String::new());
         for a in &self.attempts {
-            let _ = writeln!(
-                out,
+            line(format!(
                 "attempt {} ({}): {}: {}",
                 a.attempt,
                 knobs_text(&a.knobs),
                 a.cause,
                 a.evidence
-            );
+            ));
         }
-        out.push('\n');
-        let _ = writeln!(out, "{}", self.result_line());
+        line(String::new());
+        if let Some(note) = &self.samples_note {
+            line(format!("note: {note}"));
+        }
+        line(self.result_line());
         out
     }
 
@@ -428,6 +460,36 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.clone()))
                 .collect(),
         )
+    }
+
+    #[test]
+    fn the_text_carries_no_control_character_of_summary_json() {
+        let evil = "\u{1b}]0;PWNED\u{7}\u{1b}[2J\u{9b}1m\nfake line";
+        let summary = serde_json::json!({
+            "outcome": evil,
+            "command": [evil],
+            "job": evil,
+            "attempts": [{
+                "attempt": 1,
+                "knobs": {"alloc": evil},
+                "cause": evil,
+                "evidence": evil,
+                "exit_code": 1,
+                "signal": null,
+            }],
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let report = from_summary(dir.path(), &summary.to_string()).unwrap();
+        let text = report.text();
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text}");
+        assert!(
+            !text.contains("\nfake line"),
+            "a value broke its line: {text}"
+        );
+        assert!(text.contains("\\u{1b}]0;PWNED\\u{7}"), "{text}");
+        let json = crate::console::json_printable(&report.json()).into_owned();
+        assert!(!json.chars().any(|c| c.is_control() && c != '\n'), "{json}");
+        assert!(!json.contains('\u{9b}'), "{json}");
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! It reads only; the file is written by [`crate::record::samples`], and the report built from
 //! the rows is [`crate::report`]'s.
 
+use std::io::{BufRead, Read};
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -46,13 +48,80 @@ impl TimelinePoint {
     }
 }
 
-/// Streams `dir`'s samples.csv into `row`, line by line. It is optional: an attempt that died
-/// before its first tick has no rows.
-pub(super) fn read_samples(dir: &Path, row: impl FnMut(Row)) {
-    // Streamed, so not capped; but a FIFO or a device there is no run's samples.
-    if let Ok(file) = crate::fsutil::open_regular(&dir.join("samples.csv")) {
-        parse_samples(std::io::BufReader::new(file), row);
+/// The longest samples.csv line read: a real row is numbers and one cell of the neighbours on
+/// the job's cards (about 40 bytes each), well under 1 KiB; a longer line (a file someone
+/// replaced, a line that never ends) is skipped, never held whole.
+pub const LINE_MAX_BYTES: usize = 64 * 1024;
+
+/// The most of samples.csv read: eight weeks at `--interval 1s`, a week at 100 ms. Reading is
+/// streamed, so this bounds the time a replaced file costs, not the memory.
+pub const READ_MAX_BYTES: u64 = 512 << 20;
+
+/// How a read of samples.csv went beyond its rows: what it skipped and where it stopped, for
+/// the report's note.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct SamplesRead {
+    /// Lines longer than [`LINE_MAX_BYTES`], skipped.
+    pub(super) too_long: u64,
+    /// The read stopped at [`READ_MAX_BYTES`] with more in the file.
+    pub(super) cut_at_bytes: bool,
+    /// The taker of the rows stopped the read (`Some(rows it took)`): it holds no more.
+    pub(super) cut_at_rows: Option<u64>,
+}
+
+impl SamplesRead {
+    /// `samples.csv: 1 line longer than 64 KiB skipped; read stopped at 512 MiB`, or `None`
+    /// when every row was read.
+    pub(super) fn note(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.too_long > 0 {
+            parts.push(format!(
+                "{} line{} longer than {} skipped",
+                self.too_long,
+                if self.too_long == 1 { "" } else { "s" },
+                crate::units::human_bytes(LINE_MAX_BYTES as u64)
+            ));
+        }
+        if self.cut_at_bytes {
+            parts.push(format!(
+                "read stopped at {}; later rows are not shown",
+                crate::units::human_bytes(READ_MAX_BYTES)
+            ));
+        }
+        if let Some(rows) = self.cut_at_rows {
+            parts.push(format!(
+                "read stopped after {rows} rows; later rows are not shown"
+            ));
+        }
+        (!parts.is_empty()).then(|| format!("samples.csv: {}", parts.join("; ")))
     }
+}
+
+/// Streams `dir`'s samples.csv into `row`, line by line, until `row` says to stop. It is
+/// optional: an attempt that died before its first tick has no rows. Bounded whatever the file
+/// holds: lines at most [`LINE_MAX_BYTES`] (longer ones skipped), at most [`READ_MAX_BYTES`].
+pub(super) fn read_samples(dir: &Path, row: impl FnMut(Row) -> ControlFlow<()>) -> SamplesRead {
+    read_samples_within(&dir.join("samples.csv"), READ_MAX_BYTES, row)
+}
+
+/// [`read_samples`] of the file at `path`, at most `max_bytes` of it.
+fn read_samples_within(
+    path: &Path,
+    max_bytes: u64,
+    row: impl FnMut(Row) -> ControlFlow<()>,
+) -> SamplesRead {
+    // A FIFO or a device there is no run's samples.
+    let Ok(file) = crate::fsutil::open_regular(path) else {
+        return SamplesRead::default();
+    };
+    let mut reader = std::io::BufReader::new(file.take(max_bytes));
+    let mut read = parse_samples(&mut reader, row);
+    if reader.get_ref().limit() == 0 && read.cut_at_rows.is_none() {
+        // The cap was reached: cut only if the file goes on.
+        let mut one = [0u8; 1];
+        read.cut_at_bytes = reader.into_inner().into_inner().read(&mut one).unwrap_or(0) > 0;
+    }
+    read
 }
 
 /// A samples.csv row: unix time and the columns the chart uses.
@@ -62,20 +131,69 @@ pub(super) struct Row {
     pub(super) point: TimelinePoint,
 }
 
-/// Parses samples.csv by its header's column names (later versions add columns at the end);
-/// rows that do not parse are skipped (a row cut short by a crash).
-fn parse_samples(mut csv: impl std::io::BufRead, mut row: impl FnMut(Row)) {
-    let mut header = String::new();
-    if csv.read_line(&mut header).unwrap_or(0) == 0 {
-        return;
+/// What [`bounded_line`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Line {
+    /// A whole line, in the buffer without its newline.
+    Whole,
+    /// A line longer than the bound: consumed to its end (or the file's), never held.
+    TooLong,
+    /// The file ends without a newline: a row still being written, or cut by the read's cap.
+    Unended,
+    /// Nothing more.
+    End,
+}
+
+/// Reads one line of at most `max_bytes` into `line`. std's `read_until` and `skip_until`
+/// find the newline (with its optimised memchr, even in a debug build) and never hold more
+/// than the bound.
+fn bounded_line(
+    input: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    max_bytes: usize,
+) -> std::io::Result<Line> {
+    line.clear();
+    let bound = u64::try_from(max_bytes)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
+    if (&mut *input).take(bound).read_until(b'\n', line)? == 0 {
+        return Ok(Line::End);
     }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+        return Ok(Line::Whole);
+    }
+    if line.len() > max_bytes {
+        line.clear();
+        input.skip_until(b'\n')?;
+        return Ok(Line::TooLong);
+    }
+    Ok(Line::Unended)
+}
+
+/// Parses samples.csv by its header's column names (later versions add columns at the end);
+/// rows that do not parse are skipped (a row cut short by a crash), and so are lines longer
+/// than [`LINE_MAX_BYTES`] (counted).
+fn parse_samples(
+    mut csv: impl BufRead,
+    mut row: impl FnMut(Row) -> ControlFlow<()>,
+) -> SamplesRead {
+    let mut read = SamplesRead::default();
+    let mut line = Vec::new();
+    let header = loop {
+        match bounded_line(&mut csv, &mut line, LINE_MAX_BYTES) {
+            Ok(Line::Whole) => break String::from_utf8_lossy(&line).into_owned(),
+            Ok(Line::TooLong) => read.too_long += 1,
+            Ok(Line::Unended | Line::End) | Err(_) => return read,
+        }
+    };
     let names: Vec<String> = cells(header.trim_end())
         .into_iter()
         .map(String::from)
         .collect();
     let col = |name: &str| names.iter().position(|n| *n == name);
     let (Some(time), Some(attempt)) = (col("unix_time"), col("attempt")) else {
-        return;
+        return read;
     };
     // Columns a samples.csv of an older version lacks are unknown in every row.
     let [rss, pss, swap, gpu, cgroup, neighbours, driver, total] = [
@@ -89,9 +207,22 @@ fn parse_samples(mut csv: impl std::io::BufRead, mut row: impl FnMut(Row)) {
         "gpu_total_bytes",
     ]
     .map(col);
-    let mut line = String::new();
-    while csv.read_line(&mut line).unwrap_or(0) > 0 {
-        let cells = cells(line.trim_end());
+    let mut taken = 0u64;
+    loop {
+        match bounded_line(&mut csv, &mut line, LINE_MAX_BYTES) {
+            Ok(Line::Whole) => {}
+            Ok(Line::TooLong) => {
+                read.too_long += 1;
+                continue;
+            }
+            // A row without its newline is not whole: the next tick's, or cut by the cap.
+            Ok(Line::Unended | Line::End) | Err(_) => return read,
+        }
+        // A line that is not text is no row of ours.
+        let Ok(text) = std::str::from_utf8(&line) else {
+            continue;
+        };
+        let cells = cells(text.trim_end());
         let num = |i: Option<usize>| i.and_then(|i| cells.get(i)?.parse::<u64>().ok());
         let parsed = (|| {
             Some(Row {
@@ -111,9 +242,12 @@ fn parse_samples(mut csv: impl std::io::BufRead, mut row: impl FnMut(Row)) {
             })
         })();
         if let Some(parsed) = parsed {
-            row(parsed);
+            if row(parsed).is_break() {
+                read.cut_at_rows = Some(taken);
+                return read;
+            }
+            taken += 1;
         }
-        line.clear();
     }
 }
 
@@ -147,7 +281,8 @@ fn cells(line: &str) -> Vec<std::borrow::Cow<'_, str>> {
 
 /// The rows a chart `CHART_COLUMNS` wide can show: of each attempt's rows in each column of
 /// time, the first and those holding each series' highest value (so every peak is drawn), in
-/// time order. A column's rows are held only until the next column starts.
+/// time order. A column's rows are held only until the next column starts, and at most
+/// [`CHART_ROWS_MAX`] are kept.
 pub(super) struct ChartRows {
     origin_s: f64,
     column_s: f64,
@@ -155,6 +290,12 @@ pub(super) struct ChartRows {
     pending: Vec<Row>,
     kept: Vec<Row>,
 }
+
+/// The most rows [`ChartRows`] keeps. A run's rows come in time order, one attempt after
+/// another, so it keeps at most six per column and attempt (a few thousand); rows that jump
+/// back and forth between attempts or times (a samples.csv someone wrote) would each start a
+/// column: past this many, the chart stops taking them.
+pub(super) const CHART_ROWS_MAX: usize = 64 * 1024;
 
 impl ChartRows {
     pub(super) fn new(origin_s: f64, column_s: f64) -> ChartRows {
@@ -167,16 +308,21 @@ impl ChartRows {
         }
     }
 
-    pub(super) fn push(&mut self, row: Row) {
+    /// Takes `row`; `Break` once [`CHART_ROWS_MAX`] rows are kept (the row is not taken).
+    pub(super) fn push(&mut self, row: Row) -> ControlFlow<()> {
         let column = (
             row.point.attempt,
             ((row.unix_time_s - self.origin_s) / self.column_s).floor() as i64,
         );
         if self.column != Some(column) {
             self.flush();
+            if self.kept.len() >= CHART_ROWS_MAX {
+                return ControlFlow::Break(());
+            }
             self.column = Some(column);
         }
         self.pending.push(row);
+        ControlFlow::Continue(())
     }
 
     fn flush(&mut self) {
@@ -227,7 +373,10 @@ mod tests {
                    garbage\n\
                    101.5,2,,,,9,77,,\n";
         let mut rows = Vec::new();
-        parse_samples(csv.as_bytes(), |row| rows.push(row));
+        parse_samples(csv.as_bytes(), |row| {
+            rows.push(row);
+            ControlFlow::Continue(())
+        });
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].unix_time_s, 100.5);
         assert_eq!(rows[0].point.tree_bytes(), Some(1024));
@@ -261,7 +410,10 @@ mod tests {
         ];
         for (csv, i, want) in table {
             let mut rows = Vec::new();
-            parse_samples(csv.as_bytes(), |row| rows.push(row));
+            parse_samples(csv.as_bytes(), |row| {
+                rows.push(row);
+                ControlFlow::Continue(())
+            });
             let p = rows[i].point;
             let got = (
                 p.gpu_bytes,
@@ -272,6 +424,118 @@ mod tests {
             );
             assert_eq!(got, want, "row {i} of {csv}");
         }
+    }
+
+    /// Every row of `csv`, and how the read went.
+    fn all_rows(csv: &[u8], max_bytes: u64) -> (Vec<Row>, SamplesRead) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("samples.csv");
+        std::fs::write(&path, csv).unwrap();
+        let mut rows = Vec::new();
+        let read = read_samples_within(&path, max_bytes, |row| {
+            rows.push(row);
+            ControlFlow::Continue(())
+        });
+        (rows, read)
+    }
+
+    #[test]
+    fn long_lines_are_skipped_and_the_read_stops_at_its_cap() {
+        let long = "9".repeat(LINE_MAX_BYTES + 1);
+        let good = "unix_time,attempt\n1.0,1\n";
+        // (file, cap, attempts read, lines skipped, cut at the cap)
+        let table: [(String, u64, Vec<u32>, u64, bool); 6] = [
+            (format!("{good}2.0,2\n"), 1 << 20, vec![1, 2], 0, false),
+            // A line longer than the bound, whole or without its newline, is skipped.
+            (
+                format!("{good}{long}\n3.0,3\n"),
+                1 << 20,
+                vec![1, 3],
+                1,
+                false,
+            ),
+            (format!("{good}{long}"), 1 << 20, vec![1], 1, false),
+            // A row without its newline is not whole (still being written, or cut).
+            (format!("{good}2.0,22"), 1 << 20, vec![1], 0, false),
+            // The cap falls inside the third row: it is not taken as `2.0,2`.
+            (
+                format!("{good}2.0,23\n"),
+                good.len() as u64 + 5,
+                vec![1],
+                0,
+                true,
+            ),
+            // The cap at the file's end cuts nothing.
+            (good.to_string(), good.len() as u64, vec![1], 0, false),
+        ];
+        for (csv, cap, attempts, too_long, cut) in table {
+            let (rows, read) = all_rows(csv.as_bytes(), cap);
+            let got: Vec<u32> = rows.iter().map(|r| r.point.attempt).collect();
+            let what = &csv[..csv.len().min(40)];
+            assert_eq!(got, attempts, "{what}");
+            assert_eq!(
+                (read.too_long, read.cut_at_bytes),
+                (too_long, cut),
+                "{what}"
+            );
+            assert_eq!(read.note().is_some(), too_long > 0 || cut, "{what}");
+        }
+        // Not text: that row alone is skipped.
+        let (rows, _) = all_rows(b"unix_time,attempt\n1.0,\xff\n2.0,2\n", 1 << 20);
+        assert_eq!(rows.len(), 1);
+    }
+
+    #[test]
+    fn the_note_says_what_was_skipped_and_where_the_read_stopped() {
+        let read = SamplesRead {
+            too_long: 2,
+            cut_at_bytes: true,
+            cut_at_rows: None,
+        };
+        assert_eq!(
+            read.note().unwrap(),
+            "samples.csv: 2 lines longer than 64.0 KiB skipped; read stopped at 512.0 MiB; \
+             later rows are not shown"
+        );
+        let rows = SamplesRead {
+            cut_at_rows: Some(7),
+            ..SamplesRead::default()
+        };
+        assert_eq!(
+            rows.note().unwrap(),
+            "samples.csv: read stopped after 7 rows; later rows are not shown"
+        );
+        assert_eq!(SamplesRead::default().note(), None);
+    }
+
+    #[test]
+    fn chart_rows_stop_taking_rows_past_their_bound() {
+        // Rows that alternate between two attempts each start a column.
+        let mut rows = ChartRows::new(0.0, 1.0);
+        let mut taken = 0;
+        for t in 0..(CHART_ROWS_MAX as u32 * 2) {
+            let row = Row {
+                unix_time_s: 0.0,
+                point: TimelinePoint {
+                    t_s: 0.0,
+                    attempt: t % 2,
+                    rss_bytes: None,
+                    pss_bytes: None,
+                    swap_bytes: None,
+                    gpu_bytes: None,
+                    cgroup_bytes: None,
+                    gpu_neighbours_bytes: None,
+                    gpu_driver_bytes: None,
+                    gpu_total_bytes: None,
+                },
+            };
+            if rows.push(row).is_break() {
+                break;
+            }
+            taken += 1;
+        }
+        assert_eq!(taken, CHART_ROWS_MAX);
+        assert_eq!(rows.finish().len(), CHART_ROWS_MAX);
     }
 
     #[test]
@@ -329,7 +593,10 @@ mod tests {
         };
         csv.write(&sample).unwrap();
         let mut rows = Vec::new();
-        read_samples(run.path(), |row| rows.push(row));
+        read_samples(run.path(), |row| {
+            rows.push(row);
+            ControlFlow::Continue(())
+        });
         assert_eq!(rows.len(), 1);
         let p = rows[0].point;
         assert_eq!(
@@ -375,7 +642,7 @@ mod tests {
         for (neighbours, want) in table {
             let mut rows = ChartRows::new(0.0, 100.0);
             for t in 0..100 {
-                rows.push(row(t, neighbours(t)));
+                assert!(rows.push(row(t, neighbours(t))).is_continue());
             }
             let kept: Vec<f64> = rows.finish().iter().map(|r| r.unix_time_s).collect();
             assert_eq!(kept, want);
@@ -404,10 +671,10 @@ mod tests {
         for t in 0..172_800u32 {
             let rss = if t == 100_000 { 9_000 } else { 1_000 };
             let gpu = (t == 50_001).then_some(5_000).or(Some(10));
-            rows.push(row(f64::from(t), 1, rss, gpu));
+            assert!(rows.push(row(f64::from(t), 1, rss, gpu)).is_continue());
         }
         // An attempt boundary inside a column starts a column of its own.
-        rows.push(row(172_800.5, 2, 7, None));
+        assert!(rows.push(row(172_800.5, 2, 7, None)).is_continue());
         let kept = rows.finish();
         assert!(kept.len() <= 3 * 1_001 + 1, "{}", kept.len());
         assert!(kept.iter().any(|r| r.point.rss_bytes == Some(9_000)));
@@ -417,7 +684,7 @@ mod tests {
         // A short run keeps every row.
         let mut rows = ChartRows::new(0.0, 0.01);
         for t in 0..50u32 {
-            rows.push(row(f64::from(t) * 0.1, 1, 5, None));
+            assert!(rows.push(row(f64::from(t) * 0.1, 1, 5, None)).is_continue());
         }
         assert_eq!(rows.finish().len(), 50);
     }

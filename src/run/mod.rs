@@ -51,7 +51,11 @@ pub fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error
         context.run_as.as_ref(),
     )?;
     if let Some(cause) = settings.dry_run {
-        print!("{}", crate::dry_run::plan(&settings, cause));
+        // The plan shows a job file's values, which its user wrote: escaped for the terminal.
+        print!(
+            "{}",
+            crate::console::printable_lines(&crate::dry_run::plan(&settings, cause))
+        );
         return Ok(0);
     }
     let mut ready = Ready::new(&settings)?;

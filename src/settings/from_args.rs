@@ -274,11 +274,8 @@ impl RunArgs {
         if let (crate::runas::Writers::User, Some(who)) =
             (job_context.writers, job_context.run_as.as_ref())
         {
-            job.name = format!(
-                "{}.{}",
-                crate::fsutil::file_safe(&who.name, &['-', '_']),
-                job.name
-            );
+            job.legacy_name = legacy_user_prefix(&who.name).map(|p| format!("{p}.{}", job.name));
+            job.name = format!("{}.{}", user_prefix(who.uid.as_raw(), &who.name), job.name);
         }
         Ok(job)
     }
@@ -337,6 +334,31 @@ impl RunArgs {
     }
 }
 
+/// The prefix of a user's job names in a state directory many users share: `<uid>-<name>`, the
+/// uid first. The uid is what tells users apart (the kernel's own name for them, and what owns
+/// their files); the name after it is only for people, cut and cleaned by [`file_safe`]
+/// (`.` as `_`, so the first `.` after it ends the user's part). Two users never share a prefix:
+/// their uids differ, and the uid ends at the first `-`. (A name alone, cleaned, was not enough:
+/// `og.t4` and `og_t4` both became `og_t4`, as did two long names alike in their first 40
+/// characters; an escaped full name could outgrow a file name.)
+///
+/// [`file_safe`]: crate::fsutil::file_safe
+pub fn user_prefix(uid: u32, name: &str) -> String {
+    format!("{uid}-{}", crate::fsutil::file_safe(name, &['-', '_']))
+}
+
+/// The prefix builds before [`user_prefix`] gave a user's job names (the cleaned name alone),
+/// where it can only have been this user's: a name shorter than 40 characters of ASCII letters,
+/// digits and `-` is its own cleaning and no other name cleans to it. `None` otherwise (a `.`,
+/// a `_` or anything cleaned, or a name cut at 40 characters could be another user's): such a
+/// user's old job memory is not read.
+pub fn legacy_user_prefix(name: &str) -> Option<String> {
+    let own = !name.is_empty()
+        && name.len() < 40
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    own.then(|| name.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,6 +367,29 @@ mod tests {
     use crate::watch::Available;
     use clap::Parser;
     use std::path::PathBuf;
+
+    #[test]
+    fn a_users_prefix_is_theirs_alone_and_the_old_one_is_read_only_where_it_was() {
+        // (uid, name, prefix, the prefix older builds gave where only this user had it)
+        let long = "a".repeat(45);
+        let table: [(u32, &str, String, Option<&str>); 6] = [
+            (1001, "alice", "1001-alice".into(), Some("alice")),
+            (1002, "og.t4", "1002-og_t4".into(), None),
+            (1003, "og_t4", "1003-og_t4".into(), None),
+            (
+                1004,
+                "bob-smith",
+                "1004-bob-smith".into(),
+                Some("bob-smith"),
+            ),
+            (1005, &long, format!("1005-{}", "a".repeat(40)), None),
+            (1006, "jürgen", "1006-j_rgen".into(), None),
+        ];
+        for (uid, name, prefix, legacy) in table {
+            assert_eq!(user_prefix(uid, name), prefix, "{name}");
+            assert_eq!(legacy_user_prefix(name).as_deref(), legacy, "{name}");
+        }
+    }
 
     #[test]
     fn defaults() {

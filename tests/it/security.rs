@@ -610,7 +610,7 @@ fn a_job_name_in_a_users_file_never_reaches_another_users_job_memory() {
     let out = w.run(&["--config", job.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert_eq!(read(&bobs), "{}\n", "bob's job memory was touched");
-    assert!(jobs.join("nobody.bobs-job.json").exists());
+    assert!(jobs.join("65534-nobody.bobs-job.json").exists());
 }
 
 /// Second round, 0. A job and a hook run as another user cannot type into the terminal of the
