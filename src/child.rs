@@ -1,5 +1,7 @@
-//! Spawns the job from its argv (never through a shell) as the leader of a new process group,
-//! signals that group, and reaps whatever exits below oomguard. Also the *guard*: a tiny helper
+//! Spawns the job from its argv (never through a shell) as the leader of a new process group
+//! (of a new session, with no terminal of oomguard's, when it runs as another user), with the
+//! environment it inherits ([`inherited_env`]), signals that group and the job's processes
+//! (through pidfds), and reaps whatever exits below oomguard. Also the *guard*: a tiny helper
 //! process that kills the job's group, and everything in the attempt's cgroup, and removes that
 //! cgroup, if oomguard itself dies without cleaning up (SIGKILL, OOM), and then puts back the
 //! config files oomguard had patched (see [`crate::knobs::patch::restore_entry`]).
@@ -196,8 +198,9 @@ pub enum JobOutput {
     Terminal { master: File },
 }
 
-/// Starts the launch in a new process group, its stdout and stderr on pipes or a pseudo-terminal
-/// (below), stdin inherited. The
+/// Starts the launch in a new process group (a new session for another user: see
+/// [`leave_terminal`]), its stdout and stderr on pipes or a pseudo-terminal (below), stdin
+/// inherited (but never root's terminal for another user). The
 /// child gets SIGKILL if oomguard dies (PR_SET_PDEATHSIG), so it never outlives us. The caller
 /// must run on the thread that stays alive for the whole run: the parent-death signal fires when
 /// the *thread* that forked exits.
