@@ -194,7 +194,9 @@ pub struct RunArgs {
     pub resume_arg: Option<String>,
     /// The checkpoint files, as a glob relative to the working directory (`ckpt/*.pt`,
     /// `out/**/*.ckpt`; quote it): the newest one written since the run started, once its size
-    /// held for one --interval, goes to --resume-arg.
+    /// held for one --interval, goes to --resume-arg. A torch.save zip or safetensors file cut
+    /// short is never passed, nor one written within an --interval of oomguard stopping the
+    /// job's processes unless its format shows it whole.
     #[arg(long, value_name = "GLOB")]
     pub checkpoint: Option<String>,
     /// Attempt 1 also resumes, and every attempt takes the newest matching file however old
