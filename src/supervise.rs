@@ -34,6 +34,7 @@ use crate::kernel::{self, Kmsg};
 use crate::mem::tree::ProcTree;
 use crate::outcome::Ending;
 use crate::quiet::{self, QuietStop, QuietWatch};
+use crate::record::attempt_log::AttemptLog;
 use crate::sampler::{Peaks, Sample, Sampler};
 use crate::scan;
 use crate::signals::Deliveries;
@@ -858,7 +859,7 @@ impl Supervisor {
         &mut self,
         attempt: u32,
         launch: &Launch,
-        log: Option<File>,
+        log: Option<AttemptLog>,
         observer: &mut dyn Observer,
     ) -> Result<AttemptEnd, SpawnError> {
         let mut job = self.start(attempt, launch, log, observer)?;
@@ -898,7 +899,7 @@ impl Supervisor {
         &mut self,
         attempt: u32,
         launch: &Launch,
-        log: Option<File>,
+        log: Option<AttemptLog>,
         observer: &mut dyn Observer,
     ) -> Result<StartedJob, SpawnError> {
         let cgroup = self.make_cgroup(attempt, observer)?;
