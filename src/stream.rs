@@ -18,7 +18,9 @@
 //! cannot grow memory). Where one stream's unfinished line had to be written out (its stream
 //! ended, or it passed the cap) and the other stream's output follows, a newline is put between
 //! them. Nothing here looks at the bytes' meaning; what oomguard's stdout and stderr receive is
-//! exactly what the job wrote.
+//! exactly what the job wrote. What the log keeps of it is bounded by the log itself
+//! ([`crate::record::attempt_log`], `--log-max`); run for another user, the readers write it with
+//! that user's filesystem identity ([`crate::principal::write_as_user_from_now`]).
 
 use std::collections::VecDeque;
 use std::fs::File;

@@ -1,5 +1,6 @@
 //! The run directory: made (or checked free) when a run starts, pinned by a descriptor so its
-//! files cannot be redirected, and written only with files oomguard creates (`attempt-N.log`,
+//! files cannot be redirected, and written only with files oomguard creates (`attempt-N.log`, capped
+//! by [`crate::record::attempt_log`],
 //! summary.json saved atomically, `samples.csv` through [`crate::record::samples`]); where default
 //! run directories go, and oomguard's state directory.
 //!
