@@ -64,6 +64,12 @@ pub struct RunArgs {
     /// $XDG_STATE_HOME/oomguard/runs, i.e. ~/.local/state/oomguard/runs].
     #[arg(long, value_name = "DIR")]
     pub run_dir: Option<PathBuf>,
+    /// The most of each attempt's output kept in its attempt-N.log (at least 64K): past it the
+    /// log keeps the first half and the last quarter to half, with a line saying how many bytes
+    /// were cut there; the terminal still gets every byte. A job file its user can write may
+    /// raise it only with a run_dir of its own.
+    #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_log_max)]
+    pub log_max: u64,
     /// The batch-size knob to reduce: a flag (--batch-arg --bsz), a Hydra key (data.batch_size),
     /// a key in a config file (configs/default.yaml:training.batch_size) or a variable
     /// (env:BATCH_SIZE). NAME@N takes a flag from part N of the command only, where standalone
@@ -194,7 +200,9 @@ pub struct RunArgs {
     pub resume_arg: Option<String>,
     /// The checkpoint files, as a glob relative to the working directory (`ckpt/*.pt`,
     /// `out/**/*.ckpt`; quote it): the newest one written since the run started, once its size
-    /// held for one --interval, goes to --resume-arg.
+    /// held for one --interval, goes to --resume-arg. A torch.save zip or safetensors file cut
+    /// short is never passed, nor one written within an --interval of oomguard stopping the
+    /// job's processes unless its format shows it whole.
     #[arg(long, value_name = "GLOB")]
     pub checkpoint: Option<String>,
     /// Attempt 1 also resumes, and every attempt takes the newest matching file however old
@@ -420,6 +428,17 @@ pub const MAX_INTERVAL: Duration = Duration::from_secs(3600);
 /// (seconds or minutes?).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     parse_duration_up_to(text, MAX_DURATION)
+}
+
+/// Parses `--log-max`: a size of at least [`crate::record::attempt_log::MIN_MAX_BYTES`].
+pub fn parse_log_max(text: &str) -> Result<u64, String> {
+    let bytes = parse_size(text)?;
+    if bytes < crate::record::attempt_log::MIN_MAX_BYTES {
+        return Err(format!(
+            "`{text}` is too small to keep a head and a tail of the output: use 64K or more"
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Parses `--interval`: a duration of at most [`MAX_INTERVAL`].

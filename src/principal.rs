@@ -13,7 +13,10 @@
 //! every open, rename and unlink exactly as for the user, and the identity comes back when the
 //! closure returns. oomguard's run loop is single-threaded (a current-thread runtime), so the
 //! switch never leaks into another task. Processes (hooks) are not started under it: they drop
-//! to the user whole, between fork and exec ([`crate::child::become_user`]).
+//! to the user whole, between fork and exec ([`crate::child::become_user`]). The threads that
+//! write the job's output to its log take the user's filesystem identity for their whole life
+//! ([`write_as_user_from_now`]), and give up `CAP_SYS_RESOURCE`, so that output cannot spend
+//! root's reserved disk blocks.
 //!
 //! What stays root's: making and limiting the attempt's cgroup, the kernel log, oomguard's own
 //! default state and run directories (chosen by root's environment, not by the job file), and
@@ -70,6 +73,76 @@ pub fn act_for(who: Option<&RunAs>) {
 /// The user file work is done as, where it is not oomguard's own identity.
 pub fn acting_for() -> Option<&'static RunAs> {
     ACTING_FOR.get()?.as_ref().map(|acting| &acting.who)
+}
+
+/// For the rest of the calling thread's life: the acting user's filesystem identity (as in
+/// [`as_user`], never switched back) and no `CAP_SYS_RESOURCE` in its effective set; nothing
+/// when oomguard acts for no one else. For a thread that only writes the job's output to its
+/// log ([`crate::stream`]'s readers): ext4 lets a write use the blocks reserved for root when
+/// the writer's fsuid is the reserve's owner (root) or it holds `CAP_SYS_RESOURCE`, which also
+/// lets it pass disk quotas (ext4(5) `resuid`, capabilities(7)); the user's output, written as
+/// the user, stops where the user's own writes would. Capabilities are per thread on Linux:
+/// the rest of oomguard keeps them.
+pub fn write_as_user_from_now() -> io::Result<()> {
+    let Some(acting) = ACTING_FOR.get().and_then(Option::as_ref) else {
+        return Ok(());
+    };
+    if SWITCHED.get() {
+        return Ok(());
+    }
+    // The switch is kept: its guard is forgotten, and nested `as_user` calls just run.
+    std::mem::forget(Switched::to(&acting.who, &acting.own_groups)?);
+    drop_effective_capability(CAP_SYS_RESOURCE)
+}
+
+/// capabilities(7): `CAP_SYS_RESOURCE`'s number.
+const CAP_SYS_RESOURCE: u32 = 24;
+
+/// Removes `cap` from the calling thread's effective set (capget/capset on the thread itself;
+/// libc has no wrapper, the structures are linux/capability.h's, version 3: two 32-bit words).
+fn drop_effective_capability(cap: u32) -> io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: `header` and the two-word `data` are the layouts capget(2) reads and fills.
+    let rc = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_capget,
+            &mut header as *mut Header,
+            data.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    data[(cap / 32) as usize].effective &= !(1 << (cap % 32));
+    // SAFETY: as above; capset(2) reads them.
+    let rc = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_capset,
+            &mut header as *mut Header,
+            data.as_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Runs `work` with the acting user's filesystem identity on this thread (see the module doc);
@@ -235,5 +308,29 @@ mod tests {
         assert!(create_refused);
         assert_eq!(std::fs::read(&secret).unwrap(), b"root's");
         assert_eq!(nix::unistd::getgroups().unwrap(), own);
+    }
+
+    /// A capability dropped from one thread's effective set is gone there only.
+    #[test]
+    fn a_capability_is_dropped_for_the_calling_thread_alone() {
+        // CAP_SYS_NICE (23): one a root test process holds, and no other test needs.
+        const CAP: u32 = 23;
+        fn own() -> u64 {
+            let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+            let line = status.lines().find(|l| l.starts_with("CapEff:")).unwrap();
+            u64::from_str_radix(line["CapEff:".len()..].trim(), 16).unwrap()
+        }
+        if own() & (1 << CAP) == 0 {
+            eprintln!("SKIPPED a_capability_is_dropped_for_the_calling_thread_alone: no CAP_SYS_NICE to drop");
+            return;
+        }
+        let after = std::thread::spawn(|| {
+            drop_effective_capability(CAP).unwrap();
+            own()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(after & (1 << CAP), 0, "dropped in that thread");
+        assert_ne!(own() & (1 << CAP), 0, "kept in this one");
     }
 }

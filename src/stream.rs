@@ -18,7 +18,9 @@
 //! cannot grow memory). Where one stream's unfinished line had to be written out (its stream
 //! ended, or it passed the cap) and the other stream's output follows, a newline is put between
 //! them. Nothing here looks at the bytes' meaning; what oomguard's stdout and stderr receive is
-//! exactly what the job wrote.
+//! exactly what the job wrote. What the log keeps of it is bounded by the log itself
+//! ([`crate::record::attempt_log`], `--log-max`); run for another user, the readers write it with
+//! that user's filesystem identity ([`crate::principal::write_as_user_from_now`]).
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -28,6 +30,8 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
+
+use crate::record::attempt_log::AttemptLog;
 
 /// Bytes read per `read(2)`: the default pipe capacity, so one read takes all that is there.
 /// (A larger pipe, F_SETPIPE_SZ, measured no faster: the attempt log's writes dominate.)
@@ -161,7 +165,7 @@ struct Record {
 
 /// The attempt log and the tail, fed whole lines from both streams.
 struct RecordOut {
-    log: Option<File>,
+    log: Option<AttemptLog>,
     tail: Tail,
     /// The stream that wrote last, and whether its last byte ended a line.
     last: Option<(Target, bool)>,
@@ -203,7 +207,7 @@ pub struct Sinks {
 
 impl Sinks {
     /// `log` is the attempt log; `None` when it could not be opened (the job still runs).
-    pub fn new(log: Option<File>) -> Self {
+    pub fn new(log: Option<AttemptLog>) -> Self {
         Self {
             record: Arc::new(Mutex::new(Record {
                 lines: [
@@ -300,6 +304,11 @@ pub fn spawn_copier(
     std::thread::Builder::new()
         .name(format!("oomguard-{target:?}").to_lowercase())
         .spawn(move || {
+            // Run for another user, the log is written with that user's filesystem identity and
+            // without CAP_SYS_RESOURCE: their output never spends root's reserved blocks.
+            if let Err(e) = crate::principal::write_as_user_from_now() {
+                tracing::warn!("the job's output is written to its log as root: {e}");
+            }
             let mut direct = direct;
             let copied = pump(pipe, target, &sinks, |chunk| {
                 if let Some(forwarder) = FORWARDER.get() {
@@ -711,7 +720,11 @@ mod tests {
     fn record_never_splices_two_streams() {
         let dir = tempfile::tempdir().unwrap();
         let log_path = dir.path().join("attempt-1.log");
-        let sinks = Sinks::new(Some(File::create(&log_path).unwrap()));
+        let sinks = Sinks::new(Some(AttemptLog::new(
+            File::create(&log_path).unwrap(),
+            "attempt-1.log".into(),
+            64 << 20,
+        )));
         sinks.record(Target::Stdout, b"out 6");
         sinks.record(Target::Stderr, b"err 0\n");
         sinks.record(Target::Stdout, b"\n");
@@ -752,7 +765,11 @@ mod tests {
     fn copies_bytes_unchanged_to_log_and_tail() {
         let dir = tempfile::tempdir().unwrap();
         let log_path = dir.path().join("attempt-1.log");
-        let sinks = Sinks::new(Some(File::create(&log_path).unwrap()));
+        let sinks = Sinks::new(Some(AttemptLog::new(
+            File::create(&log_path).unwrap(),
+            "attempt-1.log".into(),
+            64 << 20,
+        )));
         let data: Vec<u8> = b"epoch 1\r 50%|##   |\x1b[31mred\x1b[0m\xff\xfe no newline".to_vec();
         let mut forwarded = Vec::new();
         let copied = pump(&data[..], Target::Stdout, &sinks, |chunk| {

@@ -34,6 +34,7 @@ use crate::kernel::{self, Kmsg};
 use crate::mem::tree::ProcTree;
 use crate::outcome::Ending;
 use crate::quiet::{self, QuietStop, QuietWatch};
+use crate::record::attempt_log::AttemptLog;
 use crate::sampler::{Peaks, Sample, Sampler};
 use crate::scan;
 use crate::signals::Deliveries;
@@ -155,6 +156,11 @@ pub struct AttemptEnd {
     /// stopped it (its leftovers after the main process ended, or the job on a soft bound or
     /// going quiet): a checkpoint among them was cut short and is never resumed from.
     pub writing_at_stop: HashSet<(u64, u64)>,
+    /// When oomguard first asked living processes of the job to stop (its leftovers after the
+    /// main process ended, or the job on a soft bound or going quiet); `None` when it never had
+    /// to. A checkpoint written shortly before may have been cut by the stop although no
+    /// process had it open at that instant ([`crate::resume::judge`]).
+    pub stop_began: Option<SystemTime>,
     /// The card at the attempt's first and last readings while the job had processes (who
     /// held what at its start and at its death); `None` without GPU readings.
     pub gpu_at_start: Option<JobGpu>,
@@ -533,6 +539,8 @@ struct AttemptState {
     steps: SrunSteps,
     /// See [`AttemptEnd::writing_at_stop`].
     writing_at_stop: HashSet<(u64, u64)>,
+    /// See [`AttemptEnd::stop_began`].
+    stop_began: Option<SystemTime>,
 }
 
 /// The Slurm step each of the job's `srun` processes launched, and the steps' memory cgroups on
@@ -589,6 +597,7 @@ impl AttemptState {
             quiet_stop: None,
             steps: SrunSteps::default(),
             writing_at_stop: HashSet::new(),
+            stop_began: None,
         }
     }
 }
@@ -862,7 +871,7 @@ impl Supervisor {
         &mut self,
         attempt: u32,
         launch: &Launch,
-        log: Option<File>,
+        log: Option<AttemptLog>,
         observer: &mut dyn Observer,
     ) -> Result<AttemptEnd, SpawnError> {
         let mut job = self.start(attempt, launch, log, observer)?;
@@ -902,7 +911,7 @@ impl Supervisor {
         &mut self,
         attempt: u32,
         launch: &Launch,
-        log: Option<File>,
+        log: Option<AttemptLog>,
         observer: &mut dyn Observer,
     ) -> Result<StartedJob, SpawnError> {
         let cgroup = self.make_cgroup(attempt, observer)?;
@@ -1123,6 +1132,7 @@ impl Supervisor {
                 alive.len()
             );
             state.writing_at_stop.extend(open_for_writing(&alive));
+            state.stop_began.get_or_insert_with(SystemTime::now);
             self.ask_to_stop(job, state, Signal::SIGTERM, true);
             state
                 .kill_at
@@ -1175,6 +1185,7 @@ impl Supervisor {
             observer,
         ) {
             state.writing_at_stop.extend(open_for_writing(alive));
+            state.stop_began.get_or_insert_with(SystemTime::now);
             self.ask_to_stop(job, state, Signal::SIGTERM, false);
             state
                 .kill_at
@@ -1214,6 +1225,7 @@ impl Supervisor {
         state
             .writing_at_stop
             .extend(open_for_writing(&self.job_processes()));
+        state.stop_began.get_or_insert_with(SystemTime::now);
         self.ask_to_stop(job, state, Signal::SIGTERM, false);
         state
             .kill_at
@@ -1260,6 +1272,7 @@ impl Supervisor {
             sigkilled_descendant: state.sigkilled_descendant,
             quiet_stop: state.quiet_stop,
             writing_at_stop: state.writing_at_stop,
+            stop_began: state.stop_began,
             gpu_at_start: state.watch.gpu_first,
             gpu_at_end: state.watch.gpu_last,
             host_at_start: state.watch.host_first,

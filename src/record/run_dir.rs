@@ -1,5 +1,6 @@
 //! The run directory: made (or checked free) when a run starts, pinned by a descriptor so its
-//! files cannot be redirected, and written only with files oomguard creates (`attempt-N.log`,
+//! files cannot be redirected, and written only with files oomguard creates (`attempt-N.log`, capped
+//! by [`crate::record::attempt_log`],
 //! summary.json saved atomically, `samples.csv` through [`crate::record::samples`]); where default
 //! run directories go, and oomguard's state directory.
 //!
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::console::Reporter;
+use crate::record::attempt_log::AttemptLog;
 use crate::record::summary::{rfc3339, Summary};
 use crate::record::unsaved::unsaved;
 
@@ -172,11 +174,13 @@ impl RunDir {
 
     /// Creates `name` in the run directory; fails if it exists (O_EXCL), so a file that
     /// appeared since the check (another run given the same directory) is never truncated.
+    /// Opened for reading too: a capped log copies its own tail ([`AttemptLog`]).
     pub(super) fn create_file(&self, name: &str) -> io::Result<File> {
         use std::os::unix::fs::OpenOptionsExt;
         let path = self.at(name);
         let file = crate::principal::as_user_if(self.as_user, || {
             std::fs::OpenOptions::new()
+                .read(true)
                 .write(true)
                 .create_new(true)
                 .custom_flags(nix::libc::O_NOFOLLOW)
@@ -245,11 +249,13 @@ impl RunDir {
         self.files().join(name)
     }
 
-    /// Creates `attempt-N.log`. `None` if it cannot: the job runs regardless, and the run's
-    /// last warning says the log is missing ([`unsaved`]).
-    pub fn open_log(&self, attempt: u32, _report: &Reporter) -> Option<File> {
+    /// Creates `attempt-N.log`, capped at `max_bytes` ([`AttemptLog`]). `None` if it cannot:
+    /// the job runs regardless, and the run's last warning says the log is missing
+    /// ([`unsaved`]).
+    pub fn open_log(&self, attempt: u32, max_bytes: u64, _report: &Reporter) -> Option<AttemptLog> {
         let name = format!("attempt-{attempt}.log");
         self.create_file(&name)
+            .map(|file| AttemptLog::new(file, name.clone(), max_bytes))
             // Said once at the end of the run, with whatever else could not be saved.
             .map_err(|e| {
                 unsaved(
@@ -485,7 +491,7 @@ mod tests {
         std::fs::create_dir(&theirs).unwrap();
         std::fs::write(theirs.join("notes.txt"), "keep").unwrap();
         let run = RunDir::create(Some(&theirs), "python", false).unwrap();
-        let _log = run.open_log(1, &Reporter { quiet: true }).unwrap();
+        let _log = run.open_log(1, 1 << 20, &Reporter { quiet: true }).unwrap();
         run.discard();
         assert!(!theirs.join("attempt-1.log").exists());
         assert_eq!(

@@ -6,7 +6,6 @@
 //! wait: a listener that cannot write says so and the run goes on.
 
 use std::ffi::OsString;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -18,6 +17,7 @@ use crate::jobs::run::JobRun;
 use crate::knobs::Value;
 use crate::outcome::{Cause, Outcome};
 use crate::policy;
+use crate::record::attempt_log::AttemptLog;
 use crate::record::run_dir::RunDir;
 use crate::record::samples::SamplesCsv;
 use crate::record::summary::{AttemptRecord, KnobValues, RoomCut, Summary};
@@ -229,9 +229,10 @@ impl<'a> Observers<'a> {
         &mut self.hooks
     }
 
-    /// The attempt's log, `<run dir>/attempt-N.log`.
-    pub(super) fn open_log(&self, attempt: u32) -> Option<File> {
-        self.run_dir.open_log(attempt, &self.console)
+    /// The attempt's log, `<run dir>/attempt-N.log`, capped at `--log-max`.
+    pub(super) fn open_log(&self, attempt: u32) -> Option<AttemptLog> {
+        self.run_dir
+            .open_log(attempt, self.settings.log_max_bytes, &self.console)
     }
 
     /// The service manager's watchdog, where it asks for one.
@@ -430,6 +431,9 @@ impl<'a> Observers<'a> {
             None => {}
         }
         if let Some(line) = record::unsaved::unsaved_summary() {
+            report.warn(&line);
+        }
+        if let Some(line) = record::attempt_log::cut_summary() {
             report.warn(&line);
         }
     }

@@ -507,6 +507,7 @@ mod tests {
             sigkilled_descendant: None,
             quiet_stop: None,
             writing_at_stop: HashSet::new(),
+            stop_began: None,
             gpu_at_start: None,
             gpu_at_end: None,
             host_at_start: None,

@@ -74,12 +74,13 @@ impl super::Run<'_> {
             .and_then(|r| (!r.first).then_some(self.ladder.started));
         // The first look at the checkpoints as the attempt ends: the GPU wait counts towards
         // the interval over which their sizes must hold.
-        let cut = &end.writing_at_stop;
-        let mut cut_paths = Vec::new();
+        let stop = resume::Stop {
+            open: end.writing_at_stop.clone(),
+            began: end.stop_began,
+            window: settings.interval,
+        };
         let watch = settings.resume.as_ref().map(|resume| {
-            let (files, left_out) = resume::without_cut(resume.scan(since), cut);
-            cut_paths = left_out;
-            resume::Watch::start(files, Instant::now(), settings.interval)
+            resume::Watch::start(resume.scan(since), Instant::now(), settings.interval)
         });
         let timeout = settings.gpu_free_timeout;
         let gpu = wait_gpu_free(&mut self.supervisor, attempt, &end.pids, timeout, report);
@@ -93,7 +94,7 @@ impl super::Run<'_> {
             let looks = Looks {
                 resume,
                 newer_than: since,
-                cut,
+                stop: &stop,
             };
             let pick = match looks
                 .settle(&mut self.supervisor, report, watch, backoff_end)
@@ -104,9 +105,7 @@ impl super::Run<'_> {
             };
             // The looks were part of the backoff: what is left of it follows.
             delay = backoff_end.saturating_duration_since(Instant::now());
-            checkpoint = Some(
-                pick.clause(&resume.pattern, since.is_some()) + &resume::cut_clause(&cut_paths),
-            );
+            checkpoint = Some(pick.clause(&resume.pattern, since.is_some()));
             self.ladder.resume_from = pick.chosen;
         }
         self.tell_relaunching(attempt + 1, delay, checkpoint, &next);
@@ -159,11 +158,11 @@ impl super::Run<'_> {
 }
 
 /// Where the checkpoints are looked for before a relaunch: `--checkpoint`'s files written
-/// since `newer_than`, less those a stop cut short while they were being written.
+/// since `newer_than`; the one picked must not be one oomguard's `stop` cut short.
 struct Looks<'a> {
     resume: &'a resume::Resume,
     newer_than: Option<SystemTime>,
-    cut: &'a HashSet<(u64, u64)>,
+    stop: &'a resume::Stop,
 }
 
 impl Looks<'_> {
@@ -189,12 +188,11 @@ impl Looks<'_> {
             if let Some(signal) = supervisor.pause(wait).await {
                 return Err(signal);
             }
-            watch.look(
-                resume::without_cut(self.resume.scan(self.newer_than), self.cut).0,
-                Instant::now(),
-            );
+            watch.look(self.resume.scan(self.newer_than), Instant::now());
         }
-        Ok(watch.pick())
+        Ok(watch.pick(|candidate| {
+            resume::judge(candidate, self.stop, || resume::read_shape(candidate))
+        }))
     }
 }
 
@@ -206,11 +204,12 @@ async fn resume_first(
     report: Reporter,
 ) -> Result<Option<PathBuf>, Signal> {
     let watch = resume::Watch::start(resume.scan(None), Instant::now(), interval);
-    let none_cut = HashSet::new();
+    // No attempt yet, so no stop of oomguard's: only the files' formats are checked.
+    let no_stop = resume::Stop::default();
     let looks = Looks {
         resume,
         newer_than: None,
-        cut: &none_cut,
+        stop: &no_stop,
     };
     let pick = looks
         .settle(supervisor, report, watch, Instant::now())

@@ -57,6 +57,10 @@ pub enum UsageError {
     Resume(#[from] crate::resume::ResumeError),
     #[error("resuming from a checkpoint needs {0} too")]
     ResumeHalf(&'static str),
+    /// A job file its user can write raises `log_max` for a log kept in oomguard's own run
+    /// directory: that disk is not the user's to fill.
+    #[error("[run] log_max = {}: a job file its user can write may not raise log_max above the default {} while the logs go to oomguard's own run directory: give the job a run_dir of its own, or set --log-max on the command line", crate::units::human_bytes(*.0), crate::units::human_bytes(crate::record::attempt_log::DEFAULT_MAX_BYTES))]
+    LogMax(u64),
     /// An `--on-exit` / `--on-relaunch` command that does not split or whose program is
     /// missing.
     #[error("{0}")]
@@ -148,6 +152,12 @@ impl RunArgs {
                 && self.from_job_file.iter().any(|from| from == id)
         };
         let run_dir_is_users = users_path("run_dir");
+        if users_path("log_max")
+            && !run_dir_is_users
+            && self.log_max > crate::record::attempt_log::DEFAULT_MAX_BYTES
+        {
+            return Err(UsageError::LogMax(self.log_max));
+        }
         let state_dir_is_users = users_path("state_dir");
         let textfile_is_users = users_path("metrics_textfile");
         let addr_is_users = users_path("metrics_addr");
@@ -211,6 +221,7 @@ impl RunArgs {
             command: self.command,
             knobs,
             run_dir: self.run_dir,
+            log_max_bytes: self.log_max,
             run_dir_is_users,
             dry_run,
             limits: crate::policy::Limits {

@@ -25,6 +25,8 @@ pub struct RunSettings {
     pub dry_run: Option<Cause>,
     /// Where to put logs and the summary; `None` for the default location.
     pub run_dir: Option<PathBuf>,
+    /// `--log-max`: the most of one attempt's output kept in its log.
+    pub log_max_bytes: u64,
     pub limits: Limits,
     pub grace: Duration,
     /// How often the job's memory is sampled.

@@ -29,6 +29,7 @@ mod resume;
 mod run;
 mod rundir;
 mod security;
+mod security_files;
 mod security_reads;
 mod shared_gpu;
 mod situations;
