@@ -29,6 +29,7 @@ mod resume;
 mod run;
 mod rundir;
 mod security;
+mod security_patch;
 mod shared_gpu;
 mod situations;
 mod slurm_real;
