@@ -488,6 +488,20 @@ fn recover_in(state_dir: &Path) -> Vec<String> {
     lines
 }
 
+/// Before a knob file is read for its values: finishes the patch a dead oomguard left in it,
+/// when the lock beside it names an entry of this user's, whatever its state directory (the
+/// system unit's and a shell's differ), and says so (a warning). Anything that stops it (a live
+/// run, an entry that cannot be used) is left for [`Patcher::open`] to refuse with.
+pub fn finish_left_beside(file: &Path) {
+    let who = ActingUser::current();
+    let pid = std::process::id();
+    if let Ok(Ok(Some(lock))) =
+        FileLock::take_for(file, who.as_ref(), false, pid, Path::new(""), None)
+    {
+        lock.release();
+    }
+}
+
 /// What to do with a file whose entry is being finished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Decision {
