@@ -16,8 +16,9 @@
 //! to the user whole, between fork and exec ([`crate::child::become_user`]).
 //!
 //! What stays root's: making and limiting the attempt's cgroup, the kernel log, oomguard's own
-//! default state and run directories (chosen by root's environment, not by the job file), and
-//! switching to the user for the job. Without root, or without a `user`, nothing switches.
+//! default state and run directories (chosen by root's environment, not by the job file),
+//! switching to the user for the job, and ([`as_oomguard`]) clearing a third user's file from
+//! the name of a knob file's lock in a shared sticky directory. Without root, or without a `user`, nothing switches.
 
 use std::cell::Cell;
 use std::io;

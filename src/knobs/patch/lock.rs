@@ -70,9 +70,10 @@ impl Place {
         let parent = file.parent().unwrap_or(Path::new("/"));
         let file_name = file.file_name().unwrap_or_default();
         let (dir, dir_meta, file_stat) = as_theirs(who, || {
+            // O_PATH: a directory the user may search and write but not list still holds locks.
             let dir = OpenOptions::new()
                 .read(true)
-                .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
+                .custom_flags(nix::libc::O_PATH | nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
                 .open(parent)?;
             let dir_meta = dir.metadata()?;
             let file_stat = match nix::sys::stat::fstatat(
