@@ -19,8 +19,9 @@
 //! root's reserved disk blocks.
 //!
 //! What stays root's: making and limiting the attempt's cgroup, the kernel log, oomguard's own
-//! default state and run directories (chosen by root's environment, not by the job file), and
-//! switching to the user for the job. Without root, or without a `user`, nothing switches.
+//! default state and run directories (chosen by root's environment, not by the job file),
+//! switching to the user for the job, and ([`as_oomguard`]) clearing a third user's file from
+//! the name of a knob file's lock in a shared sticky directory. Without root, or without a `user`, nothing switches.
 
 use std::cell::Cell;
 use std::io;
@@ -56,6 +57,9 @@ struct Acting {
 thread_local! {
     /// Whether this thread is inside [`as_user`] already (a nested call just runs).
     static SWITCHED: Cell<bool> = const { Cell::new(false) };
+    /// Whom this thread is switched to, and oomguard's own groups: for [`as_oomguard`].
+    static SWITCHED_TO: std::cell::RefCell<Option<(RunAs, Vec<Gid>)>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Records whom file work is done for: `who` when oomguard is root, no one otherwise. Later
@@ -194,6 +198,27 @@ pub fn as_recorded<T>(who: Option<&RunAs>, work: impl FnOnce() -> io::Result<T>)
     }
 }
 
+/// Runs `work` with oomguard's own filesystem identity, even inside [`as_user`] or
+/// [`as_recorded`]; the switch to the user comes back when it returns. Only for what the user
+/// could not do and root must: clearing another user's file from a name oomguard reserves in a
+/// shared sticky directory, on a directory descriptor the user opened
+/// ([`crate::knobs::patch`]'s lock). Outside a switch it just runs.
+pub fn as_oomguard<T>(work: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    let Some((who, own)) = SWITCHED_TO.with_borrow_mut(Option::take) else {
+        return work();
+    };
+    drop(Switched { own_groups: &own });
+    let result = work();
+    let again = Switched::to(&who, &own);
+    assert!(
+        again.is_ok(),
+        "oomguard acts as the job's user again after acting as itself"
+    );
+    // The outer switch's guard switches back when its closure ends.
+    std::mem::forget(again);
+    result
+}
+
 fn as_identity<T>(
     who: &RunAs,
     own_groups: &[Gid],
@@ -215,6 +240,7 @@ impl<'a> Switched<'a> {
     fn to(who: &RunAs, own_groups: &'a [Gid]) -> io::Result<Switched<'a>> {
         let back = Switched { own_groups };
         SWITCHED.set(true);
+        SWITCHED_TO.set(Some((who.clone(), own_groups.to_vec())));
         set_thread_groups(&who.groups)?;
         nix::unistd::setfsgid(who.gid);
         nix::unistd::setfsuid(who.uid);
@@ -240,6 +266,7 @@ impl Drop for Switched<'_> {
             "oomguard's own identity comes back after acting as the job's user"
         );
         SWITCHED.set(false);
+        SWITCHED_TO.set(None);
     }
 }
 

@@ -630,6 +630,7 @@ mod tests {
                 accum_arg: None,
                 min_batch: 1,
                 cwd: &cwd,
+                finish_left_patches: false,
             },
             None,
         )

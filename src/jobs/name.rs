@@ -183,6 +183,7 @@ pub(super) mod tests {
                 accum_arg: None,
                 min_batch,
                 cwd: Path::new("/"),
+                finish_left_patches: false,
             },
             None,
         )

@@ -20,10 +20,16 @@
 //! beside it as `<file>.oomguard-original` (`.1`, `.2`, ... rather than overwrite), and a
 //! warning says so.
 //!
-//! The entry's lock is one state directory's; the file's own lock ([`FileLock`], in
-//! `/run/lock/oomguard` and `/tmp/oomguard-locks`) is every oomguard's, whatever its
-//! `XDG_STATE_HOME` or user: a second patcher is refused there, and the lock of a dead owner
-//! names its journal entry, which is finished before anyone reads the file as the original.
+//! The entry's lock is one state directory's; the file's own lock ([`lock::FileLock`], beside
+//! it as `.<name>.oomguard-lock`) is every oomguard's, whatever its `XDG_STATE_HOME` or user: a
+//! second patcher is refused there, and the lock of a dead owner names its journal entry, which
+//! is finished before anyone reads the file as the original. Only those who could replace the
+//! file can make that lock count (see [`lock`]), so no third user can refuse a run with it or
+//! switch it off.
+//!
+//! The new inode a write renames over the file carries the old one's extended attributes, its
+//! ACL among them ([`attrs`]); a file with more than one name is written in place instead (same
+//! inode, so every name sees the edit and the restore).
 //!
 //! What text to write is the caller's (the editors in [`crate::knobs::file`]); when to write,
 //! and printing the lines returned here, are the run loop's.
@@ -40,6 +46,12 @@ use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use crate::knobs::file::{py, Format};
+
+mod attrs;
+mod lock;
+
+use attrs::Xattrs;
+use lock::FileLock;
 
 /// How the job gets the edited file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +97,12 @@ pub enum PatchError {
     EditedMeanwhile { path: PathBuf },
     #[error("journal entry {path} cannot be used: {detail} (inspect it and the file it names, then delete it)")]
     Journal { path: PathBuf, detail: String },
+    #[error("{lock} is not oomguard's lock: uid {uid} made it in a shared directory, where they cannot change {path}, and only root may remove it there: ask an admin to remove it, or keep {path} in a directory only its writers can write")]
+    Squatted {
+        path: PathBuf,
+        lock: PathBuf,
+        uid: u32,
+    },
 }
 
 fn io_err<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> PatchError + 'a {
@@ -303,8 +321,34 @@ fn readable(path: &Path) -> String {
 struct Owner {
     pid: u32,
     run_dir: PathBuf,
-    /// In a file's machine-wide lock: the journal entry that undoes the owner's edit.
+    /// In a file's own lock: the journal entry that undoes the owner's edit.
     journal: Option<PathBuf>,
+}
+
+impl Owner {
+    /// A lock file's text: the PID, the run dir and (a file's own lock) the journal entry, a
+    /// line each. PID 0 and an empty run dir where it names none yet.
+    fn parse(text: &[u8]) -> Owner {
+        let mut lines = text.split(|&b| b == b'\n');
+        let pid = lines
+            .next()
+            .and_then(|l| std::str::from_utf8(l).ok())
+            .and_then(|l| l.parse().ok())
+            .unwrap_or(0);
+        let run_dir = lines
+            .next()
+            .map(|l| PathBuf::from(std::ffi::OsStr::from_bytes(l)))
+            .unwrap_or_default();
+        let journal = lines
+            .next()
+            .filter(|l| !l.is_empty())
+            .map(|l| PathBuf::from(std::ffi::OsStr::from_bytes(l)));
+        Owner {
+            pid,
+            run_dir,
+            journal,
+        }
+    }
 }
 
 /// An entry's lock: `flock(LOCK_EX)` on `<key>.lock`, held for as long as this value lives.
@@ -323,30 +367,17 @@ enum TryLock {
 
 impl EntryLock {
     fn try_take(lock_path: &Path) -> Result<TryLock, PatchError> {
-        EntryLock::try_take_in(lock_path, false)
-    }
-
-    /// `shared`: the lock file is in the machine-wide place, where another user may have made
-    /// it: made readable by all (a lock needs only a read descriptor), opened without following
-    /// a symlink, and read-only when it is another user's.
-    fn try_take_in(lock_path: &Path, shared: bool) -> Result<TryLock, PatchError> {
         for _ in 0..16 {
-            let open = |write: bool| {
-                OpenOptions::new()
-                    .read(true)
-                    .write(write)
-                    .create(write)
-                    .truncate(false)
-                    .mode(if shared { 0o644 } else { 0o600 })
-                    // Never through a link, and never waiting on a FIFO put at its name.
-                    .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-                    .open(lock_path)
-            };
-            let file = match open(true) {
-                Err(e) if shared && e.kind() == io::ErrorKind::PermissionDenied => open(false),
-                other => other,
-            }
-            .map_err(io_err("create the lock file", lock_path))?;
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                // Never through a link, and never waiting on a FIFO put at its name.
+                .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+                .open(lock_path)
+                .map_err(io_err("create the lock file", lock_path))?;
             // A lock file is a plain file with one name: anything else at its name (a hard link
             // to another file, which recording the owner would overwrite) was put there.
             let meta = file.metadata().map_err(io_err("stat", lock_path))?;
@@ -388,213 +419,30 @@ impl EntryLock {
     /// Records us as the owner, for the message another oomguard shows when it finds the entry
     /// busy.
     fn record_owner(&mut self, pid: u32, run_dir: &Path) {
-        self.record_owner_of(pid, run_dir, None);
-    }
-
-    /// As [`EntryLock::record_owner`], and in the file's machine-wide lock the journal entry
-    /// that will undo our edit: an oomguard of another state directory finds it there.
-    fn record_owner_of(&mut self, pid: u32, run_dir: &Path, journal: Option<&Path>) {
         let file: &File = &self._lock;
         let _ = file.set_len(0);
         let mut line = format!("{pid}\n").into_bytes();
         line.extend_from_slice(run_dir.as_os_str().as_bytes());
         line.push(b'\n');
-        if let Some(journal) = journal {
-            line.extend_from_slice(journal.as_os_str().as_bytes());
-            line.push(b'\n');
-        }
-        let _ = (&*file).write_all(&line);
+        let _ = std::os::unix::fs::FileExt::write_all_at(file, &line, 0);
     }
 }
 
-/// The machine-wide places where a file's own lock is taken, whatever the state directory
-/// (the system unit's `XDG_STATE_HOME=/var/lib` and a shell's `~/.local/state` are two) or the
-/// user. The lock is taken in each place that can be used: `/run/lock` may be root's alone
-/// (then users meet root in `/tmp`), and a service may have a private `/tmp` (then they meet
-/// in `/run/lock`).
-const FILE_LOCK_DIRS: [&str; 2] = ["/run/lock/oomguard", "/tmp/oomguard-locks"];
-
-/// A file's own lock: `flock` on `<dir>/<parent's device>-<parent's inode>-<name hash>.lock` in
-/// each of [`FILE_LOCK_DIRS`]. Keyed by the directory's identity and the name, not the file's
-/// inode: every patch renames a new inode over the name, and a bind mount or another path to
-/// the directory names the same file.
-struct FileLock {
-    held: Vec<(PathBuf, EntryLock)>,
-}
-
-impl FileLock {
-    /// Takes the lock of `canonical`, or says who holds it. A lock that names a journal entry
-    /// (its owner died with the file patched, maybe under another state directory) has that
-    /// entry finished before the file is read, so no one takes a patch for the original.
-    fn take(
-        canonical: &Path,
-        pid: u32,
-        run_dir: &Path,
-        journal: Option<&Path>,
-    ) -> Result<Result<FileLock, Owner>, PatchError> {
-        let name = FileLock::name(canonical).map_err(io_err("read", canonical))?;
-        let mut held = Vec::new();
-        for dir in FILE_LOCK_DIRS {
-            let dir = Path::new(dir);
-            if !shared_dir(dir) {
-                continue;
-            }
-            let path = dir.join(&name);
-            match EntryLock::try_take_in(&path, true)? {
-                TryLock::Held(owner) => return Ok(Err(owner)),
-                TryLock::Taken(lock) => held.push((path, lock)),
-            }
-        }
-        for (path, _) in &held {
-            let Some(left) = read_owner(path).journal else {
-                continue;
-            };
-            if Some(left.as_path()) == journal || !left.exists() {
-                continue; // ours is finished by the caller; a gone one was finished already
-            }
-            if !trusted_journal(path, &left) {
-                return Err(PatchError::LeftPatched {
-                    path: canonical.to_path_buf(),
-                    journal: left,
-                    detail: "the entry is not this user's".to_string(),
-                });
-            }
-            let names_this_file = load_journal(&left).is_ok_and(|j| j.path.as_path() == canonical);
-            if !names_this_file {
-                continue; // a stale or foreign name: not this file's patch
-            }
-            match restore_entry(&left, Duration::ZERO) {
-                Ok(Some(line)) => tracing::warn!("{line}"),
-                Ok(None) if left.exists() => {
-                    // Its owner holds the entry but not the file's lock: an older oomguard.
-                    let owner = read_owner(path);
-                    return Ok(Err(owner));
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    return Err(PatchError::LeftPatched {
-                        path: canonical.to_path_buf(),
-                        journal: left,
-                        detail: e.to_string(),
-                    })
-                }
-            }
-        }
-        let mut lock = FileLock { held };
-        for (_, entry) in &mut lock.held {
-            entry.record_owner_of(pid, run_dir, journal);
-        }
-        Ok(Ok(lock))
-    }
-
-    /// `<parent's device>-<parent's inode>-<name hash>-<readable name>.lock`.
-    fn name(canonical: &Path) -> io::Result<String> {
-        let parent = canonical.parent().unwrap_or(Path::new("/"));
-        let meta = std::fs::metadata(parent)?;
-        Ok(format!(
-            "{:x}-{:x}-{:016x}-{}.lock",
-            meta.dev(),
-            meta.ino(),
-            crate::fsutil::Fnv64::of(canonical.file_name().unwrap_or_default().as_bytes()),
-            readable(canonical)
-        ))
-    }
-
-    /// Finishes the entries that the machine-wide locks of dead owners name: an oomguard with
-    /// another state directory left them. An entry this user cannot read is another user's to
-    /// finish (their next start does it, and whoever patches that file is refused meanwhile).
-    fn recover() -> Vec<String> {
-        let mut lines = Vec::new();
-        for dir in FILE_LOCK_DIRS {
-            let Ok(read) = std::fs::read_dir(dir) else {
-                continue;
-            };
-            for path in read.filter_map(|e| e.ok()).map(|e| e.path()) {
-                if path.extension().is_none_or(|e| e != "lock") {
-                    continue;
-                }
-                let Some(journal) = read_owner(&path).journal else {
-                    continue; // a copy's claim, or one with nothing to undo
-                };
-                if !trusted_journal(&path, &journal) {
-                    continue; // another user's to finish (or someone's forgery)
-                }
-                let Ok(TryLock::Taken(lock)) = EntryLock::try_take_in(&path, true) else {
-                    continue; // its owner lives
-                };
-                match restore_entry(&journal, Duration::ZERO) {
-                    Ok(line) => lines.extend(line),
-                    Err(PatchError::Io { source, .. })
-                        if source.kind() == io::ErrorKind::PermissionDenied =>
-                    {
-                        continue
-                    }
-                    Err(e) => lines.push(format!("cannot restore a file left patched: {e}")),
-                }
-                if !journal.exists() {
-                    FileLock {
-                        held: vec![(path, lock)],
-                    }
-                    .release();
-                }
-            }
-        }
-        lines
-    }
-
-    /// Lets go, removing the lock files (under the lock, as [`EntryPaths::remove_all`] does).
-    fn release(self) {
-        for (path, lock) in self.held {
-            let _ = std::fs::remove_file(&path);
-            drop(lock);
-        }
-    }
-}
-
-/// Whether the journal entry a machine-wide lock names may be acted on by us: the lock file,
-/// the entry and its directory are all our own user's. Anyone can write a lock file there naming
-/// any entry; an entry another user wrote names what they like as the file and its backup.
-fn trusted_journal(lock_path: &Path, journal: &Path) -> bool {
+/// Whether the journal entry a file's lock names may be acted on by us: the entry and its
+/// directory are our own user's. Anyone who could write the file can write its lock, naming any
+/// entry; an entry another user wrote names what they like as the file and its backup.
+fn trusted_journal(journal: &Path) -> bool {
     let me = nix::unistd::geteuid().as_raw();
     let ours = |path: &Path, dir: bool| {
         std::fs::symlink_metadata(path)
             .is_ok_and(|m| m.uid() == me && if dir { m.is_dir() } else { m.is_file() })
     };
-    ours(lock_path, false)
-        && ours(journal, false)
-        && journal.parent().is_some_and(|dir| ours(dir, true))
-}
-
-/// Makes `dir` (sticky and writable by all, as /tmp: every user's oomguard locks there) unless
-/// it is there; false when it cannot be used (no parent, not a directory, a symlink).
-fn shared_dir(dir: &Path) -> bool {
-    // One made by another user is theirs to empty and refill: only root's (sticky, as made
-    // below) or our own is used.
-    let usable = |meta: &std::fs::Metadata| {
-        meta.is_dir()
-            && (meta.uid() == nix::unistd::geteuid().as_raw()
-                || (meta.uid() == 0 && meta.mode() & 0o1000 != 0))
-    };
-    if let Ok(meta) = std::fs::symlink_metadata(dir) {
-        return usable(&meta);
-    }
-    match std::fs::DirBuilder::new().mode(0o1777).create(dir) {
-        Ok(()) => {
-            // The umask took bits off.
-            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777));
-            true
-        }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            std::fs::symlink_metadata(dir).is_ok_and(|m| usable(&m))
-        }
-        Err(_) => false,
-    }
+    ours(journal, false) && journal.parent().is_some_and(|dir| ours(dir, true))
 }
 
 /// The owner a held lock file names, or PID 0 and an empty run dir if it names none yet.
 fn read_owner(lock_path: &Path) -> Owner {
-    // In the machine-wide place anyone may have put anything there: no symlink followed, a
-    // regular file only, a few lines at most.
+    // No symlink followed, a regular file only, a few lines at most.
     let text = OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
@@ -608,25 +456,7 @@ fn read_owner(lock_path: &Path) -> Owner {
             Ok(text)
         })
         .unwrap_or_default();
-    let mut lines = text.split(|&b| b == b'\n');
-    let pid = lines
-        .next()
-        .and_then(|l| std::str::from_utf8(l).ok())
-        .and_then(|l| l.parse().ok())
-        .unwrap_or(0);
-    let run_dir = lines
-        .next()
-        .map(|l| PathBuf::from(std::ffi::OsStr::from_bytes(l)))
-        .unwrap_or_default();
-    let journal = lines
-        .next()
-        .filter(|l| !l.is_empty())
-        .map(|l| PathBuf::from(std::ffi::OsStr::from_bytes(l)));
-    Owner {
-        pid,
-        run_dir,
-        journal,
-    }
+    Owner::parse(&text)
 }
 
 /// [`Patcher::recover`] for the entries under one state directory.
@@ -656,6 +486,20 @@ fn recover_in(state_dir: &Path) -> Vec<String> {
         }
     }
     lines
+}
+
+/// Before a knob file is read for its values: finishes the patch a dead oomguard left in it,
+/// when the lock beside it names an entry of this user's, whatever its state directory (the
+/// system unit's and a shell's differ), and says so (a warning). Anything that stops it (a live
+/// run, an entry that cannot be used) is left for [`Patcher::open`] to refuse with.
+pub fn finish_left_beside(file: &Path) {
+    let who = ActingUser::current();
+    let pid = std::process::id();
+    if let Ok(Ok(Some(lock))) =
+        FileLock::take_for(file, who.as_ref(), false, pid, Path::new(""), None)
+    {
+        lock.release();
+    }
 }
 
 /// What to do with a file whose entry is being finished.
@@ -774,12 +618,11 @@ impl Patcher {
     /// Before anything else at every `oomguard run` start: restores files (and removes copies)
     /// left by oomguards that died (SIGKILL of oomguard *and* its guard). Returns one line per
     /// thing done (a restore, a copy removed, someone else's edit kept, an entry that could not
-    /// be used). Entries whose owner is alive are left alone. Also those of dead oomguards
-    /// with another state directory, found through the files' own locks.
+    /// be used). Entries whose owner is alive are left alone. Those of another state directory
+    /// are its own oomguards' to finish, or the next one's to claim the file (its lock names the
+    /// entry).
     pub fn recover(state_dir: &Path) -> Vec<String> {
-        let mut lines = FileLock::recover();
-        lines.extend(recover_in(state_dir));
-        lines
+        recover_in(state_dir)
     }
 
     /// Claims `files` for this run: reads each original (must be UTF-8), and for InPlace files
@@ -866,10 +709,20 @@ impl Patcher {
         // Whoever patches the file in place holds this entry's lock: for a copy we only look,
         // since what we would read as the original is their patched text.
         let in_place = EntryPaths::new(dir, &in_place_key(&canonical));
-        // First the file's own lock, which every oomguard takes whatever its state directory.
+        // First the file's own lock, which every oomguard takes whatever its state directory. A
+        // copy only looks at it (a lock there is held, or names a dead patcher's entry to
+        // finish): it leaves no lock file behind in the user's directory.
         let journal = std::path::absolute(&in_place.json).map_err(io_err("find", dir))?;
-        let journal = (mode == Mode::InPlace).then_some(journal.as_path());
-        let file_lock = match FileLock::take(&canonical, self.pid, &self.run_dir, journal)? {
+        let in_place_mode = mode == Mode::InPlace;
+        let journal = in_place_mode.then_some(journal.as_path());
+        let file_lock = match FileLock::take_for(
+            &canonical,
+            who.as_ref(),
+            in_place_mode,
+            self.pid,
+            &self.run_dir,
+            journal,
+        )? {
             Ok(lock) => lock,
             Err(owner) => {
                 return Err(PatchError::Busy {
@@ -944,17 +797,19 @@ impl Patcher {
         let (meta, original) = match read() {
             Ok(read) => read,
             Err(e) => {
-                // Nothing was written for this entry: no trace of it stays.
+                // Nothing was written for this entry: no trace of it stays (the file's lock goes
+                // as it is dropped).
                 let _ = std::fs::remove_file(&entry.lock);
-                file_lock.release();
                 return Err(e);
             }
         };
         // A copy leaves the user's file alone: only an in-place edit keeps the file's lock.
         let file_lock = match mode {
-            Mode::InPlace => Some(file_lock),
+            Mode::InPlace => file_lock,
             Mode::Copy => {
-                file_lock.release();
+                if let Some(lock) = file_lock {
+                    lock.release();
+                }
                 None
             }
         };
@@ -1057,7 +912,9 @@ impl Patcher {
                         lines.push(format!("cannot restore {}: {e}", file.given.display()));
                         file.lock = None;
                         // Kept: it names the entry, for whoever patches the file next.
-                        drop(file.file_lock.take());
+                        if let Some(lock) = file.file_lock.take() {
+                            lock.keep();
+                        }
                         file.finished = true;
                         continue;
                     }
@@ -1080,7 +937,9 @@ impl Patcher {
     pub fn abandon(mut self) {
         for file in &mut self.files {
             file.lock = None;
-            drop(file.file_lock.take());
+            if let Some(lock) = file.file_lock.take() {
+                lock.keep();
+            }
             file.finished = true;
         }
     }
@@ -1204,7 +1063,9 @@ impl Claimed {
             save_journal(&self.entry, &journal)?;
             self.journal = Some(journal.clone());
             let created = as_theirs(self.who.as_ref(), || {
-                create_file(&copy, text.as_bytes(), &self.stat, pid)?;
+                // The copy is read by the same people as the original: its ACL goes with it.
+                let attrs = xattrs_at(&self.target)?;
+                create_file(&copy, text.as_bytes(), &self.stat, &attrs, pid)?;
                 remove_stale_pyc(&copy);
                 Ok(())
             });
@@ -1299,6 +1160,12 @@ fn finish_entry(entry: &EntryPaths, recovered: bool) -> Result<Option<String>, P
         Mode::InPlace => finish_in_place(&journal)?,
         Mode::Copy => finish_copy(&journal)?,
     };
+    if recovered && journal.mode == Mode::InPlace {
+        // The dead owner's lock beside the file names this entry: nothing left to point at.
+        if let Ok(json) = std::path::absolute(&entry.json) {
+            FileLock::clear_left(&journal.path, &json, journal.acting.as_ref());
+        }
+    }
     entry.remove_all();
     Ok(describe(&done, &journal, recovered))
 }
@@ -1388,7 +1255,8 @@ fn keep_beside(
         }
         let beside = path.with_file_name(name);
         match as_theirs(who, || {
-            create_file(&beside, original, stat, std::process::id())
+            let attrs = xattrs_at(path)?;
+            create_file(&beside, original, stat, &attrs, std::process::id())
         }) {
             Ok(()) => return Ok(beside),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -1493,12 +1361,13 @@ fn temp_path(target: &Path, pid: u32) -> PathBuf {
 }
 
 /// Writes `bytes` into a new temp file beside `target` with `stat`'s permissions (and owner when
-/// root) and, if given, `times`; fsyncs it. Returns its path.
+/// root), `attrs` and, if given, `times`; fsyncs it. Returns its path.
 fn write_temp(
     target: &Path,
     bytes: &[u8],
     stat: &FileStat,
     times: Option<&FileStat>,
+    attrs: &Xattrs,
     pid: u32,
 ) -> io::Result<PathBuf> {
     let temp = temp_path(target, pid);
@@ -1529,6 +1398,8 @@ fn write_temp(
             }
         }
         file.set_permissions(std::fs::Permissions::from_mode(stat.mode))?;
+        // After the mode: an ACL sets the group bits from its mask, as the original had them.
+        attrs.put_on(&file)?;
         if let Some(times) = times {
             file.set_times(times.times())?;
         }
@@ -1541,7 +1412,9 @@ fn write_temp(
     Ok(temp)
 }
 
-/// Replaces `target` atomically with `bytes` (temp file, fsync, rename, fsync of the directory).
+/// Replaces `target` atomically with `bytes` (temp file, fsync, rename, fsync of the directory),
+/// the new inode carrying the old one's extended attributes (its ACL among them). A file with
+/// more than one name is written in its own inode instead ([`overwrite`]).
 fn replace_file(
     target: &Path,
     bytes: &[u8],
@@ -1549,7 +1422,21 @@ fn replace_file(
     times: Option<&FileStat>,
     pid: u32,
 ) -> io::Result<()> {
-    let temp = write_temp(target, bytes, stat, times, pid)?;
+    let current = match crate::fsutil::open_regular(target) {
+        Ok(file) => Some(file),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(file) = &current {
+        if file.metadata()?.nlink() > 1 {
+            return overwrite(target, bytes, times);
+        }
+    }
+    let attrs = match &current {
+        Some(file) => Xattrs::of(file)?,
+        None => Xattrs::default(),
+    };
+    let temp = write_temp(target, bytes, stat, times, &attrs, pid)?;
     if let Err(e) = std::fs::rename(&temp, target) {
         let _ = std::fs::remove_file(&temp);
         return Err(e);
@@ -1561,10 +1448,47 @@ fn replace_file(
     )
 }
 
-/// Creates `target` with `bytes`, complete or not at all, failing with `AlreadyExists` rather
-/// than replacing a file there (a hard link of the temp file cannot overwrite).
-fn create_file(target: &Path, bytes: &[u8], stat: &FileStat, pid: u32) -> io::Result<()> {
-    let temp = write_temp(target, bytes, stat, None, pid)?;
+/// Writes `bytes` over the inode of `target`, a file with other names (hard links) that a rename
+/// would leave on the old text: from the start, then cut to length and fsynced; owner, mode,
+/// ACL and attributes are the inode's own and stay. Not atomic: should oomguard die halfway,
+/// the journal's backup still has the original, and the restore rule keeps the torn text as
+/// someone else's with the original beside it.
+fn overwrite(target: &Path, bytes: &[u8], times: Option<&FileStat>) -> io::Result<()> {
+    let file = OpenOptions::new()
+        .write(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(target)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::other("it is no longer a regular file"));
+    }
+    std::os::unix::fs::FileExt::write_all_at(&file, bytes, 0)?;
+    file.set_len(bytes.len() as u64)?;
+    if let Some(times) = times {
+        file.set_times(times.times())?;
+    }
+    file.sync_all()
+}
+
+/// The extended attributes of the file at `path`; none when it is gone.
+fn xattrs_at(path: &Path) -> io::Result<Xattrs> {
+    match crate::fsutil::open_regular(path) {
+        Ok(file) => Xattrs::of(&file),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Xattrs::default()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates `target` with `bytes` and `attrs`, complete or not at all, failing with
+/// `AlreadyExists` rather than replacing a file there (a hard link of the temp file cannot
+/// overwrite).
+fn create_file(
+    target: &Path,
+    bytes: &[u8],
+    stat: &FileStat,
+    attrs: &Xattrs,
+    pid: u32,
+) -> io::Result<()> {
+    let temp = write_temp(target, bytes, stat, None, attrs, pid)?;
     let linked = std::fs::hard_link(&temp, target);
     let _ = std::fs::remove_file(&temp);
     linked?;
@@ -2192,22 +2116,15 @@ mod tests {
         let entry = evil.join("k.json");
         std::fs::write(&entry, serde_json::to_vec(&journal).unwrap()).unwrap();
         std::os::unix::fs::chown(&entry, Some(65534), Some(65534)).unwrap();
-        let name = FileLock::name(&std::fs::canonicalize(&path).unwrap()).unwrap();
-        let locks: Vec<PathBuf> = FILE_LOCK_DIRS
-            .iter()
-            .map(Path::new)
-            .filter(|d| shared_dir(d))
-            .map(|d| d.join(&name))
-            .collect();
-        for lock in &locks {
-            std::fs::write(lock, format!("1\n/run\n{}\n", entry.display())).unwrap();
-        }
+        // Its lock beside the file names it (as a dead patcher's lock would).
+        let lock = lock::lock_path(&std::fs::canonicalize(&path).unwrap());
+        std::fs::write(&lock, format!("1\n/run\n{}\n", entry.display())).unwrap();
         assert!(Patcher::recover(&s.state).is_empty());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), YAML);
         let refused = s.open(&[(&path, Mode::InPlace)]);
-        for lock in &locks {
-            let _ = std::fs::remove_file(lock);
-        }
+        // Refused, and the lock stays: it names an entry someone must still finish.
+        assert!(lock.exists());
+        std::fs::remove_file(&lock).unwrap();
         assert!(
             matches!(refused, Err(PatchError::LeftPatched { .. })),
             "{:?}",

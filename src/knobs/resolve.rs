@@ -26,6 +26,10 @@ pub struct Request<'a> {
     pub min_batch: u64,
     /// The working directory, where relative file paths start.
     pub cwd: &'a Path,
+    /// Before a config file is read: finish the patch a dead oomguard left in it, named by the
+    /// lock beside it ([`crate::knobs::patch::finish_left_beside`]). Not for `--dry-run`, which
+    /// writes nothing.
+    pub finish_left_patches: bool,
 }
 
 /// Why the knobs cannot be set up. Each is one line naming the place and the fix.
@@ -114,6 +118,9 @@ impl<'a> Reader<'a> {
             .map_err(|e| fail(format!("cannot open config file {shown}: {e}")))?;
         if let Some(&i) = self.by_path.get(&canonical) {
             return Ok(i);
+        }
+        if self.request.finish_left_patches {
+            crate::knobs::patch::finish_left_beside(&canonical);
         }
         let bytes = crate::principal::as_user(|| {
             crate::fsutil::read_regular_capped(&canonical, crate::fsutil::SMALL_FILE_MAX_BYTES)
@@ -544,6 +551,7 @@ mod tests {
             accum_arg: None,
             min_batch: 1,
             cwd,
+            finish_left_patches: false,
         }
     }
 

@@ -176,6 +176,7 @@ impl RunArgs {
                 accum_arg: self.accum_arg.as_deref(),
                 min_batch: self.min_batch,
                 cwd: &cwd,
+                finish_left_patches: dry_run.is_none(),
             },
             self.config.as_deref().zip(job_file.as_ref()),
         )?;

@@ -30,6 +30,7 @@ mod run;
 mod rundir;
 mod security;
 mod security_files;
+mod security_patch;
 mod security_reads;
 mod shared_gpu;
 mod situations;
