@@ -1370,20 +1370,28 @@ fn write_temp(
     attrs: &Xattrs,
     pid: u32,
 ) -> io::Result<PathBuf> {
-    let temp = temp_path(target, pid);
-    let open = || {
+    let mut temp = temp_path(target, pid);
+    let open = |temp: &Path| {
         OpenOptions::new()
             .write(true)
             .create_new(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
             .mode(0o600)
-            .open(&temp)
+            .open(temp)
     };
-    let mut file = match open() {
+    let mut file = match open(&temp) {
         // Our PID's name: left by us, or by a dead process that had our PID.
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            std::fs::remove_file(&temp)?;
-            open()?
-        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match std::fs::remove_file(&temp) {
+            Ok(()) => open(&temp)?,
+            // Someone else's file at our name in a sticky directory (only they may remove
+            // it): a name of our own beside it, so a name squatted there refuses no run.
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                let (made, file) = open_unused_beside(&temp, open)?;
+                temp = made;
+                file
+            }
+            Err(e) => return Err(e),
+        },
         other => other?,
     };
     let written = (|| {
@@ -1410,6 +1418,31 @@ fn write_temp(
         return Err(e);
     }
     Ok(temp)
+}
+
+/// `<temp>.<random>` that `open` can create: a temp file's name when its own was taken by
+/// someone we cannot remove. Random (std's `RandomState` is seeded by the kernel's randomness),
+/// so a squatter cannot take every name in advance.
+fn open_unused_beside(
+    temp: &Path,
+    open: impl Fn(&Path) -> io::Result<File>,
+) -> io::Result<(PathBuf, File)> {
+    use std::hash::{BuildHasher, Hasher};
+    let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
+    for _ in 0..16 {
+        let random = std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish();
+        let mut name = temp.as_os_str().to_owned();
+        name.push(format!(".{random:016x}"));
+        let candidate = PathBuf::from(name);
+        match open(&candidate) {
+            Ok(file) => return Ok((candidate, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
 }
 
 /// Replaces `target` atomically with `bytes` (temp file, fsync, rename, fsync of the directory),
@@ -1628,6 +1661,46 @@ mod tests {
             decide(Some(b"b: 2\n"), b"b: 4\n", &[]),
             Decision::KeepTheirs
         );
+    }
+
+    /// A file at our temp file's name that we may not remove (another user's, in a sticky
+    /// directory) refuses no patch: a random name beside it is used, theirs left alone.
+    #[test]
+    fn a_temp_name_squatted_in_a_sticky_directory_refuses_no_patch() {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED a_temp_name_squatted_in_a_sticky_directory_refuses_no_patch: not root (needs a file of another uid)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let target = dir.path().join("cfg.yaml");
+        std::fs::write(&target, "batch_size: 8\n").unwrap();
+        let squatted = temp_path(&target, 4242);
+        std::fs::write(&squatted, "theirs").unwrap();
+        std::os::unix::fs::chown(&squatted, Some(65534), Some(65534)).unwrap();
+        let stat = FileStat::of(&std::fs::metadata(&target).unwrap());
+        // As a user who is neither the squatter nor root (the kernel checks the fsuid).
+        let who = crate::principal::RunAs {
+            name: "someone".into(),
+            uid: nix::unistd::Uid::from_raw(65533),
+            gid: nix::unistd::Gid::from_raw(65533),
+            groups: vec![],
+            home: "/".into(),
+        };
+        let temp = crate::principal::as_recorded(Some(&who), || {
+            write_temp(
+                &target,
+                b"batch_size: 4\n",
+                &stat,
+                None,
+                &Xattrs::default(),
+                4242,
+            )
+        })
+        .unwrap();
+        assert_ne!(temp, squatted);
+        assert_eq!(std::fs::read(&temp).unwrap(), b"batch_size: 4\n");
+        assert_eq!(std::fs::read(&squatted).unwrap(), b"theirs");
     }
 
     #[test]
