@@ -656,3 +656,47 @@ fn the_lock_file_opens_only_for_the_files_writers() {
     assert_eq!(read(&w.path("lockmode")), "600 0\n");
     assert!(!lock.exists(), "the lock file stayed");
 }
+
+/// The journal entry a file's lock names is the lock's writer's to choose, the job's own user
+/// among them: root never acts on one it cannot trust, and what is at the path tells in nothing.
+/// nobody leaves a lock on its own config naming a file of a third user's in root's private
+/// directory, then a path that is not there: both runs are the same, and the third user's file
+/// is untouched.
+#[test]
+fn a_journal_path_in_a_users_lock_tells_root_nothing_and_is_never_acted_on() {
+    let Some(w) =
+        World::new("a_journal_path_in_a_users_lock_tells_root_nothing_and_is_never_acted_on")
+    else {
+        return;
+    };
+    let theirs = w.root_only().join("theirs.json");
+    std::fs::write(&theirs, "{}").unwrap();
+    std::os::unix::fs::chown(&theirs, Some(THIRD), Some(THIRD)).unwrap();
+    let mut answers = Vec::new();
+    for (case, named) in [
+        ("there", theirs.clone()),
+        ("missing", w.root_only().join("gone.json")),
+    ] {
+        let dir = w.nobody_dir(case);
+        let cfg = w.nobody_file(&dir.join("cfg.yaml"), CONFIG);
+        w.nobody_file(&dir.join("job.py"), &oom_then_look(&cfg));
+        // As a dead oomguard of nobody's would have left it (no one holds it).
+        let lock = w.nobody_file(
+            &dir.join(".cfg.yaml.oomguard-lock"),
+            &format!("1\n/nowhere\n{}\n", named.display()),
+        );
+        chmod(&lock, 0o600);
+        let job = job_file(&dir, &cfg, Some("nobody"));
+        let out = run_job(&w, &job, &format!("run-{case}"));
+        answers.push((out.status.code(), stderr_of(&out).replace(case, "CASE")));
+        assert_eq!(read(&cfg), CONFIG, "{case}: the config was not given back");
+    }
+    assert_eq!(answers[0].0, Some(0), "{}", answers[0].1);
+    assert_eq!(
+        answers[0].0, answers[1].0,
+        "the exit code tells:\n{}\n{}",
+        answers[0].1, answers[1].1
+    );
+    assert_eq!(read(&theirs), "{}");
+    assert_eq!(std::fs::metadata(&theirs).unwrap().uid(), THIRD);
+}

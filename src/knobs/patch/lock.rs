@@ -445,16 +445,9 @@ impl FileLock {
             Claim::Held(lock) => lock,
         };
         if let Some(left) = lock.owner().journal {
-            // Ours is finished by the caller; a gone one was finished already.
-            if Some(left.as_path()) != journal && left.exists() {
-                if !super::trusted_journal(&left) {
-                    lock.keep();
-                    return Err(PatchError::LeftPatched {
-                        path: file.to_path_buf(),
-                        journal: left,
-                        detail: "the entry is not this user's".to_string(),
-                    });
-                }
+            // Ours is finished by the caller; a gone one was finished already; one we cannot
+            // trust (see trusted_journal) is no entry of ours, whatever the lock says.
+            if Some(left.as_path()) != journal && super::trusted_journal(&left) {
                 let names_this_file =
                     super::load_journal(&left).is_ok_and(|j| j.path.as_path() == file);
                 // Otherwise a stale or foreign name: not this file's patch.
