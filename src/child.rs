@@ -232,7 +232,6 @@ pub fn spawn(
         .envs(launch.env.iter().map(|(k, v)| (k, v)))
         .stdin(stdin);
     let own_session = launch.run_as.is_some();
-    let own_terminal = pty.is_some();
     if !own_session {
         cmd.process_group(0);
     }
@@ -252,14 +251,14 @@ pub fn spawn(
     };
     let parent = Pid::this();
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe calls
-    // (setgroups, setgid, setuid, prctl, getppid, write); it allocates nothing.
+    // (setsid, setgroups, setgid, setuid, close_range, prctl, getppid, write); it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             if let Some(fd) = &cgroup_procs {
                 crate::cgroup::JobCgroup::join_from_child(fd.as_fd())?;
             }
             if own_session {
-                leave_terminal(own_terminal)?;
+                leave_terminal()?;
             }
             // Before the parent-death signal: changing the uid or gid clears it. A job run as
             // another user inherits no descriptor of root's beyond its stdio.
@@ -309,17 +308,12 @@ pub fn spawn(
 
 /// Between fork and exec, for a job or hook run as another user: a new session (its PID its
 /// session's and group's id, as `process_group(0)` would make it a group's), so it has no
-/// controlling terminal and cannot reach oomguard's with `/dev/tty` or TIOCSTI. With
-/// `own_terminal`, its stdout (the job's pseudo-terminal slave) becomes the new session's
-/// controlling terminal: the job is the foreground of a terminal that is its own.
-pub(crate) fn leave_terminal(own_terminal: bool) -> io::Result<()> {
+/// controlling terminal and cannot reach oomguard's with `/dev/tty` or TIOCSTI. Its
+/// pseudo-terminal, when it has one, is not made its controlling terminal: `isatty` holds
+/// without it, and a controlling terminal would SIGHUP the job's leftovers the moment its main
+/// process (the session leader) exits, before oomguard's SIGTERM and `--grace`.
+pub(crate) fn leave_terminal() -> io::Result<()> {
     nix::unistd::setsid()?;
-    if own_terminal {
-        // SAFETY: an ioctl on a descriptor we hold, with an integer argument.
-        if unsafe { nix::libc::ioctl(1, nix::libc::TIOCSCTTY, 0) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
     Ok(())
 }
 

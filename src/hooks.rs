@@ -359,7 +359,7 @@ fn spawn_wrapped(
             crate::child::close_other_fds()?;
             if let Some(who) = &who {
                 // Another user's hook gets no terminal of root's (see child::leave_terminal).
-                crate::child::leave_terminal(false)?;
+                crate::child::leave_terminal()?;
                 crate::child::become_user(who)?;
             }
             Ok(())

@@ -297,6 +297,9 @@ pub(super) struct ChartRows {
 /// column: past this many, the chart stops taking them.
 pub(super) const CHART_ROWS_MAX: usize = 64 * 1024;
 
+/// How many rows of one column [`ChartRows`] holds before folding them to the few it keeps.
+const PENDING_MAX: usize = 64;
+
 impl ChartRows {
     pub(super) fn new(origin_s: f64, column_s: f64) -> ChartRows {
         ChartRows {
@@ -322,10 +325,16 @@ impl ChartRows {
             self.column = Some(column);
         }
         self.pending.push(row);
+        if self.pending.len() >= PENDING_MAX {
+            // Rows that all fall in one column (a samples.csv someone wrote) are folded as
+            // they come: what the column keeps of them is kept of these few.
+            self.reduce();
+        }
         ControlFlow::Continue(())
     }
 
-    fn flush(&mut self) {
+    /// The column's rows become those it keeps, in time order.
+    fn reduce(&mut self) {
         let series: [fn(&TimelinePoint) -> Option<u64>; 4] = [
             TimelinePoint::tree_bytes,
             |p| p.swap_bytes,
@@ -351,9 +360,13 @@ impl ChartRows {
         }
         chosen.sort_unstable();
         chosen.dedup();
-        self.kept
-            .extend(chosen.into_iter().map(|i| self.pending[i]));
-        self.pending.clear();
+        let pending = std::mem::take(&mut self.pending);
+        self.pending = chosen.into_iter().map(|i| pending[i]).collect();
+    }
+
+    fn flush(&mut self) {
+        self.reduce();
+        self.kept.append(&mut self.pending);
     }
 
     pub(super) fn finish(mut self) -> Vec<Row> {
@@ -673,6 +686,20 @@ mod tests {
             let gpu = (t == 50_001).then_some(5_000).or(Some(10));
             assert!(rows.push(row(f64::from(t), 1, rss, gpu)).is_continue());
         }
+        // A million rows in one column (a samples.csv someone wrote) are held a few at a
+        // time, and the column still keeps its first row and its peaks.
+        let mut one_column = ChartRows::new(0.0, 1e12);
+        for t in 0..1_000_000u32 {
+            let rss = if t == 777_777 { 9_000 } else { 1_000 };
+            assert!(one_column
+                .push(row(f64::from(t), 1, rss, None))
+                .is_continue());
+            assert!(one_column.pending.len() <= PENDING_MAX);
+        }
+        let kept = one_column.finish();
+        assert!(kept.len() <= 3, "{}", kept.len());
+        assert_eq!(kept[0].unix_time_s, 0.0);
+        assert!(kept.iter().any(|r| r.point.rss_bytes == Some(9_000)));
         // An attempt boundary inside a column starts a column of its own.
         assert!(rows.push(row(172_800.5, 2, 7, None)).is_continue());
         let kept = rows.finish();
