@@ -5,14 +5,14 @@
 //! It only sets up and formats; the lines oomguard says itself, and the log format they share,
 //! are [`crate::console`].
 
-use std::io;
 use std::time::SystemTime;
 
 use crate::console::{json_line, log_format, LogFormat, LOG_FORMAT};
 
 /// Sets up `tracing` for `-v` (or `RUST_LOG`); by default only warnings and errors, printed
 /// like every other oomguard line (`oomguard: warning: ...`, or JSON with `--log-format json`).
-/// Colour only on a terminal: under journald or in a file, escape codes are noise.
+/// No colour, and every control character escaped: a field may hold a path or a value a user
+/// chose, and under journald or in a file escape codes are noise anyway.
 pub fn init_tracing_as(verbose: u8, quiet: bool, format: LogFormat) {
     let _ = LOG_FORMAT.set(format);
     init_tracing(verbose, quiet);
@@ -31,7 +31,7 @@ pub fn init_tracing(verbose: u8, quiet: bool) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(|| crate::stream::OwnStderr)
-        .with_ansi(colour_wanted())
+        .with_ansi(false)
         .event_format(OomguardFormat)
         .try_init();
 }
@@ -62,21 +62,17 @@ where
             event.record(&mut fields);
             let message = fields.message.take().unwrap_or_default();
             let line = json_line(SystemTime::now(), level, "log", &message, &fields.map);
-            return writeln!(writer, "{line}");
+            return writeln!(writer, "{}", crate::console::json_printable(&line));
         }
-        write!(writer, "oomguard: {level}: ")?;
-        ctx.field_format().format_fields(writer.by_ref(), event)?;
-        writeln!(writer)
+        // Formatted whole, then escaped: a field may hold a path or a value a user chose. (No
+        // colour: tracing's escape codes and a user's could not be told apart.)
+        let mut line = format!("oomguard: {level}: ");
+        ctx.field_format().format_fields(
+            tracing_subscriber::fmt::format::Writer::new(&mut line),
+            event,
+        )?;
+        writeln!(writer, "{}", crate::console::printable_lines(&line))
     }
-}
-
-/// Colour (tracing's field names) only when stderr is a terminal and NO_COLOR is not set
-/// (<https://no-color.org>), and never in JSON.
-fn colour_wanted() -> bool {
-    use std::io::IsTerminal;
-    log_format() == LogFormat::Text
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-        && io::stderr().is_terminal()
 }
 
 /// A tracing event's fields as JSON: `message` apart, the rest by name (numbers and booleans as
