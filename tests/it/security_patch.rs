@@ -700,3 +700,50 @@ fn a_journal_path_in_a_users_lock_tells_root_nothing_and_is_never_acted_on() {
     assert_eq!(read(&theirs), "{}");
     assert_eq!(std::fs::metadata(&theirs).unwrap().uid(), THIRD);
 }
+
+/// A file of root's hard-linked to the lock's name in a sticky directory (as a third user can
+/// where `fs.protected_hardlinks` is 0) is owned by root, but it is not a lock: root's run is not
+/// refused, the link goes, and root's file keeps its bytes.
+#[test]
+fn a_root_file_linked_to_the_lock_name_in_a_sticky_directory_never_refuses_roots_run() {
+    let Some(w) = World::new(
+        "a_root_file_linked_to_the_lock_name_in_a_sticky_directory_never_refuses_roots_run",
+    ) else {
+        return;
+    };
+    let shared = w.path("shared");
+    std::fs::create_dir(&shared).unwrap();
+    chmod(&shared, 0o1777);
+    let cfg = w.nobody_file(&shared.join("cfg.yaml"), CONFIG);
+    let work = w.path("nobody");
+    w.nobody_file(&work.join("job.py"), &oom_then_look(&cfg));
+    let job = job_file(&w.path("rootonly"), &cfg, Some("nobody"));
+    std::fs::write(
+        &job,
+        read(&job).replace(
+            &format!("workdir = \"{}\"", w.root_only().display()),
+            &format!("workdir = \"{}\"", work.display()),
+        ),
+    )
+    .unwrap();
+    // The third user's link, made here as root (what it leaves at the name is the point).
+    let roots = w.root_file("precious", "root's bytes\n");
+    let lock = shared.join(".cfg.yaml.oomguard-lock");
+    std::fs::hard_link(&roots, &lock).unwrap();
+
+    let out = run_job(&w, &job, "run-linked");
+    let stderr = stderr_of(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a linked file refused root's run: {stderr}"
+    );
+    assert_eq!(read(&cfg), CONFIG);
+    assert_eq!(read(&roots), "root's bytes\n");
+    assert_eq!(
+        std::fs::metadata(&roots).unwrap().nlink(),
+        1,
+        "the link stayed"
+    );
+    assert_eq!(others_in(&shared, &["cfg.yaml"]), Vec::<String>::new());
+}

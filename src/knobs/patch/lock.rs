@@ -299,6 +299,11 @@ impl FileLock {
             if !create {
                 return Ok(None); // no lock can be held there
             }
+            if place.sticky {
+                // In a sticky directory anyone can link a file of root's (or the file's owner's)
+                // to the name: what is not a plain file of its own is nobody's lock there.
+                return FileLock::swap_out_squat(place, found.st_uid);
+            }
             return Err(PatchError::Io {
                 action: "use the lock file",
                 path: place.path.clone(),
@@ -382,8 +387,13 @@ impl FileLock {
             .unwrap_or_else(|| Err(io::Error::other("every name tried is taken")))
             .map_err(|e| failed("create the lock file", e))?;
         // Only we know its name: nobody else can hold it yet.
-        let mine = Flock::lock(mine, FlockArg::LockExclusiveNonblock)
-            .map_err(|(_, errno)| failed("lock", errno.into()))?;
+        let mine = match Flock::lock(mine, FlockArg::LockExclusiveNonblock) {
+            Ok(mine) => mine,
+            Err((_, errno)) => {
+                let _ = place.as_theirs(|| place.unlink(&mine_name, UnlinkatFlags::NoRemoveDir));
+                return Err(failed("lock", errno.into()));
+            }
+        };
         let exchange = || {
             crate::principal::as_oomguard(|| {
                 nix::fcntl::renameat2(
@@ -402,7 +412,12 @@ impl FileLock {
         }
         // What was at the name is now at ours.
         let theirs = place.stat(&mine_name);
-        if theirs.as_ref().is_ok_and(|st| place.counts(st.st_uid)) {
+        let a_lock = |st: &FileStat| {
+            place.counts(st.st_uid)
+                && st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFREG
+                && st.st_nlink == 1
+        };
+        if theirs.as_ref().is_ok_and(a_lock) {
             // A lock that counts came meanwhile: it goes back, ours goes.
             let _ = exchange();
             let _ = place.as_theirs(|| place.unlink(&mine_name, UnlinkatFlags::NoRemoveDir));
