@@ -367,6 +367,26 @@ pub fn signal_group(pgid: u32, signal: Signal) -> bool {
     target(pgid).is_some_and(|pgid| killpg(pgid, signal).is_ok())
 }
 
+/// Sends `signal` to group `pgid` only while the group has a member known to be the job's: its
+/// leader, not yet reaped (its parent is still oomguard), or one of `members` (the job's
+/// processes as listed a moment ago). A group whose last member ended frees its number, which
+/// the kernel may give to someone else's process and group.
+pub fn signal_known_group(pgid: u32, members: &[u32], signal: Signal) -> bool {
+    let me = std::process::id();
+    let stat_of = |pid: u32| -> Option<(u32, u32)> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let fields = crate::liveness::stat_fields(&stat);
+        Some((fields.get(1)?.parse().ok()?, fields.get(2)?.parse().ok()?))
+    };
+    let leader_ours = stat_of(pgid).is_some_and(|(parent, group)| parent == me && group == pgid);
+    let member_in_it = || {
+        members
+            .iter()
+            .any(|&pid| stat_of(pid).is_some_and(|(_, group)| group == pgid))
+    };
+    (leader_ours || member_in_it()) && signal_group(pgid, signal)
+}
+
 /// Sends `signal` to each of `pids`, the job's processes as listed a moment ago (our
 /// descendants), each only while it still is one: its parent is oomguard or another of
 /// `pids`. Through a pidfd, so a process that ended after the listing, and whose number the
@@ -383,25 +403,47 @@ pub fn signal_processes_of(pids: &[u32], all: &[u32], signal: Signal) {
     }
 }
 
-/// Sends `signal` to the process now numbered `pid` if `ours(its parent's PID)`. The pidfd
-/// opened first pins that process: the parent read afterwards is its own or, if it has ended
-/// since, the signal goes nowhere (ESRCH). Without pidfds (Linux before 5.3) a plain kill.
+/// Sends `signal` to the process now numbered `pid` if `ours(its parent's PID)`.
 fn signal_if(pid: u32, signal: Signal, ours: impl Fn(u32) -> bool) -> bool {
+    let parent = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| crate::liveness::stat_fields(&stat).get(1)?.parse().ok())
+    };
+    signal_pinned(pid, signal, || parent().is_some_and(ours)).unwrap_or(false)
+}
+
+/// Sends `signal` to the process numbered `pid` if `still_ours()` says so once a pidfd pins it:
+/// whatever `still_ours` reads (its parent, the cgroup it is listed in) is then about that very
+/// process or, if it has ended since, the signal goes nowhere (ESRCH), never to a process that
+/// was given the number afterwards. `Ok(false)`: gone, or not ours. Without pidfds (Linux
+/// before 5.3) the check and a plain kill.
+pub(crate) fn signal_pinned(
+    pid: u32,
+    signal: Signal,
+    still_ours: impl FnOnce() -> bool,
+) -> Result<bool, Errno> {
     let Some(target) = target(pid) else {
-        return false;
+        return Ok(false);
+    };
+    let gone_is_false = |result: nix::Result<()>| match result {
+        Ok(()) => Ok(true),
+        Err(Errno::ESRCH) => Ok(false),
+        Err(e) => Err(e),
     };
     // SAFETY: a system call on integers; the descriptor it returns is owned below.
     let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, target.as_raw(), 0) };
     if fd < 0 {
-        return Errno::last() == Errno::ENOSYS && nix::sys::signal::kill(target, signal).is_ok();
+        return match Errno::last() {
+            Errno::ENOSYS if still_ours() => gone_is_false(nix::sys::signal::kill(target, signal)),
+            Errno::ENOSYS | Errno::ESRCH => Ok(false),
+            e => Err(e),
+        };
     }
     // SAFETY: `fd` was just returned by the kernel and nothing else owns it.
     let pidfd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
-    let parent = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| crate::liveness::stat_fields(&stat).get(1)?.parse().ok());
-    if !parent.is_some_and(ours) {
-        return false;
+    if !still_ours() {
+        return Ok(false);
     }
     use std::os::fd::AsRawFd;
     // SAFETY: a system call on a descriptor we own, a signal number and a null siginfo.
@@ -414,7 +456,7 @@ fn signal_if(pid: u32, signal: Signal, ours: impl Fn(u32) -> bool) -> bool {
             0,
         )
     };
-    rc == 0
+    gone_is_false(if rc == 0 { Ok(()) } else { Err(Errno::last()) })
 }
 
 /// A PID or pgid as the kernel's signal calls take it, or `None` where those calls would hit
@@ -1010,6 +1052,49 @@ mod tests {
         input.extend_from_slice(&restore);
         assert_eq!(guard_loop(&input[..], Duration::ZERO), 0);
         assert_eq!(std::fs::read_to_string(&config).unwrap(), original);
+    }
+
+    /// A group is signalled only while a member is known to be the job's: once its leader is
+    /// reaped, only through a listed member still in it.
+    #[test]
+    fn a_group_is_signalled_only_while_a_known_member_is_in_it() {
+        use std::io::BufRead as _;
+        let mut leader = Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pgid = leader.id();
+        let mut line = String::new();
+        io::BufReader::new(leader.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let member: u32 = line.trim().parse().unwrap();
+        let alive = |pid: u32| nix::sys::signal::kill(Pid::from_raw(pid as i32), None).is_ok();
+        // While the leader is ours (not reaped), the group is the job's.
+        assert!(signal_known_group(pgid, &[], Signal::SIGCONT));
+        leader.kill().unwrap();
+        leader.wait().unwrap();
+        // Reaped: its number is free; the group is signalled only through a listed member.
+        assert!(!signal_known_group(pgid, &[], Signal::SIGKILL));
+        assert!(
+            alive(member),
+            "signalled through a group no known member is in"
+        );
+        assert!(signal_known_group(pgid, &[member], Signal::SIGKILL));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(format!("/proc/{member}/stat")).is_ok_and(|s| {
+            crate::liveness::stat_fields(&s)
+                .first()
+                .is_none_or(|st| *st != "Z")
+        }) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the member outlived SIGKILL"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// A process is signalled only while its parent is one the caller counts as the job's; the

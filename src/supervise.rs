@@ -714,8 +714,9 @@ impl Supervisor {
 
     /// Sends `signal` to the group and to every descendant outside it (a job may `setsid`).
     fn signal_all(&self, pgid: u32, signal: Signal) {
-        child::signal_group(pgid, signal);
-        child::signal_processes(&self.job_processes(), signal);
+        let pids = self.job_processes();
+        child::signal_known_group(pgid, &pids, signal);
+        child::signal_processes(&pids, signal);
     }
 
     /// The Slurm steps of the job's live `srun`s, asking `scontrol` about sruns not seen before

@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use super::parse::parse_pids;
 #[cfg(doc)]
@@ -46,15 +45,11 @@ pub(super) fn kill_all_at(dir: &Path) -> Result<(), CgroupError> {
                 tracing::warn!(dir = %dir.display(), "oomguard is inside the attempt cgroup; not killing itself");
                 continue;
             }
-            // A PID above i32::MAX would turn negative: a process group. Never.
-            let Ok(raw) = i32::try_from(pid) else {
-                continue;
-            };
-            if raw <= 0 {
-                continue;
-            }
-            match kill(Pid::from_raw(raw), Signal::SIGKILL) {
-                Ok(()) | Err(Errno::ESRCH) => {}
+            // Through a pidfd, and only while the process it pins is still listed here: one
+            // that left (or ended, its number given to someone else's) is not ours to kill.
+            let still_here = || pids_below(dir).contains(&pid);
+            match crate::child::signal_pinned(pid, Signal::SIGKILL, still_here) {
+                Ok(_) => {}
                 Err(errno) => {
                     return Err(CgroupError::Kill {
                         pid,
