@@ -236,6 +236,18 @@ mod tests {
             libc::close(fd);
             n > 0
         };
+        // Kernels before about 6.5 report an O_PATH open to inotify too: there the watch
+        // cannot tell the two opens apart.
+        let o_path = || {
+            let _ = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::libc::O_PATH)
+                .open(&fifo);
+        };
+        if opens(&fifo, &o_path) {
+            eprintln!("SKIPPED what_is_refused_is_never_opened: this kernel reports O_PATH opens to inotify");
+            return;
+        }
         assert!(
             !opens(&fifo, &|| assert!(open_regular(&fifo).is_err())),
             "the FIFO was opened before it was refused"
