@@ -45,8 +45,8 @@ fn resume_run(sb: &Sandbox, flags: &[&str], env: &[(&str, &str)]) -> Command {
 /// Finding 9: a saver in a session of its own (as a background checkpoint process would be)
 /// appends 100 bytes every 0.1 s, opening the file afresh for each piece; the job's main process
 /// dies of a CUDA out-of-memory error after the saver's second piece. oomguard stops the saver
-/// with the job's leftovers, between two pieces: the file is at no instant open, stops changing
-/// at a few hundred of its 4000 bytes, and is the newest match. It must not be handed over; the
+/// with the job's leftovers, between two pieces (it would write on for minutes): the file is at
+/// no instant open, stops changing where the stop cut it, and is the newest match. It must not be handed over; the
 /// job's own whole checkpoint (a torch.save zip written just before) is, and the relaunch line
 /// says which file was skipped and why.
 #[test]
@@ -68,10 +68,7 @@ fn a_checkpoint_whose_reopening_writer_the_stop_cut_is_never_resumed_from() {
     let cut = std::fs::metadata(sb.path("ckpt/epoch_1_99.pt"))
         .unwrap()
         .len();
-    assert!(
-        (200..4000).contains(&cut),
-        "the saver was not cut short ({cut} bytes): {stderr}"
-    );
+    assert!(cut >= 200, "the saver had not started ({cut} bytes): {stderr}");
     let runs = records(&sb.path("record"));
     assert_eq!(runs.len(), 2, "{stderr}");
     assert_eq!(runs[1]["resume"], "ckpt/epoch_1.pt", "{stderr}");
