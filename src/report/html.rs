@@ -127,7 +127,7 @@ fn for_chart(dir: &Path, summary_text: &str) -> Result<RunReport, String> {
     };
     let mut rows = ChartRows::new(first, (last + 1.0 - first) / CHART_COLUMNS);
     let read = read_samples(dir, |row| rows.push(row));
-    let mut report = build(dir, summary, &rows.finish());
+    let mut report = build(dir, summary, rows.finish());
     report.samples_note = read.note();
     Ok(report)
 }
