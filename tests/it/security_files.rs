@@ -68,7 +68,10 @@ fn a_checkpoint_whose_reopening_writer_the_stop_cut_is_never_resumed_from() {
     let cut = std::fs::metadata(sb.path("ckpt/epoch_1_99.pt"))
         .unwrap()
         .len();
-    assert!(cut >= 200, "the saver had not started ({cut} bytes): {stderr}");
+    assert!(
+        cut >= 200,
+        "the saver had not started ({cut} bytes): {stderr}"
+    );
     let runs = records(&sb.path("record"));
     assert_eq!(runs.len(), 2, "{stderr}");
     assert_eq!(runs[1]["resume"], "ckpt/epoch_1.pt", "{stderr}");
