@@ -413,50 +413,78 @@ fn signal_if(pid: u32, signal: Signal, ours: impl Fn(u32) -> bool) -> bool {
     signal_pinned(pid, signal, || parent().is_some_and(ours)).unwrap_or(false)
 }
 
-/// Sends `signal` to the process numbered `pid` if `still_ours()` says so once a pidfd pins it:
-/// whatever `still_ours` reads (its parent, the cgroup it is listed in) is then about that very
-/// process or, if it has ended since, the signal goes nowhere (ESRCH), never to a process that
-/// was given the number afterwards. `Ok(false)`: gone, or not ours. Without pidfds (Linux
-/// before 5.3) the check and a plain kill.
+/// Sends `signal` to the process numbered `pid` if `still_ours()` says so once a pidfd pins it
+/// (see [`Pinned`]). `Ok(false)`: gone, or not ours.
 pub(crate) fn signal_pinned(
     pid: u32,
     signal: Signal,
     still_ours: impl FnOnce() -> bool,
 ) -> Result<bool, Errno> {
-    let Some(target) = target(pid) else {
-        return Ok(false);
-    };
-    let gone_is_false = |result: nix::Result<()>| match result {
-        Ok(()) => Ok(true),
-        Err(Errno::ESRCH) => Ok(false),
-        Err(e) => Err(e),
-    };
-    // SAFETY: a system call on integers; the descriptor it returns is owned below.
-    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, target.as_raw(), 0) };
-    if fd < 0 {
-        return match Errno::last() {
-            Errno::ENOSYS if still_ours() => gone_is_false(nix::sys::signal::kill(target, signal)),
-            Errno::ENOSYS | Errno::ESRCH => Ok(false),
-            e => Err(e),
+    match Pinned::pin(pid)? {
+        Some(pinned) if still_ours() => pinned.signal(signal),
+        _ => Ok(false),
+    }
+}
+
+/// The process now numbered `pid`, held by a pidfd: whatever is read about it afterwards (its
+/// parent, the cgroup it is listed in) is about that very process or, if it has ended since,
+/// a signal goes nowhere (ESRCH), never to a process given the number afterwards. Without
+/// pidfds (Linux before 5.3) the number alone, and a plain kill.
+pub(crate) enum Pinned {
+    Fd(OwnedFd),
+    Number(Pid),
+}
+
+impl Pinned {
+    /// `None` when no process has the number (or it names no single process: see [`target`]).
+    pub(crate) fn pin(pid: u32) -> Result<Option<Pinned>, Errno> {
+        let Some(target) = target(pid) else {
+            return Ok(None);
         };
+        // SAFETY: a system call on integers; the descriptor it returns is owned below.
+        let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, target.as_raw(), 0) };
+        if fd < 0 {
+            return match Errno::last() {
+                Errno::ENOSYS => Ok(Some(Pinned::Number(target))),
+                Errno::ESRCH => Ok(None),
+                e => Err(e),
+            };
+        }
+        // SAFETY: `fd` was just returned by the kernel and nothing else owns it.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+        Ok(Some(Pinned::Fd(fd)))
     }
-    // SAFETY: `fd` was just returned by the kernel and nothing else owns it.
-    let pidfd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
-    if !still_ours() {
-        return Ok(false);
+
+    /// Sends `signal`; `Ok(false)` when the process has ended.
+    pub(crate) fn signal(&self, signal: Signal) -> Result<bool, Errno> {
+        let sent = match self {
+            Pinned::Number(pid) => nix::sys::signal::kill(*pid, signal),
+            Pinned::Fd(fd) => {
+                use std::os::fd::AsRawFd;
+                // SAFETY: a system call on a descriptor we own, a signal number and a null
+                // siginfo.
+                let rc = unsafe {
+                    nix::libc::syscall(
+                        nix::libc::SYS_pidfd_send_signal,
+                        fd.as_raw_fd(),
+                        signal as i32,
+                        std::ptr::null::<nix::libc::siginfo_t>(),
+                        0,
+                    )
+                };
+                if rc == 0 {
+                    Ok(())
+                } else {
+                    Err(Errno::last())
+                }
+            }
+        };
+        match sent {
+            Ok(()) => Ok(true),
+            Err(Errno::ESRCH) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
-    use std::os::fd::AsRawFd;
-    // SAFETY: a system call on a descriptor we own, a signal number and a null siginfo.
-    let rc = unsafe {
-        nix::libc::syscall(
-            nix::libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            signal as i32,
-            std::ptr::null::<nix::libc::siginfo_t>(),
-            0,
-        )
-    };
-    gone_is_false(if rc == 0 { Ok(()) } else { Err(Errno::last()) })
 }
 
 /// A PID or pgid as the kernel's signal calls take it, or `None` where those calls would hit

@@ -238,6 +238,14 @@ fn job_control_signal(signal: Signal, own_session: bool) -> Signal {
     }
 }
 
+/// Sends `signal` to the job's group and to each of its processes `pids` (a job may `setsid`),
+/// each only while it is still the job's (see [`child::signal_known_group`] and
+/// [`child::signal_processes`]).
+fn signal_listed(pgid: u32, pids: &[u32], signal: Signal) {
+    child::signal_known_group(pgid, pids, signal);
+    child::signal_processes(pids, signal);
+}
+
 /// Stops oomguard itself (after the job), as the default action of the job-control signal
 /// would have; a SIGCONT resumes it and is then forwarded to the job.
 fn stop_self() {
@@ -714,9 +722,7 @@ impl Supervisor {
 
     /// Sends `signal` to the group and to every descendant outside it (a job may `setsid`).
     fn signal_all(&self, pgid: u32, signal: Signal) {
-        let pids = self.job_processes();
-        child::signal_known_group(pgid, &pids, signal);
-        child::signal_processes(&pids, signal);
+        signal_listed(pgid, &self.job_processes(), signal);
     }
 
     /// The Slurm steps of the job's live `srun`s, asking `scontrol` about sruns not seen before
@@ -803,11 +809,13 @@ impl Supervisor {
         signal: Signal,
         whole_tree: bool,
     ) {
-        let (steps, sruns) = self.srun_steps(state, &self.job_processes(), job.pgid);
+        // The tree is walked once: the signal and the SIGCONT after it go to the same list.
+        let all = self.job_processes();
+        let (steps, sruns) = self.srun_steps(state, &all, job.pgid);
         if steps.is_empty() {
             for signal in [signal, Signal::SIGCONT] {
                 if whole_tree {
-                    self.signal_all(job.pgid, signal);
+                    signal_listed(job.pgid, &all, signal);
                 } else {
                     child::signal_group(job.pgid, signal);
                 }
@@ -815,7 +823,6 @@ impl Supervisor {
             return;
         }
         slurm::signal_steps(&steps, signal);
-        let all = self.job_processes();
         let others: Vec<u32> = all.iter().copied().filter(|p| !sruns.contains(p)).collect();
         for signal in [signal, Signal::SIGCONT] {
             // An srun is not signalled, but its children are still the job's.

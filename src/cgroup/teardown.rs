@@ -40,24 +40,22 @@ pub(super) fn kill_all_at(dir: &Path) -> Result<(), CgroupError> {
         if new.is_empty() {
             return Ok(());
         }
+        // Each pinned by a pidfd first, then the cgroup listed once: a process pinned and still
+        // listed is ours to kill; one that left (or ended, its number given to someone else's)
+        // is not.
+        let mut pinned = Vec::with_capacity(new.len());
         for pid in new {
             if pid == me {
                 tracing::warn!(dir = %dir.display(), "oomguard is inside the attempt cgroup; not killing itself");
                 continue;
             }
-            // Through a pidfd, and only while the process it pins is still listed here: one
-            // that left (or ended, its number given to someone else's) is not ours to kill.
-            let still_here = || pids_below(dir).contains(&pid);
-            match crate::child::signal_pinned(pid, Signal::SIGKILL, still_here) {
-                Ok(_) => {}
-                Err(errno) => {
-                    return Err(CgroupError::Kill {
-                        pid,
-                        path: dir.to_path_buf(),
-                        source: errno.into(),
-                    })
-                }
+            if let Some(p) = crate::child::Pinned::pin(pid).map_err(kill_error(pid, dir))? {
+                pinned.push((pid, p));
             }
+        }
+        let listed: HashSet<u32> = pids_below(dir).into_iter().collect();
+        for (pid, p) in pinned.iter().filter(|(pid, _)| listed.contains(pid)) {
+            p.signal(Signal::SIGKILL).map_err(kill_error(*pid, dir))?;
         }
     }
     let pids = pids_below(dir);
@@ -162,6 +160,15 @@ fn is_cgroupfs(path: &Path) -> bool {
         let kind = fs.filesystem_type();
         kind == CGROUP_SUPER_MAGIC || kind == CGROUP2_SUPER_MAGIC
     })
+}
+
+/// The error for a kill of `pid` in the cgroup at `dir` that the kernel refused.
+fn kill_error(pid: u32, dir: &Path) -> impl FnOnce(Errno) -> CgroupError + '_ {
+    move |errno| CgroupError::Kill {
+        pid,
+        path: dir.to_path_buf(),
+        source: errno.into(),
+    }
 }
 
 #[cfg(test)]
