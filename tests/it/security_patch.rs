@@ -114,6 +114,29 @@ fn others_in(dir: &Path, expected: &[&str]) -> Vec<String> {
     names
 }
 
+/// A sticky directory anyone can write, `<T>/shared` (1777), holding nobody's `cfg.yaml`; nobody's
+/// job (`<T>/nobody/job.py`) and a job file of root's running it as nobody in nobody's directory.
+/// Returns (shared directory, config, nobody's workdir, job file).
+fn sticky_scene(w: &World) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+    let shared = w.path("shared");
+    std::fs::create_dir(&shared).unwrap();
+    chmod(&shared, 0o1777);
+    let cfg = w.nobody_file(&shared.join("cfg.yaml"), CONFIG);
+    let work = w.path("nobody");
+    w.nobody_file(&work.join("job.py"), &oom_then_look(&cfg));
+    let job = job_file(&w.path("rootonly"), &cfg, Some("nobody"));
+    // The job file names nobody's workdir.
+    std::fs::write(
+        &job,
+        read(&job).replace(
+            &format!("workdir = \"{}\"", w.root_only().display()),
+            &format!("workdir = \"{}\"", work.display()),
+        ),
+    )
+    .unwrap();
+    (shared, cfg, work, job)
+}
+
 /// The attacker's process holding `flock` on lock files it made: a real process of `uid`,
 /// blocked reading a FIFO until dropped.
 struct Squatter {
@@ -378,22 +401,7 @@ fn a_lock_name_squatted_in_a_sticky_directory_never_refuses_roots_run() {
     else {
         return;
     };
-    let shared = w.path("shared");
-    std::fs::create_dir(&shared).unwrap();
-    chmod(&shared, 0o1777);
-    let cfg = w.nobody_file(&shared.join("cfg.yaml"), CONFIG);
-    let work = w.path("nobody");
-    w.nobody_file(&work.join("job.py"), &oom_then_look(&cfg));
-    let job = job_file(&w.path("rootonly"), &cfg, Some("nobody"));
-    // The job file names nobody's workdir.
-    std::fs::write(
-        &job,
-        read(&job).replace(
-            &format!("workdir = \"{}\"", w.root_only().display()),
-            &format!("workdir = \"{}\"", work.display()),
-        ),
-    )
-    .unwrap();
+    let (shared, cfg, work, job) = sticky_scene(&w);
     let lock = shared.join(".cfg.yaml.oomguard-lock");
     let hold = fifo(&w.path("hold3"));
     let squat = Squatter::start(THIRD, &hold, &[&lock]);
@@ -711,21 +719,7 @@ fn a_root_file_linked_to_the_lock_name_in_a_sticky_directory_never_refuses_roots
     ) else {
         return;
     };
-    let shared = w.path("shared");
-    std::fs::create_dir(&shared).unwrap();
-    chmod(&shared, 0o1777);
-    let cfg = w.nobody_file(&shared.join("cfg.yaml"), CONFIG);
-    let work = w.path("nobody");
-    w.nobody_file(&work.join("job.py"), &oom_then_look(&cfg));
-    let job = job_file(&w.path("rootonly"), &cfg, Some("nobody"));
-    std::fs::write(
-        &job,
-        read(&job).replace(
-            &format!("workdir = \"{}\"", w.root_only().display()),
-            &format!("workdir = \"{}\"", work.display()),
-        ),
-    )
-    .unwrap();
+    let (shared, cfg, _, job) = sticky_scene(&w);
     // The third user's link, made here as root (what it leaves at the name is the point).
     let roots = w.root_file("precious", "root's bytes\n");
     let lock = shared.join(".cfg.yaml.oomguard-lock");

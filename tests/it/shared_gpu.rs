@@ -429,19 +429,24 @@ fn a_neighbour_that_stays_gets_a_cut_for_room_kept_apart_and_the_job_grows_back(
         "{memory:#}"
     );
 
+    // A run that starts from the room-limited size, says so, and keeps the cut apart.
+    let started_room_limited = |stderr: &str, summary: &serde_json::Value| {
+        assert!(
+            stderr.contains("the size an earlier run was cut to for room"),
+            "{stderr}"
+        );
+        assert_eq!(causes(summary), ["ok"], "{stderr}");
+        assert_eq!(sizes(summary), [(batch, accum)], "{stderr}");
+        assert_eq!(
+            summary["attempts"][0]["room_cut"]["own"], own,
+            "{summary:#}"
+        );
+    };
+
     // 2. The neighbour is still there (no wait): the run starts from the room-limited size,
     //    and says so; the cut is still kept apart.
     let (stderr, summary) = run(2, "0");
-    assert!(
-        stderr.contains("the size an earlier run was cut to for room"),
-        "{stderr}"
-    );
-    assert_eq!(causes(&summary), ["ok"], "{stderr}");
-    assert_eq!(sizes(&summary), [(batch, accum)], "{stderr}");
-    assert_eq!(
-        summary["attempts"][0]["room_cut"]["own"], own,
-        "{summary:#}"
-    );
+    started_room_limited(&stderr, &summary);
     assert_eq!(
         job_memory(&state, "sgjob")["last_success"]["room_cut"]["own"],
         own
@@ -476,16 +481,7 @@ fn a_neighbour_that_stays_gets_a_cut_for_room_kept_apart_and_the_job_grows_back(
     //    than launching into a certain out-of-memory error.
     let _back = Neighbour::start(&sb, &card, 0, 40.0, "back");
     let (stderr, summary) = run(4, "0");
-    assert!(
-        stderr.contains("the size an earlier run was cut to for room"),
-        "{stderr}"
-    );
-    assert_eq!(causes(&summary), ["ok"], "{stderr}");
-    assert_eq!(sizes(&summary), [(batch, accum)], "{stderr}");
-    assert_eq!(
-        summary["attempts"][0]["room_cut"]["own"], own,
-        "{summary:#}"
-    );
+    started_room_limited(&stderr, &summary);
 }
 
 #[test]
