@@ -20,9 +20,7 @@ name=check.sh
 . tests/gpu/common.sh
 
 # A busy GPU would make batch 8 (half the card) fail for reasons of its own.
-busy=$(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -i 0 |
-    awk -F', *' '{ if ($1 > $2 / 10) print $1 " MiB of " $2 " MiB" }')
-[ -z "$busy" ] || say "warning: GPU 0 already has $busy in use; batch 8 may not fit"
+gpu_busy_warning "batch 8 may not fit"
 
 # (2) Build, unless a binary was given; the temporary directory.
 gpu_build
@@ -150,10 +148,4 @@ else
     say "no GPU-free wait was needed: NVML no longer listed an attempt's processes when it ended"
 fi
 
-if [ "$verdict" = 0 ]; then
-    say "PASS"
-    exit 0
-fi
-keep=1
-say "FAIL (files kept in $tmp)"
-exit 1
+gpu_finish "$verdict"

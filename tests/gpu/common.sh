@@ -1,4 +1,4 @@
-# Shared by the real-GPU checks (check.sh, hf_trainer.sh): sourced, never run. The caller sets
+# Shared by the real-GPU checks (check.sh, hf_trainer.sh, shared_gpu.sh): sourced, never run. The caller sets
 # `name` (its file name, for messages) first. Defines say and cannot_run, checks what every GPU
 # check needs (exit 2 where it cannot run), and gives `bin` (an absolute oomguard: OOMGUARD_BIN,
 # or a release build) and `tmp` (a temporary directory removed on exit unless keep=1).
@@ -37,4 +37,24 @@ gpu_build() {
     tmp=$(mktemp -d "${TMPDIR:-/tmp}/oomguard-$name.XXXXXX") || exit 2
     cleanup() { [ "${keep:-0}" = 1 ] || rm -rf "$tmp"; }
     trap cleanup EXIT
+}
+
+# Warns when GPU 0 already has more than a tenth of its memory in use; $1 says what that risks.
+gpu_busy_warning() {
+    local busy
+    busy=$(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -i 0 |
+        awk -F', *' '{ if ($1 > $2 / 10) print $1 " MiB of " $2 " MiB" }')
+    [ -z "$busy" ] || say "warning: GPU 0 already has $busy in use; $1"
+}
+
+# Ends the check on its verdict ($1, 0 for no problem): PASS, or FAIL with the temporary
+# directory kept for a look.
+gpu_finish() {
+    if [ "$1" = 0 ]; then
+        say "PASS"
+        exit 0
+    fi
+    keep=1
+    say "FAIL (files kept in $tmp)"
+    exit 1
 }

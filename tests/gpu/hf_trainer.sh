@@ -35,9 +35,7 @@ total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i
 case "$total_mib" in
 '' | *[!0-9]*) cannot_run "cannot read GPU 0's memory from nvidia-smi (got '$total_mib')" ;;
 esac
-busy=$(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -i 0 |
-    awk -F', *' '{ if ($1 > $2 / 10) print $1 " MiB of " $2 " MiB" }')
-[ -z "$busy" ] || say "warning: GPU 0 already has $busy in use; the batches that fit will be smaller"
+gpu_busy_warning "the batches that fit will be smaller"
 
 # The command's batch: 256 on an H200 (143,771 MiB in nvidia-smi's units), scaled down by the
 # card otherwise.
@@ -145,10 +143,4 @@ sys.exit(1 if problems else 0)
 PY
 verdict=$?
 
-if [ "$verdict" = 0 ]; then
-    say "PASS"
-    exit 0
-fi
-keep=1
-say "FAIL (files kept in $tmp)"
-exit 1
+gpu_finish "$verdict"

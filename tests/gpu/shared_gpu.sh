@@ -29,9 +29,7 @@ name=shared_gpu.sh
 # shellcheck source=tests/gpu/common.sh
 . tests/gpu/common.sh
 
-busy=$(nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -i 0 |
-    awk -F', *' '{ if ($1 > $2 / 10) print $1 " MiB of " $2 " MiB" }')
-[ -z "$busy" ] || say "warning: GPU 0 already has $busy in use; the neighbour takes what is free"
+gpu_busy_warning "the neighbour takes what is free"
 
 # (2) Build, unless a binary was given; the temporary directory. The neighbour is ended with it.
 gpu_build
@@ -249,10 +247,4 @@ sys.exit(1 if problems else 0)
 PY
 verdict=$?
 
-if [ "$verdict" = 0 ]; then
-    say "PASS"
-    exit 0
-fi
-keep=1
-say "FAIL (files kept in $tmp)"
-exit 1
+gpu_finish "$verdict"
