@@ -299,6 +299,38 @@ fn user_name() -> String {
         .map_or_else(|| uid.to_string(), |u| u.name)
 }
 
+/// A user's Ctrl-C ends the wait for room at once (not at `--gpu-wait`): the run stops as
+/// interrupted, nothing is relaunched, and the neighbour is left alone.
+#[test]
+fn ctrl_c_ends_the_wait_for_room_at_once() {
+    let sb = Sandbox::new();
+    let card = Card::new(&sb, 1);
+    let record = sb.path("record.jsonl");
+    let neighbour = Neighbour::start(&sb, &card, 0, 40.0, "neighbour");
+    let cmd = oomguard(
+        &sb,
+        &card,
+        &sb.run_dir(),
+        &sb.path("state"),
+        "sgjob",
+        &["--gpu-wait", "1h"],
+        &job(&card, 64, &record, &[]),
+    );
+    let run = Running::start(&sb, cmd);
+    until_line(&run, "waiting up to");
+    run.signal(nix::sys::signal::Signal::SIGINT);
+    // Far below the hour it would otherwise wait.
+    let out = run.finish(PATIENCE);
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(128 + 2), "{stderr}");
+    assert_eq!(
+        records(&record).len(),
+        1,
+        "relaunched after Ctrl-C: {stderr}"
+    );
+    assert!(util::alive(neighbour.pid), "the neighbour was signalled");
+}
+
 #[test]
 fn a_neighbour_that_leaves_within_the_wait_is_waited_for_and_the_batch_stays() {
     let sb = Sandbox::new();
