@@ -13,6 +13,7 @@
 //! line is tested once on its own and once glued to its neighbour (to see through terminal
 //! hard-wraps).
 
+mod general;
 pub mod lines;
 pub mod table;
 
@@ -132,7 +133,7 @@ const MEMORY_PHRASES: &[&str] = &[
 pub(crate) fn may_show_memory_error(text: &str) -> bool {
     let mut joined = text.replace(['\n', '\r'], "");
     joined.make_ascii_lowercase();
-    MEMORY_PHRASES.iter().any(|p| joined.contains(p))
+    MEMORY_PHRASES.iter().any(|p| joined.contains(p)) || general::mentions_running_out(text)
 }
 
 /// Log prefixes that hide where a message starts. Removed (repeatedly) before whole-line
@@ -329,6 +330,17 @@ pub(crate) fn scan_positions(text: &str) -> Vec<(usize, Finding)> {
 /// [`scan_positions`] as if the family named `without` were not in the table: what the text
 /// would have said without it (the runner-up that `classify --explain` shows).
 pub(crate) fn scan_positions_without(text: &str, without: Option<&str>) -> Vec<(usize, Finding)> {
+    scan_inner(text, without, without.is_none())
+}
+
+/// The scan as if the family named `without` were not in the table, with or without the
+/// general rule (`general`): the table's own runner-up leaves the rule out (it would only say
+/// again what the winner said), a measure of how the rule stands in for a family keeps it.
+pub(crate) fn scan_inner(
+    text: &str,
+    without: Option<&str>,
+    general: bool,
+) -> Vec<(usize, Finding)> {
     let c = compiled();
     let raw_lines = split_lines(text);
     let mut lines: Vec<Prepared> = Vec::with_capacity(raw_lines.len());
@@ -466,6 +478,31 @@ pub(crate) fn scan_positions_without(text: &str, without: Option<&str>) -> Vec<(
             }
         })
         .collect();
+
+    // No entry said that memory ran out: the general rule may (see [`general`]).
+    let memory = |f: &Finding| {
+        matches!(
+            f.family,
+            DeviceOom | HostOom | WorkerKilled | KernelOomKill | SlurmOom
+        )
+    };
+    if general && !out.iter().any(|(_, f)| memory(f)) {
+        let texts: Vec<&str> = lines
+            .iter()
+            .map(|l| if l.echo { "" } else { l.text })
+            .collect();
+        if let Some((at, family, line)) = general::find(&texts) {
+            let shown = evidence(&line, None);
+            out.push((
+                at,
+                Finding {
+                    family,
+                    name: general::NAME,
+                    line: format!("general rule: {shown}"),
+                },
+            ));
+        }
+    }
 
     // Keep each distinct finding once, at its last position; logs repeat themselves.
     out.sort_by_key(|(i, _)| *i);

@@ -1,0 +1,276 @@
+//! The general rule, tried after the signature table when no entry of it said that memory ran
+//! out: a fatal line near the end of the output that says memory ran out, in any of the common
+//! wordings (out of memory, OutOfMemory, OOM, memory limit exceeded, cannot or failed to
+//! allocate, allocation failed, bad_alloc, insufficient memory, ...), is a memory failure. Which
+//! memory is decided by the words of that line, then of the lines around it: a device, a GPU API
+//! or a device-memory name says device; a scheduler, a container, a cgroup or a job's limit says
+//! killed for memory; anything else is host memory. Its findings are named `general_rule` and
+//! their evidence starts with "general rule:", so a reader sees that no entry matched.
+//!
+//! It only recognises text, like the table: near misses (a scheduler that cannot satisfy a
+//! request, a pod pending for memory, an RPC quota's RESOURCE_EXHAUSTED, a full disk, a
+//! compiler's shared-memory limit, warnings and progress lines, counters of zero) are left
+//! alone by its vetoes, and a line is only taken if it reads as fatal.
+
+use regex::Regex;
+use std::sync::OnceLock;
+
+use super::table::Family;
+
+/// How many non-empty lines from the end of the output the rule looks at: a process says how
+/// it died last (a traceback's exception line, a scheduler's banner, `terminate called`).
+pub(super) const TAIL_LINES: usize = 40;
+
+/// How many lines on each side of the fatal line decide which memory it was, after the line
+/// itself.
+const AROUND_LINES: usize = 3;
+
+/// The finding's name.
+pub(super) const NAME: &str = "general_rule";
+
+struct Rule {
+    ran_out: Regex,
+    fatal: Regex,
+    limit_words: Regex,
+    veto: Regex,
+    device: Regex,
+    killed: Regex,
+}
+
+fn rule() -> &'static Rule {
+    static RULE: OnceLock<Rule> = OnceLock::new();
+    RULE.get_or_init(|| Rule {
+        // Memory ran out, in the wordings programs use (any case).
+        ran_out: Regex::new(
+            r"(?ix)
+              out[\s_-]*of[\s_-]*(?:device[\s_-]*|host[\s_-]*|gpu[\s_-]*)?memory
+            | outofmemory | \boom\b | \bo\.o\.m\b
+            | memory[\s_-]*limit[\s_-]*(?:was[\s_-]*)?exceeded | exceed(?:ed|s|ing)?\b.{0,40}\bmemory
+            | \bmem(?:ory)?\b.{0,40}\bexceed | over\s+(?:its\s+|the\s+)?memory\s+limit
+            | (?:cannot|can't|could\s*not|couldn't|failed\s+to|unable\s+to)\s+allocate
+            | \ballocation\b.{0,40}\bfailed | \balloc\s+failed | allocation\s+failure
+            | failed\s+allocation
+            | bad_alloc | insufficient\s+(?:device\s+|host\s+|gpu\s+)?memory
+            | not\s+enough\s+(?:device\s+|host\s+|gpu\s+)?memory | memory\s+(?:is\s+)?exhausted
+            | memory\s+allocation\s+(?:failed|error)
+            | oom[\s_-]?kill | low\s+on\s+(?:resource:\s+)?memory | memory\s*pressure
+            | (?:hbm|vmem|vram|memory)\b.{0,20}\bexceed | all\s+available\s+ram
+            | more\s+memory\s+than\s+(?:is\s+)?available | term_memlimit | paging\s+file
+            | \berrno\s*12\b | \benomem\b | cannot\s+allocate\s+memory
+            | \bmemory\b.{0,30}\b(?:limit|threshold|budget)\b.{0,30}\b(?:killed|restart|terminat)",
+        )
+        .expect("the rule's words compile"),
+        // The line says something ended (or an error was raised), not that something might.
+        fatal: Regex::new(
+            r"(?x)
+              (?i:\b(?:error|exception|fatal|abort(?:ed|ing)?|killed|kill(?:ing)?|panic(?:ked)?
+                  |terminat(?:e|ed|ing)|died|crash(?:ed)?|failed|failure|exited)\b)
+            | [a-z](?:Error|Exception)\b",
+        )
+        .expect("the rule's fatal words compile"),
+        // A limit was exceeded: an event in itself, whatever else the line says.
+        limit_words: Regex::new(r"(?i)limit\s+(?:was\s+)?exceeded|exceeded\b.{0,40}\blimit|over\s+(?:its\s+|the\s+)?memory\s+limit")
+            .expect("the rule's limit words compile"),
+        // Near misses.
+        veto: Regex::new(
+            r"(?ix)
+              can\s*not\s+be\s+satisfied | cannot\s+be\s+satisfied | unsatisfiable
+            | \bpending\b | failedscheduling | \b\d+/\d+\s+nodes\s+are\s+available
+            | quota
+            | no\s+space\s+left | disk\s+(?:is\s+)?full
+            | out\s+of\s+resource:\s+shared\s+memory
+            | \bwarn(?:ing)?\b | userwarning | resourcewarning
+            | \d+%\| | \bit/s\b | \bs/it\b
+            | \b(?:0|no|zero)\s+(?:oom|out[\s_-]of[\s_-]memory|errors?|failures?)\b
+            | (?:oom|errors?|failures?)(?:\s+\w+)?\s*[:=]\s*0\b
+            | ^\W*(?:to\s+avoid|to\s+prevent|to\s+reduce|if\s+you|if\s+the|try|consider|hint|tip|note|see)\b
+            | \bnot\s+(?:a|an)\s+(?:failure|error)\b
+            | static\s+tls
+            | memory\s+limit\s+at\s+some\s+point",
+        )
+        .expect("the rule's vetoes compile"),
+        // Which memory: a device.
+        device: Regex::new(
+            r"(?ix)
+              \bcuda | cudaerror | cublas | cudnn | nccl | \bgpu | \bvram | \bhbm | \bdevice
+            | \bhip\b | hiperror | \brocm | \bxla\b | \btpu | \bmps\b | \bmetal\b | opencl
+            | vulkan | nvidia | \b[ahvl]\d{2,3}\b | \bgeforce | \bradeon | \bxpu | cupy
+            | onnxruntime | bfcarena | execution\s*provider | tensorrt | \btrt\b | sycl
+            | level[\s_-]?zero | \bkv[\s_-]?cache | cache\s+blocks",
+        )
+        .expect("the rule's device words compile"),
+        // Which memory: a limit someone enforced by killing the job.
+        killed: Regex::new(
+            r"(?ix)
+              \bslurm | \bpbs\b | torque | htcondor | \bcondor | \blsf\b | \bsge\b | \byarn\b
+            | \bjob\b | container | cgroup | \bpod\b | kubernetes | oomkilled | \bkilled\b
+            | memory\s+(?:resource\s+)?limit | limit\s+(?:was\s+)?exceeded | \bsigkill\b",
+        )
+        .expect("the rule's kill words compile"),
+    })
+}
+
+/// Whether `text` holds one of the rule's wordings at all: the prescreen's question.
+pub(super) fn mentions_running_out(text: &str) -> bool {
+    rule().ran_out.is_match(text)
+}
+
+/// The general rule over prefix-stripped `lines`: the last fatal line among the last
+/// [`TAIL_LINES`] non-empty ones that says memory ran out, with the class the words around it
+/// give and its evidence. `None` when there is none.
+pub(super) fn find(lines: &[&str]) -> Option<(usize, Family, String)> {
+    let r = rule();
+    let tail: Vec<usize> = (0..lines.len())
+        .rev()
+        .filter(|&i| !lines[i].trim().is_empty())
+        .take(TAIL_LINES)
+        .collect();
+    // A chained error says what ran out on a line of its own ("Caused by:\n  Out of device
+    // memory"): the fatal word may be on one of the lines just before it.
+    let fatal_before = |i: usize| {
+        (1..=AROUND_LINES)
+            .filter_map(|d| i.checked_sub(d))
+            .any(|j| r.fatal.is_match(lines[j]) && !r.veto.is_match(lines[j]))
+    };
+    let at = tail.into_iter().find(|&i| {
+        let line = lines[i];
+        r.ran_out.is_match(line)
+            && !r.veto.is_match(line)
+            && (r.fatal.is_match(line) || r.limit_words.is_match(line) || fatal_before(i))
+    })?;
+    let class_of = |line: &str| {
+        if r.device.is_match(line) {
+            Some(Family::DeviceOom)
+        } else if r.killed.is_match(line) {
+            Some(Family::KernelOomKill)
+        } else {
+            None
+        }
+    };
+    let around = (1..=AROUND_LINES)
+        .flat_map(|d| [at.checked_sub(d), Some(at + d)])
+        .flatten()
+        .filter(|&j| j < lines.len());
+    let class = class_of(lines[at])
+        .or_else(|| around.filter_map(|j| class_of(lines[j])).next())
+        .unwrap_or(Family::HostOom);
+    Some((at, class, lines[at].trim().to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Family::*;
+
+    /// (output, the class the rule gives, or None where it must stay silent)
+    const TABLE: &[(&str, Option<Family>)] = &[
+        // Schedulers and platforms that kill for memory in their own words.
+        ("=>> PBS: job killed: mem 16777216kb exceeded limit 8388608kb\n", Some(KernelOomKill)),
+        ("Job exceeded a memory resource limit (vmem, pvmem, etc.). Job was aborted\n", Some(KernelOomKill)),
+        ("Job has gone over memory limit of 4096 megabytes. Peak usage: 4410 megabytes.\n", Some(KernelOomKill)),
+        ("Your notebook tried to allocate more memory than is available.\nMemory limit exceeded (16Gi)\n", Some(KernelOomKill)),
+        ("java.lang.OutOfMemoryError: Container killed due to memory usage\n", Some(KernelOomKill)),
+        // GPU allocation failures in host-sounding names.
+        ("terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc: cudaErrorMemoryAllocation: out of memory\n", Some(DeviceOom)),
+        ("MemoryError: std::bad_alloc: CUDA error at: /opt/rmm/include/rmm/mr/device/cuda_memory_resource.hpp:70: cudaErrorMemoryAllocation out of memory\n", Some(DeviceOom)),
+        // Allocators the table was never shown.
+        ("mxnet.base.MXNetError: [12:01:02] src/storage/./pooled_storage_manager.h:157: cudaMalloc failed: out of memory\n", Some(DeviceOom)),
+        ("thread 'main' panicked at 'memory allocation of 34359738368 bytes failed'\n", Some(HostOom)),
+        ("RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not enough memory: you tried to allocate 8589934592 bytes.\n", Some(HostOom)),
+        ("fatal error: runtime: out of memory\n", Some(HostOom)),
+        ("Exception in thread \"main\" java.lang.OutOfMemoryError: Java heap space\n", Some(HostOom)),
+        ("paddle.fluid.core_avx.EnforceNotMet: Error: Out of memory error on GPU 0. Cannot allocate 1.2GB memory on GPU 0\n", Some(DeviceOom)),
+        ("wgpu error: Validation Error\n\nCaused by:\n    Out of device memory\n", Some(DeviceOom)),
+        ("ERROR: Insufficient memory for the buffer: allocation failed\n", Some(HostOom)),
+        ("ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.\n", None),
+        // Near misses.
+        ("sbatch: error: Memory specification can not be satisfied\n", None),
+        ("Warning  FailedScheduling  pod/train-0  0/4 nodes are available: 4 Insufficient memory.\n", None),
+        ("grpc._channel._InactiveRpcError: status = StatusCode.RESOURCE_EXHAUSTED details = \"Quota exceeded\"\n", None),
+        ("OSError: [Errno 28] No space left on device (hint: an OOM in the writer?)\n", None),
+        ("triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 98304, Hardware limit: 65536\n", None),
+        ("UserWarning: To avoid running out of memory, set pin_memory=False\n", None),
+        ("Epoch 3:  40%|████      | 200/500 [00:31<00:45, 6.5it/s, mem=out of memory?]\n", None),
+        ("step 100: loss 2.1, OOM errors: 0\ntraining done\n", None),
+        ("checking for out of memory errors... none\nall done\n", None),
+        ("If you run out of memory, try a smaller batch size.\nTraining finished.\n", None),
+        // A memory error far above an end that went on: not the end.
+        ("RuntimeError: out of memory\n1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\n13\n14\n15\n16\n", None),
+    ];
+
+    #[test]
+    fn the_rule_names_the_memory_and_leaves_near_misses_alone() {
+        for (text, want) in TABLE {
+            let lines = crate::scan::split_lines(text);
+            let stripped: Vec<&str> = lines
+                .iter()
+                .map(|l| crate::scan::strip_prefixes(l))
+                .collect();
+            let got = find(&stripped).map(|(_, class, _)| class);
+            assert_eq!(got, *want, "{text:?}");
+        }
+    }
+}
+
+/// The rule alone over the whole OOM corpus, as a family it was never shown would meet it: each
+/// file whose accepted classes are all memory classes (device_oom, host_oom, oom_killed) must
+/// get one of them from the rule with every table entry taken away, and no file whose only
+/// accepted class is `none` may be flagged. The figures are printed (the corpus README and the
+/// closing note quote them) and held: at least nine in ten caught, no negative flagged.
+#[cfg(test)]
+mod corpus {
+    use super::*;
+
+    const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/oom-corpus");
+
+    fn class_name(family: Family) -> &'static str {
+        match family {
+            Family::DeviceOom => "device_oom",
+            Family::HostOom => "host_oom",
+            Family::KernelOomKill => "oom_killed",
+            _ => "other",
+        }
+    }
+
+    #[test]
+    fn the_rule_alone_catches_nine_in_ten_and_flags_no_negative() {
+        let expected = std::fs::read_to_string(format!("{CORPUS}/expected.tsv")).unwrap();
+        let (mut memory, mut caught, mut wrong_class, mut negatives) = (0, 0, Vec::new(), 0);
+        let mut flagged = Vec::new();
+        let mut missed = Vec::new();
+        for line in expected
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        {
+            let (file, classes) = line.split_once('\t').unwrap();
+            let accepted: Vec<&str> = classes.split(',').map(str::trim).collect();
+            let text = std::fs::read_to_string(format!("{CORPUS}/{file}")).unwrap();
+            let raw = crate::scan::split_lines(&text);
+            let lines: Vec<&str> = raw.iter().map(|l| crate::scan::strip_prefixes(l)).collect();
+            let got = find(&lines).map(|(_, class, _)| class_name(class));
+            let is_memory = |c: &&str| matches!(*c, "device_oom" | "host_oom" | "oom_killed");
+            if accepted.iter().all(is_memory) {
+                memory += 1;
+                match got {
+                    Some(class) if accepted.contains(&class) => caught += 1,
+                    Some(class) => wrong_class.push(format!("{file}: {class}")),
+                    None => missed.push(file.to_string()),
+                }
+            } else if accepted == ["none"] {
+                negatives += 1;
+                if let Some(class) = got {
+                    flagged.push(format!("{file}: {class}"));
+                }
+            }
+        }
+        println!(
+            "general rule alone: {caught}/{memory} memory files caught ({:.0}%), {} in the wrong class, {}/{negatives} negatives flagged",
+            100.0 * caught as f64 / memory as f64,
+            wrong_class.len(),
+            flagged.len()
+        );
+        println!("missed: {missed:#?}\nwrong class: {wrong_class:#?}\nflagged: {flagged:#?}");
+        assert!(flagged.is_empty(), "negatives flagged: {flagged:#?}");
+        assert!(caught * 10 >= memory * 9, "{caught}/{memory}");
+    }
+}
