@@ -29,6 +29,10 @@ const AROUND_LINES: usize = 3;
 pub(super) const NAME: &str = "general_rule";
 
 struct Rule {
+    /// A warning's level mark: such a line counts only where it says something was done about
+    /// it (`acted`): a worker restarted, a process killed.
+    warning: Regex,
+    acted: Regex,
     ran_out: Regex,
     fatal: Regex,
     limit_words: Regex,
@@ -40,6 +44,10 @@ struct Rule {
 fn rule() -> &'static Rule {
     static RULE: OnceLock<Rule> = OnceLock::new();
     RULE.get_or_init(|| Rule {
+        warning: Regex::new(r"(?i)^\W*warn(?:ing)?\b|\[warn(?:ing)?\]|-\s+warn(?:ing)?\s+-|\bWARN\b")
+            .expect("the rule's warning marks compile"),
+        acted: Regex::new(r"(?i)\b(?:killed|killing|restart(?:ing|ed)?|terminat(?:ed|ing)|evicted)\b")
+            .expect("the rule's action words compile"),
         // Memory ran out, in the wordings programs use (any case).
         ran_out: Regex::new(
             r"(?ix)
@@ -57,19 +65,23 @@ fn rule() -> &'static Rule {
             | (?:hbm|vmem|vram|memory)\b.{0,20}\bexceed | all\s+available\s+ram
             | more\s+memory\s+than\s+(?:is\s+)?available | term_memlimit | paging\s+file
             | \berrno\s*12\b | \benomem\b | cannot\s+allocate\s+memory
-            | \bmemory\b.{0,30}\b(?:limit|threshold|budget)\b.{0,30}\b(?:killed|restart|terminat)",
+            | \bmemory\b.{0,30}\b(?:limit|threshold|budget)\b.{0,30}\b(?:killed|restart|terminat)
+            | alloc_failed | memoryerror | low\s+memory! | error\s+allocating
+            | larger\s+than\s+the\s+available\b.{0,30}\bmemory
+            | attempting\s+to\s+allocate\b.{0,60}\bnot\s+possible",
         )
         .expect("the rule's words compile"),
         // The line says something ended (or an error was raised), not that something might.
         fatal: Regex::new(
             r"(?x)
               (?i:\b(?:error|exception|fatal|abort(?:ed|ing)?|killed|kill(?:ing)?|panic(?:ked)?
-                  |terminat(?:e|ed|ing)|died|crash(?:ed)?|failed|failure|exited)\b)
-            | [a-z](?:Error|Exception)\b",
+                  |terminat(?:e|ed|ing)|died|crash(?:ed)?|failed|failure|exited|unable
+                  |evicted|oomkilled|restart(?:ing|ed)?|sig(?:term|kill))\b)
+            | [A-Za-z](?:Error|Exception)\b",
         )
         .expect("the rule's fatal words compile"),
         // A limit was exceeded: an event in itself, whatever else the line says.
-        limit_words: Regex::new(r"(?i)limit\s+(?:was\s+)?exceeded|exceeded\b.{0,40}\blimit|over\s+(?:its\s+|the\s+)?memory\s+limit")
+        limit_words: Regex::new(r"(?i)limit\s+(?:was\s+)?exceeded|exceeded\b.{0,40}\blimit|over\s+(?:its\s+|the\s+)?memory\s+limit|\boom\s+when\s+allocating|state:\s*out_of_memory")
             .expect("the rule's limit words compile"),
         // Near misses.
         veto: Regex::new(
@@ -78,8 +90,10 @@ fn rule() -> &'static Rule {
             | \bpending\b | failedscheduling | \b\d+/\d+\s+nodes\s+are\s+available
             | quota
             | no\s+space\s+left | disk\s+(?:is\s+)?full
-            | out\s+of\s+resource:\s+shared\s+memory
-            | \bwarn(?:ing)?\b | userwarning | resourcewarning
+            | out\s+of\s+resource:
+            | \b(?:user|resource|future|deprecation|runtime)warning\b
+            | potential\s+root\s+causes? | possible\s+causes? | \bmay\s+be\s+(?:caused|due)\b
+            | oomkilled\x22?\s*[:=]\s*false | \btry(?:ing)?\s+again\b | \bretry(?:ing)?\b
             | \d+%\| | \bit/s\b | \bs/it\b
             | \b(?:0|no|zero)\s+(?:oom|out[\s_-]of[\s_-]memory|errors?|failures?)\b
             | (?:oom|errors?|failures?)(?:\s+\w+)?\s*[:=]\s*0\b
@@ -104,7 +118,8 @@ fn rule() -> &'static Rule {
             r"(?ix)
               \bslurm | \bpbs\b | torque | htcondor | \bcondor | \blsf\b | \bsge\b | \byarn\b
             | \bjob\b | container | cgroup | \bpod\b | kubernetes | oomkilled | \bkilled\b
-            | memory\s+(?:resource\s+)?limit | limit\s+(?:was\s+)?exceeded | \bsigkill\b",
+            | memory\s+(?:resource\s+)?limit | limit\s+(?:was\s+)?exceeded | \bsigkill\b
+            | state:\s*out_of_memory | evicted",
         )
         .expect("the rule's kill words compile"),
     })
@@ -136,6 +151,7 @@ pub(super) fn find(lines: &[&str]) -> Option<(usize, Family, String)> {
         let line = lines[i];
         r.ran_out.is_match(line)
             && !r.veto.is_match(line)
+            && (!r.warning.is_match(line) || r.acted.is_match(line))
             && (r.fatal.is_match(line) || r.limit_words.is_match(line) || fatal_before(i))
     })?;
     let class_of = |line: &str| {
@@ -195,7 +211,9 @@ mod tests {
         ("checking for out of memory errors... none\nall done\n", None),
         ("If you run out of memory, try a smaller batch size.\nTraining finished.\n", None),
         // A memory error far above an end that went on: not the end.
-        ("RuntimeError: out of memory\n1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n12\n13\n14\n15\n16\n", None),
+        (concat!("RuntimeError: out of memory\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n",
+            "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n",
+            "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n", "ok\n"), None),
     ];
 
     #[test]
