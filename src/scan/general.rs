@@ -110,7 +110,8 @@ fn rule() -> &'static Rule {
             | \bhip\b | hiperror | \brocm | \bxla\b | \btpu | \bmps\b | \bmetal\b | opencl
             | vulkan | nvidia | \b[ahvl]\d{2,3}\b | \bgeforce | \bradeon | \bxpu | cupy
             | onnxruntime | bfcarena | execution\s*provider | tensorrt | \btrt\b | sycl
-            | level[\s_-]?zero | \bkv[\s_-]?cache | cache\s+blocks",
+            | level[\s_-]?zero | \bkv[\s_-]?cache | cache\s+blocks | jax | xla | prefill
+            | allocated\s+so\s+far",
         )
         .expect("the rule's device words compile"),
         // Which memory: a limit someone enforced by killing the job.
@@ -119,7 +120,8 @@ fn rule() -> &'static Rule {
               \bslurm | \bpbs\b | torque | htcondor | \bcondor | \blsf\b | \bsge\b | \byarn\b
             | \bjob\b | container | cgroup | \bpod\b | kubernetes | oomkilled | \bkilled\b
             | memory\s+(?:resource\s+)?limit | limit\s+(?:was\s+)?exceeded | \bsigkill\b
-            | state:\s*out_of_memory | evicted",
+            | state:\s*out_of_memory | evicted | session\s+crashed | \bnotebook
+            | \bsigterm\b | sending\s+sig | earlyoom | oomd",
         )
         .expect("the rule's kill words compile"),
     })
