@@ -401,7 +401,18 @@ pub fn memory_error_shown(text: &str) -> Option<String> {
 /// `Killed` job-status line counts as [`Cause::OomKilled`] (see [`scan::is_shell_job_kill`]);
 /// a launcher's `exitcode: -9` or `exit code 137` as [`Cause::Killed`].
 pub fn classify_text(text: &str) -> Option<Verdict> {
-    let (cause, evidence) = match read_text(text).sign? {
+    verdict_of_text(read_text(text))
+}
+
+/// [`classify_text`] as if the table had no entries named in `without`: how the output reads
+/// to a table that was never told about a family (the general rule still speaks).
+#[cfg(test)]
+pub(crate) fn classify_text_without(text: &str, without: &[&str]) -> Option<Verdict> {
+    verdict_of_text(read_findings(text, &scan::scan_inner(text, without, true)))
+}
+
+fn verdict_of_text(reading: Reading) -> Option<Verdict> {
+    let (cause, evidence) = match reading.sign? {
         Sign::OomKillText(f) => (Cause::OomKilled, output(&f)),
         Sign::Worker(f) => (Cause::WorkerKilled, output(&f)),
         Sign::Memory(cause, f) => (cause, output(&f)),
@@ -1008,5 +1019,98 @@ mod tests {
         assert_eq!(v.cause, Cause::Interrupted);
         let v = classify(&facts(Some(&hung), false, Some("over --max-rss")));
         assert_eq!(v.cause, Cause::MemoryLimit);
+    }
+
+    /// Leave one family out: for each family of the corpus (the file names' prefix, a trailing
+    /// number dropped: `cuda_oom2` is `cuda_oom`), every table entry that matches a line of
+    /// that family's files and of no other family's is taken away, as if the table had never
+    /// been told about the family; the family's files are then read by what is left, the
+    /// general rule included. This is how a family nobody has shown the table fares. The
+    /// figures are printed (the corpus's SOURCES.md and the closing note quote them) and held:
+    /// at least nine memory files in ten still in an accepted class, no negative flagged.
+    #[test]
+    fn leave_one_family_out() {
+        let expected = std::fs::read_to_string(format!("{CORPUS}/expected.tsv")).unwrap();
+        let family_of = |file: &str| {
+            let prefix = file.split("__").next().unwrap_or(file);
+            prefix
+                .trim_end_matches(|c: char| c.is_ascii_digit())
+                .to_string()
+        };
+        let files: Vec<(String, Vec<String>, String)> = expected
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .map(|l| {
+                let (file, classes) = l.split_once('\t').unwrap();
+                let accepted = classes.split(',').map(|c| c.trim().to_string()).collect();
+                let text = std::fs::read_to_string(format!("{CORPUS}/{file}")).unwrap();
+                (file.to_string(), accepted, text)
+            })
+            .collect();
+        // Which families each entry speaks in.
+        let mut families_of_entry: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        for (file, _, text) in &files {
+            for entry in scan::entries_matching(text) {
+                families_of_entry
+                    .entry(entry)
+                    .or_default()
+                    .insert(family_of(file));
+            }
+        }
+        let is_memory = |c: &str| {
+            matches!(
+                c,
+                "device_oom" | "host_oom" | "oom_killed" | "worker_killed"
+            )
+        };
+        let mut rows: BTreeMap<String, (usize, usize, usize, usize)> = BTreeMap::new();
+        let (mut whole_caught, mut memory) = (0, 0);
+        let mut flagged = Vec::new();
+        let mut missed = Vec::new();
+        for (file, accepted, text) in &files {
+            let family = family_of(file);
+            let own: Vec<&str> = families_of_entry
+                .iter()
+                .filter(|(_, fams)| fams.len() == 1 && fams.contains(&family))
+                .map(|(entry, _)| *entry)
+                .collect();
+            let whole = name(&classify_text(text));
+            let left_out = name(&classify_text_without(text, &own));
+            let row = rows.entry(family).or_default();
+            if accepted.iter().all(|c| is_memory(c)) {
+                memory += 1;
+                row.0 += 1;
+                if accepted.iter().any(|c| c == whole) {
+                    whole_caught += 1;
+                }
+                if accepted.iter().any(|c| c == left_out) {
+                    row.1 += 1;
+                } else {
+                    missed.push(format!("{file}: {left_out}"));
+                }
+            } else if accepted == &["none"] {
+                row.2 += 1;
+                if left_out != "none" {
+                    row.3 += 1;
+                    flagged.push(format!("{file}: {left_out}"));
+                }
+            }
+        }
+        let caught: usize = rows.values().map(|r| r.1).sum();
+        println!("family\tmemory files\tcaught with the family left out\tnegatives\tflagged");
+        for (family, (m, c, n, f)) in &rows {
+            println!("{family}\t{m}\t{c}\t{n}\t{f}");
+        }
+        println!(
+            "whole table: {whole_caught}/{memory} memory files; each family left out: {caught}/{memory} ({:.0}%), {} negatives flagged",
+            100.0 * caught as f64 / memory as f64,
+            flagged.len()
+        );
+        println!("missed: {missed:#?}");
+        assert!(
+            flagged.is_empty(),
+            "negatives flagged with their family left out: {flagged:#?}"
+        );
+        assert!(caught * 10 >= memory * 9, "{caught}/{memory}: {missed:#?}");
     }
 }

@@ -330,17 +330,17 @@ pub(crate) fn scan_positions(text: &str) -> Vec<(usize, Finding)> {
 /// [`scan_positions`] as if the family named `without` were not in the table: what the text
 /// would have said without it (the runner-up that `classify --explain` shows).
 pub(crate) fn scan_positions_without(text: &str, without: Option<&str>) -> Vec<(usize, Finding)> {
-    scan_inner(text, without, without.is_none())
+    match without {
+        Some(name) => scan_inner(text, &[name], false),
+        None => scan_inner(text, &[], true),
+    }
 }
 
-/// The scan as if the family named `without` were not in the table, with or without the
+/// The scan as if the families named in `without` were not in the table, with or without the
 /// general rule (`general`): the table's own runner-up leaves the rule out (it would only say
-/// again what the winner said), a measure of how the rule stands in for a family keeps it.
-pub(crate) fn scan_inner(
-    text: &str,
-    without: Option<&str>,
-    general: bool,
-) -> Vec<(usize, Finding)> {
+/// again what the winner said); the measure of how the rule stands in for families the table
+/// was never told about keeps it.
+pub(crate) fn scan_inner(text: &str, without: &[&str], general: bool) -> Vec<(usize, Finding)> {
     let c = compiled();
     let raw_lines = split_lines(text);
     let mut lines: Vec<Prepared> = Vec::with_capacity(raw_lines.len());
@@ -383,7 +383,8 @@ pub(crate) fn scan_inner(
         let mut out: Vec<(usize, usize)> = Vec::new(); // (family, pattern)
         for pat in c.set.matches(text).iter() {
             let idx = c.owner[pat];
-            if Some(SIGNATURES[idx].name) != without && out.last().is_none_or(|&(f, _)| f != idx) {
+            if !without.contains(&SIGNATURES[idx].name) && out.last().is_none_or(|&(f, _)| f != idx)
+            {
                 out.push((idx, pat));
             }
         }
@@ -491,7 +492,8 @@ pub(crate) fn scan_inner(
             .iter()
             .map(|l| if l.echo { "" } else { l.text })
             .collect();
-        if let Some((at, family, line)) = general::find(&texts) {
+        let killed = out.iter().any(|(_, f)| f.family == KilledBySigkill);
+        if let Some((at, family, line)) = general::find(&texts, !killed) {
             let shown = evidence(&line, None);
             out.push((
                 at,
@@ -521,6 +523,23 @@ pub(crate) fn scan_inner(
         out.drain(..out.len() - MAX_FINDINGS);
     }
     out
+}
+
+/// The names of the table's entries that have a pattern matching some line of `text` (its
+/// prefixes stripped, or glued to the next line as the scan glues hard-wraps), whether or not
+/// the match became a finding: every entry that had a say in reading it.
+#[cfg(test)]
+pub(crate) fn entries_matching(text: &str) -> std::collections::BTreeSet<&'static str> {
+    let c = compiled();
+    let lines: Vec<&str> = split_lines(text).into_iter().map(strip_prefixes).collect();
+    let glued = lines.windows(2).map(|w| format!("{}{}", w[0], w[1]));
+    lines
+        .iter()
+        .map(|l| l.to_string())
+        .chain(glued)
+        .flat_map(|l| c.set.matches(&l).into_iter().collect::<Vec<_>>())
+        .map(|pat| SIGNATURES[c.owner[pat]].name)
+        .collect()
 }
 
 /// Scans output text for out-of-memory and kill signatures, and returns what it found in the

@@ -120,6 +120,20 @@ const fn line_sig(
 
 use Family::*;
 
+/// A host-sounding allocation failure (`MemoryError`, `std::bad_alloc`) whose line names the
+/// GPU API that failed is the device's: the device entry on the same line decides.
+const GPU_ALLOCATOR_ERROR: &str = r"(?i)cudaError|\bCUDA error\b|hipError|\bthrust::";
+
+/// Thrust (CUDA's C++ library) throws its own `bad_alloc` for device memory; two threads
+/// dying at once print it a line or two above the `what():` of a bare `std::bad_alloc`.
+const THRUST_ABOVE: Nearby = Nearby {
+    lines: 2,
+    by: &[(
+        r"\bthrust::(?:system::)?(?:detail::)?bad_alloc\b",
+        DeviceOom,
+    )],
+};
+
 /// Hints and tutorials mention OOM without one happening ("to avoid out of memory, ...").
 const HINT_VETO: &str = r"(?i)\b(?:avoid|prevent|if you|when you|reduce the chance)\b[^.]{0,40}out of memory|not a failure";
 
@@ -337,7 +351,9 @@ pub(crate) const SIGNATURES: &[Signature] = &[
     ),
     // Exception classes: torch.OutOfMemoryError / torch.cuda.OutOfMemoryError (Jupyter prints
     // the bare class name), cupy.cuda.memory.OutOfMemoryError. Java's and Ray's classes of the
-    // same name are about host memory and live in the host section. Triton's "out of resource"
+    // same name are about host memory and live in the host section; a container service's
+    // "OutOfMemoryError: Container killed due to memory usage" (AWS ECS and Batch) is a kill
+    // from outside, which the general rule reads as one. Triton's "out of resource"
     // is one kernel asking for more shared memory than a multiprocessor has, a compile-time
     // limit and no allocation: TorchInductor's autotuner prints it as "No valid triton configs.
     // OutOfMemoryError: out of resource: triton_mm Required: 294912 Hardware limit:232448",
@@ -346,7 +362,7 @@ pub(crate) const SIGNATURES: &[Signature] = &[
         "oom_exception_class",
         DeviceOom,
         &[r"\bOutOfMemoryError\b"],
-        r"java\.lang\.OutOfMemoryError|ray\.exceptions\.OutOfMemoryError|OutOfMemoryError: out of resource\b|No valid triton configs",
+        r"java\.lang\.OutOfMemoryError|ray\.exceptions\.OutOfMemoryError|OutOfMemoryError: out of resource\b|No valid triton configs|OutOfMemoryError: Container killed\b",
     ),
     // Anything else that names a GPU/CUDA source or device next to "out of memory": Caffe2's
     // "event_gpu.cc:17: out of memory", "THCudaCheck FAIL ... error=2 : out of memory",
@@ -395,14 +411,28 @@ pub(crate) const SIGNATURES: &[Signature] = &[
     ),
     // Python's MemoryError as the exception line of a traceback, bare or with a message, with
     // or without a module path, or as Jupyter's "MemoryError    Traceback (most recent ...)".
-    line_sig(
-        "python_memory_error",
-        HostOom,
-        &[r"^(?:[A-Za-z_][\w.]*\.)?_?(?:Array)?MemoryError\b(?:\s*$|\s*:|\s+Traceback)"],
-    ),
+    Signature {
+        veto: Some(GPU_ALLOCATOR_ERROR),
+        ..line_sig(
+            "python_memory_error",
+            HostOom,
+            &[r"^(?:[A-Za-z_][\w.]*\.)?_?(?:Array)?MemoryError\b(?:\s*$|\s*:|\s+Traceback)"],
+        )
+    },
     // C++ allocation failure: "terminate called after throwing an instance of 'std::bad_alloc'".
-    // (Thrust's device-side bad_alloc names cudaErrorMemoryAllocation and is caught above.)
-    sig("cpp_bad_alloc", HostOom, &[r"\bstd::bad_alloc\b"]),
+    // A GPU library's allocator throws it too, naming its CUDA error (XGBoost's "std::bad_alloc:
+    // cudaErrorMemoryAllocation: out of memory", RAPIDS' RMM): that line is the device's, and
+    // Thrust's own bad_alloc a line or two above says the same of a bare "std::bad_alloc: out of
+    // memory".
+    Signature {
+        nearby: Some(&THRUST_ABOVE),
+        ..sig_unless(
+            "cpp_bad_alloc",
+            HostOom,
+            &[r"\bstd::bad_alloc\b"],
+            GPU_ALLOCATOR_ERROR,
+        )
+    },
     // TensorFlow on the CPU allocator: "OOM when allocating tensor ... device:CPU:0 by allocator
     // cpu [Op:Add]", "Allocator (cpu) ran out of memory".
     sig_unless(
