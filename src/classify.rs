@@ -1113,4 +1113,70 @@ mod tests {
         );
         assert!(caught * 10 >= memory * 9, "{caught}/{memory}: {missed:#?}");
     }
+
+    /// The held-out set (tests/fixtures/oom-heldout): real outputs of 53 families the table was
+    /// never built from, gathered blind to the classifier. Its `dev` half was read and the
+    /// general rule tuned on it; its `test` half was never read, so its figure is what a new
+    /// family meets. Printed (the set's SOURCES.md and the closing note of issue 27 quote it)
+    /// and held: no negative flagged in either half, nine in ten of the dev half, and the test
+    /// half no worse than it first measured (28 of 47, 60%).
+    #[test]
+    fn held_out_families() {
+        const HELD_OUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/oom-heldout");
+        let expected = std::fs::read_to_string(format!("{HELD_OUT}/expected.tsv")).unwrap();
+        let is_memory = |c: &str| {
+            matches!(
+                c,
+                "device_oom" | "host_oom" | "oom_killed" | "worker_killed"
+            )
+        };
+        // (memory files, right class, negatives, flagged) per half.
+        let mut halves: BTreeMap<&str, (usize, usize, usize, usize)> = BTreeMap::new();
+        let mut wrong = Vec::new();
+        for line in expected
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        {
+            let mut cols = line.split('\t');
+            let (file, classes, half) = (
+                cols.next().unwrap(),
+                cols.next().unwrap(),
+                cols.next().unwrap(),
+            );
+            let accepted: Vec<&str> = classes.split(',').collect();
+            let text = std::fs::read(format!("{HELD_OUT}/{file}")).unwrap();
+            let got = name(&classify_text(&String::from_utf8_lossy(&text)));
+            let row = halves.entry(half).or_default();
+            if accepted.iter().any(|c| is_memory(c)) {
+                row.0 += 1;
+                if accepted.contains(&got) {
+                    row.1 += 1;
+                } else {
+                    wrong.push(format!("{half} {file}: {got}"));
+                }
+            } else {
+                row.2 += 1;
+                if is_memory(got) {
+                    row.3 += 1;
+                    wrong.push(format!("{half} {file}: {got} (a negative)"));
+                }
+            }
+        }
+        for (half, (m, c, n, f)) in &halves {
+            println!(
+                "held out, {half} half: {c}/{m} memory files in an accepted class ({:.0}%), {f}/{n} negatives flagged",
+                100.0 * *c as f64 / *m as f64
+            );
+        }
+        println!("not in an accepted class: {wrong:#?}");
+        let (dev, test) = (halves["dev"], halves["test"]);
+        assert_eq!(dev.3 + test.3, 0, "negatives flagged: {wrong:#?}");
+        assert!(dev.1 * 10 >= dev.0 * 9, "dev half: {}/{}", dev.1, dev.0);
+        assert!(
+            test.1 * 47 >= 28 * test.0,
+            "test half: {}/{}",
+            test.1,
+            test.0
+        );
+    }
 }

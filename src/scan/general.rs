@@ -79,11 +79,12 @@ fn rule() -> &'static Rule {
         ran_out: Regex::new(
             r"(?ix)
               out[\s_-]*of[\s_-]*(?:device[\s_-]*|host[\s_-]*|gpu[\s_-]*)?memory
+            | \bout\s+of\s+(?:[\w-]+\s+){1,4}memory
             | outofmemory | \boom\b | \bo\.o\.m\b
             | memory[\s_-]*limit[\s_-]*(?:was[\s_-]*)?exceeded | exceed(?:ed|s|ing)?\b.{0,40}\bmemory
             | \bmem(?:ory)?\b.{0,40}\bexceed | over\s+(?:its\s+|the\s+)?memory\s+limit
             | (?:cannot|can't|could\s*not|couldn't|failed\s+to|unable\s+to)\s+allocate
-            | \ballocation\b.{0,40}\bfailed | \balloc\s+failed | allocation\s+failure
+            | \ballocat(?:ion|ing|e)\b.{0,40}\bfailed | \balloc\s+failed | allocation\s+failure
             | failed\s+allocation
             | bad_alloc | insufficient\s+(?:device\s+|host\s+|gpu\s+)?memory
             | not\s+enough\s+(?:device\s+|host\s+|gpu\s+)?memory | memory\s+(?:is\s+)?exhausted
@@ -97,6 +98,7 @@ fn rule() -> &'static Rule {
             | larger\s+than\s+the\s+available\b.{0,30}\bmemory
             | attempting\s+to\s+allocate\b.{0,60}\bnot\s+possible
             | out\s+of\s+shared\s+memory | insufficient\s+shared\s+memory | no\s+available\s+memory
+            | (?:cache|heap)\s+(?:resources?\s+)?exhausted
             | due\s+to\s+(?:excessive\s+|high\s+)?memory\s+usage | exceed(?:ed|s|ing)?\b.{0,40}\bmem\b
             | (?:extend|fallocate|grow)\b.{0,30}/dev/shm | low\s+on\s+resource:\s*memory
             # The same in other languages: Chinese (simplified and traditional), Japanese,
@@ -112,7 +114,8 @@ fn rule() -> &'static Rule {
         // The line says something ended (or an error was raised), not that something might.
         fatal: Regex::new(
             r"(?x)
-              (?i:\b(?:error|exception|fatal|abort(?:ed|ing)?|killed|kill(?:ing)?|panic(?:ked)?
+              (?i:\bfailed)
+            | (?i:\b(?:error|exception|fatal|abort(?:ed|ing)?|killed|kill(?:ing)?|panic(?:ked)?
                   |terminat(?:e|ed|ing)|died|crash(?:ed)?|failed|failure|exited|unable
                   |evicted|oomkilled|restart(?:ing|ed)?|sig(?:term|kill))\b)
             | [A-Za-z](?:Error|Exception)\b
@@ -120,7 +123,7 @@ fn rule() -> &'static Rule {
         )
         .expect("the rule's fatal words compile"),
         // A limit was exceeded: an event in itself, whatever else the line says.
-        limit_words: Regex::new(r"(?i)limit\s+(?:was\s+)?exceeded|exceeded\b.{0,40}\blimit|over\s+(?:its\s+|the\s+)?memory\s+limit|\boom\s+when\s+allocating|state:\s*out_of_memory|low\s+on\s+resource:\s*memory|due\s+to\s+(?:excessive\s+|high\s+)?memory\s+usage")
+        limit_words: Regex::new(r"(?i)limit\s+(?:of\s+\S+\s+)?(?:was\s+)?exceeded|\b(?:is|was|ran)\s+out\s+of\b|exceeded\b.{0,40}\blimit|over\s+(?:its\s+|the\s+)?memory\s+limit|\boom\s+when\s+allocating|state:\s*out_of_memory|low\s+on\s+resource:\s*memory|due\s+to\s+(?:excessive\s+|high\s+)?memory\s+usage")
             .expect("the rule's limit words compile"),
         // Near misses.
         veto: Regex::new(
@@ -128,7 +131,7 @@ fn rule() -> &'static Rule {
               can\s*not\s+be\s+satisfied | cannot\s+be\s+satisfied | unsatisfiable
             | unable\s+to\s+(?:place|schedule) | could\s*n[o']t\s+be\s+(?:placed|scheduled)
             | unschedulable | met\s+all\s+of\s+its\s+requirements
-            | soft\s+limit
+            | soft\s+limit | \bplacement\b | exhausted\s+on\s+\d+\s+nodes? | nodes?\s+filtered
             | \bpending\b | failedscheduling | \b\d+/\d+\s+nodes\s+are\s+available
             | quota
             | out\s+of\s+resource:
@@ -152,7 +155,8 @@ fn rule() -> &'static Rule {
             | vulkan | nvidia | \b[ahvl]\d{2,3}\b | \bgeforce | \bradeon | \bxpu | cupy
             | onnxruntime | bfcarena | execution\s*provider | tensorrt | \btrt\b | sycl
             | level[\s_-]?zero | \bkv[\s_-]?cache | cache\s+blocks | jax | xla | prefill
-            | allocated\s+so\s+far",
+            | allocated\s+so\s+far | \bcu(?:Mem|Ctx|Launch|Module|Graph)\w* | \bhip\w*alloc
+            | 显存 | 顯存 | ビデオメモリ | видеопамят",
         )
         .expect("the rule's device words compile"),
         // Which memory: a limit someone enforced by killing the job.
@@ -181,13 +185,15 @@ fn rule() -> &'static Rule {
                 | abruptly\s+died | died\s+abruptly | died\s+unexpectedly
                 | negsignal\.sigkill | \bsigkill\b | \bsignal\s+9\b
                 | (?:exit|return)\s*code\s*[:=]?\s*-9\b )
-            | \bbus\s+error\b.{0,40}\bin\s+(?:a\s+)?worker",
+            | \bbus\s+error\b.{0,40}\bin\s+(?:a\s+)?worker
+            # A compiler driver's child (cc1plus) killed: building an extension with too many jobs.
+            | \bkilled\s+signal\s+terminated\s+program\b",
         )
         .expect("the rule's worker-death words compile"),
         worker: Regex::new(r"(?i)\b(?:workers?|subprocess(?:es)?|child\s+process(?:es)?)\b.{0,80}\bkilled\b")
             .expect("the rule's worker words compile"),
         host: Regex::new(r"(?ix)paging\s+file | 页面文件 | 分页文件 | \bswap\b | java\s+heap | heap\s+space
-            | \b(?:host|system|cpu|physical)\s+(?:ram|memory) | \bram\b(?:\s+\w+){0,3}\s+(?:exhausted|exceeded|full)
+            | \bram\b(?:\s+\w+){0,3}\s+(?:exhausted|exceeded|full)
             | all\s+available\s+ram | cpuallocator | /dev/shm | shared\s+memory | \bshm\b")
             .expect("the rule's host words compile"),
         killed_outright: Regex::new(r"(?i)\bkill(?:ed|ing)?\b|oomkilled|evicted|\bsigkill\b")
@@ -248,9 +254,16 @@ pub(super) fn find(lines: &[&str], workers: bool) -> Option<(usize, Family, Stri
         words.is_match(line) && (!raised || (own && r.killed_outright.is_match(line)))
     };
     let class_of = |line: &str, own: bool| {
-        let line = r.path.replace_all(line, " ");
-        let line = line.as_ref();
+        // Host memory named outright (/dev/shm is a path, and says so).
         let host = own && r.host.is_match(line);
+        // A path on the fatal line names where code lives, not which memory ran out; a
+        // neighbour's path may (a traceback's frame in `gpu_info.cc`).
+        let line = if own {
+            r.path.replace_all(line, " ")
+        } else {
+            line.into()
+        };
+        let line = line.as_ref();
         if r.device.is_match(line) && !host {
             Some(Family::DeviceOom)
         } else if kill(&r.killer, line, own) {
@@ -301,7 +314,30 @@ mod tests {
         ("wgpu error: Validation Error\n\nCaused by:\n    Out of device memory\n", Some(DeviceOom)),
         ("ERROR: Insufficient memory for the buffer: allocation failed\n", Some(HostOom)),
         ("ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.\n", None),
+        // Parts of the job that die as the OOM killer kills, with no memory word.
+        ("RuntimeError: One of the subprocesses has abruptly died during map operation.\n", Some(WorkerKilled)),
+        ("[2024-05-01 10:00:00] ERROR - Task exited with return code Negsignal.SIGKILL\n", Some(WorkerKilled)),
+        ("c++: fatal error: Killed signal terminated program cc1plus\n", Some(WorkerKilled)),
+        ("RuntimeError: DataLoader worker (pid 7) is killed by signal: Bus error. It is possible that dataloader's workers are out of shared memory.\n", Some(WorkerKilled)),
+        // ...but not one that crashed of its own accord.
+        ("RuntimeError: DataLoader worker (pid 7) is killed by signal: Segmentation fault.\n", None),
+        // /dev/shm is memory; another full disk is not.
+        ("OSError: [Errno 28] No space left on device: '/dev/shm/psm_1a2b'\n", Some(HostOom)),
+        ("OSError: [Errno 28] No space left on device: '/data/ckpt/last.pt'\n", None),
+        // Other languages.
+        ("RuntimeError: 显存不足，无法分配 2.00 GiB\n", Some(DeviceOom)),
+        ("Fehler: Nicht genügend Arbeitsspeicher\n", Some(HostOom)),
+        // A limit in a platform's own words, and a process's own error that names a limit.
+        ("Memory limit of 953M exceeded with 967M used. Consider increasing the memory limit.\n", Some(KernelOomKill)),
+        ("java.lang.OutOfMemoryError: GC overhead limit exceeded\n\tat java.util.Arrays.copyOf(Arrays.java:3332)\nContainer exited with a non-zero exit code 1\n", Some(HostOom)),
+        // A scheduler's kill is its own, even where the job's file is named after a worker.
+        ("dask-worker.o42:=>> PBS: job killed: mem job total 115343360 kb exceeded limit 115343360 kb\n", Some(KernelOomKill)),
+        // A paging file is host memory, whatever the path of the DLL being loaded says.
+        ("OSError: [WinError 1455] The paging file is too small for this operation to complete. Error loading \"C:\\torch\\lib\\cudnn_cnn_infer64_8.dll\"\n", Some(HostOom)),
         // Near misses.
+        ("service train was unable to place a task because no container instance met all of its requirements. The closest matching container-instance has insufficient memory available.\n", None),
+        ("job 3264830 exceeded MEM usage soft limit\n", None),
+        ("    * Dimension \"memory exhausted\" exhausted on 3 nodes\n", None),
         ("sbatch: error: Memory specification can not be satisfied\n", None),
         ("Warning  FailedScheduling  pod/train-0  0/4 nodes are available: 4 Insufficient memory.\n", None),
         ("grpc._channel._InactiveRpcError: status = StatusCode.RESOURCE_EXHAUSTED details = \"Quota exceeded\"\n", None),

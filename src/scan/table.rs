@@ -122,7 +122,8 @@ use Family::*;
 
 /// A host-sounding allocation failure (`MemoryError`, `std::bad_alloc`) whose line names the
 /// GPU API that failed is the device's: the device entry on the same line decides.
-const GPU_ALLOCATOR_ERROR: &str = r"(?i)cudaError|\bCUDA error\b|hipError|\bthrust::";
+const GPU_ALLOCATOR_ERROR: &str =
+    r"(?i)cudaError|\bCUDA error\b|hipError|\bthrust::|\bcuMemAlloc|\bcudaMalloc|\bhipMalloc";
 
 /// Thrust (CUDA's C++ library) throws its own `bad_alloc` for device memory; two threads
 /// dying at once print it a line or two above the `what():` of a bare `std::bad_alloc`.
@@ -351,7 +352,8 @@ pub(crate) const SIGNATURES: &[Signature] = &[
     ),
     // Exception classes: torch.OutOfMemoryError / torch.cuda.OutOfMemoryError (Jupyter prints
     // the bare class name), cupy.cuda.memory.OutOfMemoryError. Java's and Ray's classes of the
-    // same name are about host memory and live in the host section; a container service's
+    // same name are about host memory and live in the host section, Julia's `OutOfMemoryError()`
+    // is its heap's; a container service's
     // "OutOfMemoryError: Container killed due to memory usage" (AWS ECS and Batch) is a kill
     // from outside, which the general rule reads as one. Triton's "out of resource"
     // is one kernel asking for more shared memory than a multiprocessor has, a compile-time
@@ -362,7 +364,7 @@ pub(crate) const SIGNATURES: &[Signature] = &[
         "oom_exception_class",
         DeviceOom,
         &[r"\bOutOfMemoryError\b"],
-        r"java\.lang\.OutOfMemoryError|ray\.exceptions\.OutOfMemoryError|OutOfMemoryError: out of resource\b|No valid triton configs|OutOfMemoryError: Container killed\b",
+        r"java\.lang\.OutOfMemoryError|ray\.exceptions\.OutOfMemoryError|OutOfMemoryError: out of resource\b|No valid triton configs|OutOfMemoryError: Container killed\b|OutOfMemoryError\(\)",
     ),
     // Anything else that names a GPU/CUDA source or device next to "out of memory": Caffe2's
     // "event_gpu.cc:17: out of memory", "THCudaCheck FAIL ... error=2 : out of memory",
