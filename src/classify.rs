@@ -490,7 +490,11 @@ fn explained(
     family: Option<&'static str>,
     text: &str,
 ) -> ExplainedLine {
+    // The line itself: the family already says when the general rule decided.
     let text = text.trim();
+    let text = text
+        .strip_prefix(scan::GENERAL_RULE_EVIDENCE)
+        .unwrap_or(text);
     let text = match text.char_indices().nth(EXPLAIN_MAX) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_string(),

@@ -136,6 +136,9 @@ pub(crate) fn may_show_memory_error(text: &str) -> bool {
     MEMORY_PHRASES.iter().any(|p| joined.contains(p)) || general::mentions_running_out(text)
 }
 
+/// How the general rule's evidence starts, so a reader sees that no table entry matched.
+pub(crate) const GENERAL_RULE_EVIDENCE: &str = "general rule: ";
+
 /// Log prefixes that hide where a message starts. Removed (repeatedly) before whole-line
 /// signatures are tried and before a line is kept as evidence. Samples, one per alternative:
 /// `[rank3]: `, `[default3]:` (torchrun `--tee`), `  3: ` (srun `--label`, padded to the widest
@@ -500,7 +503,7 @@ pub(crate) fn scan_inner(text: &str, without: &[&str], general: bool) -> Vec<(us
                 Finding {
                     family,
                     name: general::NAME,
-                    line: format!("general rule: {shown}"),
+                    line: format!("{GENERAL_RULE_EVIDENCE}{shown}"),
                 },
             ));
         }

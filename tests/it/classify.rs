@@ -362,3 +362,51 @@ fn explain_shows_a_survived_oom_overridden() {
     assert_eq!(v["overridden"]["family"], "pytorch_allocator_oom");
     assert_eq!(v["overridden"]["class"], "device_oom");
 }
+
+/// A wording no table entry knows (CUDA.jl's, from the held-out set's dev half): the general
+/// rule reads it, the attempt's evidence says that no entry matched, and the job is relaunched
+/// smaller with the effective batch kept.
+#[test]
+fn a_wording_no_entry_knows_is_read_by_the_general_rule_and_the_job_relaunched_smaller() {
+    let sb = util::Sandbox::new();
+    let text = format!("{CORPUS}/../oom-heldout/julia_oom__cuda_jl_out_of_gpu_memory.txt");
+    let (out, summary) = sb.run_ok(
+        &["--strategy", "halve"],
+        &[
+            "python3",
+            &util::fixture("dies_with.py"),
+            "--batch_size",
+            "32",
+            "--gradient_accumulation_steps",
+            "1",
+            "--fits",
+            "16",
+            "--text",
+            &text,
+        ],
+    );
+    assert_eq!(util::causes(&summary), ["device_oom", "ok"]);
+    let evidence = summary["attempts"][0]["evidence"].as_str().unwrap();
+    assert!(
+        evidence.contains("general rule: ERROR: Out of GPU memory"),
+        "{evidence}"
+    );
+    assert_eq!(
+        summary["final"],
+        serde_json::json!({"batch_size": 16, "accum": 2})
+    );
+    assert!(
+        util::stderr_of(&out).contains("general rule"),
+        "{}",
+        util::stderr_of(&out)
+    );
+
+    // `classify --explain` names the rule as the deciding family, with no runner-up.
+    let out = sb
+        .oomguard(&["classify", "--explain", &text])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("(general_rule)"), "{stdout}");
+    assert!(stdout.contains("runner-up: none"), "{stdout}");
+}
