@@ -103,7 +103,7 @@ pub mod api {
         pub use crate::cgroup::{JobCgroup, Limits, Parent};
     }
     pub mod classify {
-        pub use crate::classify::classify_text;
+        pub use crate::classify::{classify_text, memory_error_shown};
     }
     pub mod fit {
         pub use crate::fit::{
