@@ -12,6 +12,7 @@
 //! environment and file texts, and tells what changed.
 
 pub mod argv;
+pub mod entry;
 pub mod env;
 pub mod file;
 pub mod patch;

@@ -84,7 +84,7 @@ pub fn resolve(request: &Request, config: Option<(&Path, &JobFile)>) -> Result<K
 }
 
 /// Reads the places of knobs and caches each config file once.
-struct Reader<'a> {
+pub(super) struct Reader<'a> {
     request: &'a Request<'a>,
     files: Vec<ConfigFile>,
     by_path: HashMap<PathBuf, usize>,
@@ -100,7 +100,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The index of `path` among the run's files, read on first use.
-    fn file(&mut self, path: &Path, who: &str) -> Result<usize, KnobError> {
+    pub(super) fn file(&mut self, path: &Path, who: &str) -> Result<usize, KnobError> {
         let fail = |problem: String| KnobError::Knob {
             where_: who.to_string(),
             problem,
@@ -140,14 +140,14 @@ impl<'a> Reader<'a> {
     }
 
     /// The value at `key` in file `i` as the file spells it (`6.4e1`, `0x40`), for messages.
-    fn file_text(&self, i: usize, key: &str) -> Option<String> {
+    pub(super) fn file_text(&self, i: usize, key: &str) -> Option<String> {
         let f = &self.files[i];
         let found = file::locate(f.format, &f.text, key).ok()?;
         f.text.get(found.span).map(str::to_string)
     }
 
     /// The value at `key` in file `i`.
-    fn file_value(&self, i: usize, key: &str, who: &str) -> Result<Value, KnobError> {
+    pub(super) fn file_value(&self, i: usize, key: &str, who: &str) -> Result<Value, KnobError> {
         let f = &self.files[i];
         file::locate(f.format, &f.text, key)
             .map(|found| Value::from_scalar(&found.value))
@@ -256,6 +256,18 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
             };
             (Place::Argv(place), value)
         }),
+    };
+    // No flag of the command is the batch: an entrypoint may keep it in a file.
+    let (batch, accum) = match (batch, batch_spec.is_none() && accum_spec.is_none()) {
+        (None, true) => match super::entry::find(request, &mut reader)? {
+            Some(found) => {
+                set.notes.extend(found.notes);
+                set.kept_by_job |= found.kept_by_job;
+                (Some(found.batch), found.accum)
+            }
+            None => (None, accum),
+        },
+        (batch, _) => (batch, accum),
     };
     if let Some((place, value)) = batch {
         if request.min_batch > value {
