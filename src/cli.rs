@@ -264,6 +264,11 @@ pub struct DoctorArgs {
     /// whether it would be refused.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// A training command: say where its batch and accumulation are (a flag, LightningCLI's
+    /// configs, a Trainer's arguments file, a DeepSpeed config, Hydra's composed config) and
+    /// how oomguard would change them, as `oomguard run` would find them with no knob flag.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
 }
 
 /// The clap definition of `oomguard run` alone: what a job file's `[run]` keys are checked

@@ -26,12 +26,18 @@ pub struct Check {
 
 /// Runs every check and prints them; always exits 0 (a missing feature is information).
 /// With `config`, also whom that job file's hooks and file edits would run as.
-pub fn run(report: Reporter, config: Option<&Path>) -> i32 {
+pub fn run(report: Reporter, config: Option<&Path>, command: &[std::ffi::OsString]) -> i32 {
     let mut checks = checks();
     if let Some(path) = config {
         checks.push(Check {
             what: "job file",
             finding: acting_finding(path),
+        });
+    }
+    if !command.is_empty() {
+        checks.push(Check {
+            what: "knobs",
+            finding: knobs_finding(command),
         });
     }
     let width = checks.iter().map(|c| c.what.len()).max().unwrap_or(0);
@@ -228,4 +234,40 @@ pub fn acting_finding(path: &Path) -> String {
         "the job, its hooks, knob files, __pycache__ and checkpoints run as {} (uid {}, gid {})\n{paths}",
         who.name, who.uid, who.gid
     )
+}
+
+/// Where a training command keeps its batch and accumulation, found as `oomguard run` finds
+/// them with no knob flag (in the current directory), one line each; or why nothing was found.
+fn knobs_finding(command: &[std::ffi::OsString]) -> String {
+    let cwd = match std::env::current_dir() {
+        Ok(cwd) => cwd,
+        Err(e) => return format!("cannot read the current directory: {e}"),
+    };
+    let request = crate::knobs::resolve::Request {
+        command,
+        batch_arg: None,
+        accum_arg: None,
+        min_batch: 1,
+        cwd: &cwd,
+        finish_left_patches: false,
+    };
+    match crate::knobs::resolve::resolve(&request, None) {
+        Err(e) => format!("{e}"),
+        Ok(set) => {
+            let mut lines: Vec<String> = set
+                .knobs
+                .iter()
+                .enumerate()
+                .map(|(i, k)| format!("{} {}: {}", k.name, set.label(i), k.original))
+                .collect();
+            lines.extend(set.notes.iter().cloned());
+            if set.batch().is_none() {
+                lines.push(
+                    "no batch found in the command or its entrypoint's files: name it with --batch-arg"
+                        .to_string(),
+                );
+            }
+            lines.join("\n")
+        }
+    }
 }

@@ -219,7 +219,7 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
         Command::Classify(args) => Ok(commands::classify_files(&args)),
         Command::Status(args) => commands::show_status(&args, report),
         Command::Report(args) => commands::show_report(&args),
-        Command::Doctor(args) => Ok(doctor::run(report, args.config.as_deref())),
+        Command::Doctor(args) => Ok(doctor::run(report, args.config.as_deref(), &args.command)),
         Command::Completions(args) => commands::print_bytes(&install::completions(args.shell)),
         Command::Man(args) => commands::man(&args),
         Command::Guard => Ok(child::guard_main(std::io::stdin().lock())),

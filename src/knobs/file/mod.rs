@@ -111,7 +111,13 @@ pub fn locate(format: Format, text: &str, key: &str) -> Result<Located, EditErro
 /// The text with the value at `key` replaced by `value`, and nothing else changed. A string
 /// keeps the quoting style it had where the format allows.
 pub fn set(format: Format, text: &str, key: &str, value: &Scalar) -> Result<String, EditError> {
-    let found = locate(format, text, key)?;
+    let found = match locate(format, text, key) {
+        Ok(found) => found,
+        Err(EditError::NotFound { .. }) if !key.contains('.') => {
+            return insert_top_level(format, text, key, value);
+        }
+        Err(e) => return Err(e),
+    };
     let old = &text[found.span.clone()];
     let new = match format {
         Format::Yaml => yaml::render(value, old),
@@ -124,6 +130,68 @@ pub fn set(format: Format, text: &str, key: &str, value: &Scalar) -> Result<Stri
     out.push_str(&new);
     out.push_str(&text[found.span.end..]);
     Ok(out)
+}
+
+/// The text with `key: value` added to its top-level mapping, where the key is absent: a
+/// Trainer's JSON arguments or a DeepSpeed config that leaves the accumulation at its default
+/// gets `gradient_accumulation_steps` written in. JSON gets the member first in its object,
+/// indented as the first member is; YAML gets a line at the end of a block mapping. Other
+/// formats, and files whose top level is not such a mapping, are refused (the key is absent).
+fn insert_top_level(
+    format: Format,
+    text: &str,
+    key: &str,
+    value: &Scalar,
+) -> Result<String, EditError> {
+    let absent = || EditError::NotFound {
+        key: key.to_string(),
+    };
+    let rendered = match format {
+        Format::Json => json::render(value, "0"),
+        Format::Yaml => yaml::render(value, "0"),
+        Format::Toml | Format::Python => return Err(absent()),
+    };
+    let out = match format {
+        Format::Json => {
+            let open = text.find('{').ok_or_else(absent)?;
+            if !text[..open].trim().is_empty() {
+                return Err(absent());
+            }
+            let after = &text[open + 1..];
+            let gap_len = after.len() - after.trim_start().len();
+            let (gap, rest) = after.split_at(gap_len);
+            let member = format!(
+                "{}: {rendered}",
+                json::render(&Scalar::Str(key.into()), "\"\"")
+            );
+            if rest.starts_with('}') {
+                format!("{}{{{member}{after}", &text[..open])
+            } else {
+                format!("{}{{{gap}{member},{gap}{rest}", &text[..open])
+            }
+        }
+        _ => {
+            let block = text.lines().find(|l| {
+                let t = l.trim_start();
+                !t.is_empty() && !t.starts_with('#') && !t.starts_with("---") && !t.starts_with('%')
+            });
+            // A flow mapping or a document that is not a mapping at all: not ours to extend.
+            if block.is_none_or(|l| l.starts_with(['{', '[', '-', ' ', '\t'])) {
+                return Err(absent());
+            }
+            let sep = if text.is_empty() || text.ends_with('\n') {
+                ""
+            } else {
+                "\n"
+            };
+            format!("{text}{sep}{key}: {rendered}\n")
+        }
+    };
+    // The edit must read back as the value, or it is not made.
+    match locate(format, &out, key) {
+        Ok(found) if found.value.same(value) => Ok(out),
+        _ => Err(absent()),
+    }
 }
 
 /// The 1-based line of byte offset `at`.
@@ -168,6 +236,67 @@ pub(crate) mod testing {
             let located = locate(format, text, key).expect("every row locates");
             let out = set(format, text, key, &located.value).expect("located above");
             assert_eq!(&out, text, "{key} in {text:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod insert_tests {
+    use super::{set, EditError, Format, Scalar};
+
+    #[test]
+    fn an_absent_top_level_key_is_written_in_where_the_format_allows() {
+        let two = Scalar::Int(2);
+        let key = "gradient_accumulation_steps";
+        for (format, text, expected) in [
+            (
+                Format::Json,
+                "{\n  \"per_device_train_batch_size\": 8,\n  \"output_dir\": \"out\"\n}\n",
+                "{\n  \"gradient_accumulation_steps\": 2,\n  \"per_device_train_batch_size\": 8,\n  \"output_dir\": \"out\"\n}\n",
+            ),
+            (
+                Format::Json,
+                "{\"train_micro_batch_size_per_gpu\": 16}",
+                "{\"gradient_accumulation_steps\": 2,\"train_micro_batch_size_per_gpu\": 16}",
+            ),
+            (Format::Json, "{}", "{\"gradient_accumulation_steps\": 2}"),
+            (
+                Format::Yaml,
+                "# args\nper_device_train_batch_size: 8\noutput_dir: out\n",
+                "# args\nper_device_train_batch_size: 8\noutput_dir: out\ngradient_accumulation_steps: 2\n",
+            ),
+            (
+                Format::Yaml,
+                "per_device_train_batch_size: 8",
+                "per_device_train_batch_size: 8\ngradient_accumulation_steps: 2\n",
+            ),
+        ] {
+            assert_eq!(set(format, text, key, &two).unwrap(), expected, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn nested_keys_other_formats_and_odd_documents_stay_absent() {
+        let two = Scalar::Int(2);
+        for (format, text, key) in [
+            (
+                Format::Json,
+                "{\"trainer\": {}}",
+                "trainer.accumulate_grad_batches",
+            ),
+            (Format::Json, "[1, 2]", "gradient_accumulation_steps"),
+            (Format::Yaml, "{a: 1}\n", "gradient_accumulation_steps"),
+            (Format::Yaml, "- 1\n- 2\n", "gradient_accumulation_steps"),
+            (Format::Toml, "a = 1\n", "gradient_accumulation_steps"),
+            (Format::Python, "A = 1\n", "GRAD_ACCUM"),
+        ] {
+            assert!(
+                matches!(
+                    set(format, text, key, &two),
+                    Err(EditError::NotFound { .. })
+                ),
+                "{key} in {text:?}"
+            );
         }
     }
 }

@@ -1,0 +1,108 @@
+//! A DeepSpeed config named by `--deepspeed FILE` (the Hugging Face Trainer) or
+//! `--deepspeed_config FILE` (the `deepspeed` launcher's scripts): its
+//! `train_micro_batch_size_per_gpu` is the batch and `gradient_accumulation_steps` the
+//! accumulation, and the job gets a patched copy through the token that names the file; the
+//! user's file is never edited. DeepSpeed refuses a config whose `train_batch_size` is not
+//! micro × accumulation × world size: moving the two together keeps that product, so
+//! `train_batch_size` stays as written. With `train_batch_size` and no accumulation key,
+//! DeepSpeed derives the accumulation itself, so the batch moves alone and the job keeps the
+//! effective batch. `"auto"` values are the Trainer's to fill from its own flags: those flags
+//! are the knobs then (found in the command before this module is asked), and the config is
+//! left alone.
+
+use super::{count_at, flag_values, read_config, Found};
+use crate::knobs::resolve::{KnobError, Reader, Request};
+use crate::knobs::Place;
+
+const MICRO_KEY: &str = "train_micro_batch_size_per_gpu";
+const ACCUM_KEY: &str = "gradient_accumulation_steps";
+const TOTAL_KEY: &str = "train_batch_size";
+
+/// The batch and the accumulation of the DeepSpeed config the command names; `None` when it
+/// names none, or its micro-batch is `"auto"` or absent (then the Trainer's flags decide).
+pub(in crate::knobs) fn find(
+    request: &Request,
+    reader: &mut Reader,
+) -> Result<Option<Found>, KnobError> {
+    let argv = request.command;
+    let Some(&(_, path)) = flag_values(argv, 1, &["--deepspeed", "--deepspeed_config"]).last()
+    else {
+        return Ok(None);
+    };
+    let who = format!("DeepSpeed config {path}");
+    let (format, text) = read_config(request, path, &who)?;
+    let read = |key: &str| count_at(format, &text, key);
+    let Ok(Some(micro)) = read(MICRO_KEY) else {
+        return Ok(None);
+    };
+    let total = read(TOTAL_KEY).ok().flatten();
+    let accum = match read(ACCUM_KEY) {
+        Ok(n) => n,
+        Err(held) => {
+            return Err(KnobError::Knob {
+                where_: who,
+                problem: format!(
+                    "{ACCUM_KEY} is {held} beside a {MICRO_KEY} of {micro}: give both as numbers, or both as \"auto\" with the Trainer's flags on the command line"
+                ),
+            })
+        }
+    };
+    let i = reader.file(std::path::Path::new(path), &who)?;
+    let mut notes = vec![format!(
+        "batch: `{MICRO_KEY}` in {path}, {micro}: the job gets a patched copy (the config is not edited)"
+    )];
+    let (accum_place, kept_by_job) = match (accum, total) {
+        (Some(n), _) => {
+            notes.push(format!(
+                "accumulation: `{ACCUM_KEY}` in {path}, {n}, moved with the batch{}",
+                total.map_or(String::new(), |t| format!(
+                    " (`{TOTAL_KEY}` {t} stays: micro × accumulation × GPUs is kept)"
+                ))
+            ));
+            (
+                Some((
+                    Place::File {
+                        file: i,
+                        key: ACCUM_KEY.into(),
+                    },
+                    Some(n),
+                )),
+                false,
+            )
+        }
+        (None, Some(t)) => {
+            notes.push(format!(
+                "accumulation: none in {path}; DeepSpeed derives it from `{TOTAL_KEY}` {t}, so the effective batch is kept as the batch moves"
+            ));
+            (None, true)
+        }
+        (None, None) => {
+            notes.push(format!(
+                "accumulation: `{ACCUM_KEY}` absent from {path} (1), written into the job's patched copy when the batch moves"
+            ));
+            (
+                Some((
+                    Place::File {
+                        file: i,
+                        key: ACCUM_KEY.into(),
+                    },
+                    None,
+                )),
+                false,
+            )
+        }
+    };
+    Ok(Some(Found {
+        entrypoint: "DeepSpeed config",
+        batch: (
+            Place::File {
+                file: i,
+                key: MICRO_KEY.into(),
+            },
+            micro,
+        ),
+        accum: accum_place,
+        kept_by_job,
+        notes,
+    }))
+}

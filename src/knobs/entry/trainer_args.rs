@@ -1,0 +1,90 @@
+//! A Hugging Face example script (`run_clm.py` and its many copies) given its
+//! `TrainingArguments` as a single `.json` / `.yaml` argument: `HfArgumentParser` then reads
+//! that file and nothing else from the command line, so the knobs are the file's
+//! `per_device_train_batch_size` and `gradient_accumulation_steps`, and the job gets a patched
+//! copy through its one argument. A key the file leaves out is the Trainer's default (8 and 1)
+//! and is written into the copy when it moves.
+
+use super::{count_at, read_config, script_args_start, Found};
+use crate::knobs::file;
+use crate::knobs::resolve::{KnobError, Reader, Request};
+use crate::knobs::Place;
+
+const BATCH_KEY: &str = "per_device_train_batch_size";
+const ACCUM_KEY: &str = "gradient_accumulation_steps";
+/// `TrainingArguments`' defaults for the two keys.
+const DEFAULT_BATCH: u64 = 8;
+
+/// The batch and the accumulation of a script whose only argument is its arguments file;
+/// `None` for any other command, or a file that is no Trainer's (no `output_dir`, no batch).
+pub(in crate::knobs) fn find(
+    request: &Request,
+    reader: &mut Reader,
+) -> Result<Option<Found>, KnobError> {
+    let argv = request.command;
+    let Some(start) = script_args_start(argv) else {
+        return Ok(None);
+    };
+    let [only] = &argv[start..] else {
+        return Ok(None);
+    };
+    let Some(path) = only.to_str().filter(|p| {
+        !p.starts_with('-') && [".json", ".yaml", ".yml"].iter().any(|e| p.ends_with(e))
+    }) else {
+        return Ok(None);
+    };
+    let who = format!("the Trainer's arguments file {path}");
+    let (format, text) = read_config(request, path, &who)?;
+    let read = |key: &str| {
+        count_at(format, &text, key).map_err(|held| KnobError::Knob {
+            where_: who.clone(),
+            problem: format!("{key} is {held}, not a whole number of at least 1"),
+        })
+    };
+    let batch = read(BATCH_KEY)?;
+    // A Trainer's arguments name where it writes; a file with neither key is something else.
+    if batch.is_none() && file::locate(format, &text, "output_dir").is_err() {
+        return Ok(None);
+    }
+    // Registered for patching only now that it is the Trainer's: the job gets a copy.
+    let i = reader.file(std::path::Path::new(path), &who)?;
+    let accum = read(ACCUM_KEY)?;
+    let mut notes = vec![match batch {
+        Some(n) => format!(
+            "batch: `{BATCH_KEY}` in {path}, {n}: the script's only argument (HfArgumentParser reads nothing else), so the job gets a patched copy"
+        ),
+        None => format!(
+            "batch: `{BATCH_KEY}` absent from {path}: the Trainer's default {DEFAULT_BATCH}, written into the job's patched copy when it moves"
+        ),
+    }];
+    notes.push(match accum {
+        Some(n) => format!("accumulation: `{ACCUM_KEY}` in {path}, {n}"),
+        None => format!(
+            "accumulation: `{ACCUM_KEY}` absent from {path} (1), written into the job's patched copy when the batch moves"
+        ),
+    });
+    if file::locate(format, &text, "auto_find_batch_size")
+        .is_ok_and(|f| f.value == file::Scalar::Bool(true))
+    {
+        notes.push(super::AUTO_FIND_NOTE.to_string());
+    }
+    Ok(Some(Found {
+        entrypoint: "Hugging Face Trainer arguments file",
+        batch: (
+            Place::File {
+                file: i,
+                key: BATCH_KEY.into(),
+            },
+            batch.unwrap_or(DEFAULT_BATCH),
+        ),
+        accum: Some((
+            Place::File {
+                file: i,
+                key: ACCUM_KEY.into(),
+            },
+            accum,
+        )),
+        kept_by_job: false,
+        notes,
+    }))
+}
