@@ -385,6 +385,32 @@ mod found {
         );
         assert!(set.kept_by_job);
 
+        // A number in the config beside the Trainer's flag: the Trainer would refuse a relaunch
+        // that moves the flag alone, so the run does not start.
+        let command: Vec<OsString> =
+            "python train.py --deepspeed ds4.json --per_device_train_batch_size 8"
+                .split_whitespace()
+                .map(OsString::from)
+                .collect();
+        std::fs::write(
+            dir.path().join("ds4.json"),
+            "{\"train_micro_batch_size_per_gpu\": 8}",
+        )
+        .unwrap();
+        let request = Request {
+            command: &command,
+            batch_arg: None,
+            accum_arg: None,
+            min_batch: 1,
+            cwd: dir.path(),
+            finish_left_patches: false,
+        };
+        let err = resolve(&request, None).unwrap_err().to_string();
+        assert!(
+            err.contains("set train_micro_batch_size_per_gpu (and its partner) to \"auto\""),
+            "{err}"
+        );
+
         // "auto": the Trainer's flags decide, and they are the knobs.
         let set = resolved(
             dir.path(),

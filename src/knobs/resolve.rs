@@ -257,6 +257,16 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
             (Place::Argv(place), value)
         }),
     };
+    // A Trainer flag the command moves must not be pinned by its DeepSpeed config as well.
+    let moved: Vec<&str> = [found.batch.as_ref().map(|k| k.name.as_str())]
+        .into_iter()
+        .chain([match &found.accum {
+            argv::Accum::Present(k) => Some(k.name.as_str()),
+            _ => None,
+        }])
+        .flatten()
+        .collect();
+    super::entry::deepspeed::check_flags_agree(request, &moved)?;
     // No flag of the command is the batch: an entrypoint may keep it in a file.
     let (batch, accum) = match (batch, batch_spec.is_none() && accum_spec.is_none()) {
         (None, true) => match super::entry::find(request, &mut reader)? {

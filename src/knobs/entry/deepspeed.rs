@@ -30,7 +30,11 @@ pub(in crate::knobs) fn find(
         return Ok(None);
     };
     let who = format!("DeepSpeed config {path}");
-    let (format, text) = read_config(request, path, &who)?;
+    // `--deepspeed` may also carry the config inline as JSON text, or name a file the job
+    // itself will complain about: neither is a knob file of ours.
+    let Ok((format, text)) = read_config(request, path, &who) else {
+        return Ok(None);
+    };
     let read = |key: &str| count_at(format, &text, key);
     let Ok(Some(micro)) = read(MICRO_KEY) else {
         return Ok(None);
@@ -105,4 +109,39 @@ pub(in crate::knobs) fn find(
         kept_by_job,
         notes,
     }))
+}
+
+/// The Trainer's flags that fill a DeepSpeed config's `"auto"` values, and the keys they fill.
+const TRAINER_FLAGS: &[(&str, &str)] = &[
+    ("--per_device_train_batch_size", MICRO_KEY),
+    ("--gradient_accumulation_steps", ACCUM_KEY),
+];
+
+/// Where the batch is a Trainer flag of the command and its DeepSpeed config sets the same
+/// size as a number, the Trainer refuses any relaunch that changes the flag alone ("Please
+/// correct the following DeepSpeed config values that mismatch TrainingArguments values"):
+/// one line naming the fix before anything starts.
+pub(in crate::knobs) fn check_flags_agree(
+    request: &Request,
+    flags: &[&str],
+) -> Result<(), KnobError> {
+    let argv = request.command;
+    let Some(&(_, path)) = flag_values(argv, 1, &["--deepspeed"]).last() else {
+        return Ok(());
+    };
+    let who = format!("DeepSpeed config {path}");
+    let Ok((format, text)) = read_config(request, path, &who) else {
+        return Ok(());
+    };
+    for (flag, key) in TRAINER_FLAGS.iter().filter(|(f, _)| flags.contains(f)) {
+        if let Ok(Some(n)) = count_at(format, &text, key) {
+            return Err(KnobError::Knob {
+                where_: who,
+                problem: format!(
+                    "{key} is {n} beside the command's {flag}: the Trainer requires them to match, so a relaunch cannot move the flag alone; set {key} (and its partner) to \"auto\" in {path}, and the Trainer fills it from the flag"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
