@@ -23,7 +23,7 @@
 //! | run | [`run`] (the attempt loop), [`supervise`] (one attempt: spawn, watch, stop, reap), [`child`], [`terminal`], [`stream`], [`signals`], [`slurm`], [`quiet`], [`watch`] |
 //! | observe | [`sampler`], [`mem`], [`gpu`], [`cgroup`], [`cgroup_chain`], [`kernel`], [`liveness`] |
 //! | judge | [`classify`] (the verdict), [`taken`] (a device OOM that neighbours on a shared card caused), [`scan`] (reading the output), [`oom_numbers`], [`outcome`] (the words of an ending) |
-//! | decide | [`policy`] (relaunch or stop, and with what), [`fit`] (how much smaller, from the evidence), [`room`] (room on a shared card, the cards `--gpus` picks, other oomguards' claims) |
+//! | decide | [`policy`] (relaunch or stop, and with what), [`leftovers`] (a relaunch refused over the last attempt's files: set them aside or stop), [`fit`] (how much smaller, from the evidence), [`room`] (room on a shared card, the cards `--gpus` picks, other oomguards' claims) |
 //! | record | [`record`] (summary.json, samples.csv, the run directory), [`jobs`] (each job's memory), [`console`] and [`logging`] (what the user reads), [`notify`], [`metrics`], [`hooks`] |
 //! | commands | [`commands`] (`status`, `classify`, `report`, `man`), [`status`], [`report`], [`doctor`], [`install`], [`dry_run`] |
 //!
@@ -68,6 +68,7 @@ mod scan;
 mod taken;
 // decide
 mod fit;
+mod leftovers;
 mod policy;
 mod room;
 // record

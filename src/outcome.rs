@@ -107,12 +107,16 @@ pub enum Cause {
     HungAfterOom,
     /// oomguard stopped the job itself: it wrote nothing and used no CPU for `--stall-timeout`.
     Stalled,
+    /// Right after a relaunch the job refused to start over what the attempt before it left
+    /// (LightningCLI's `config.yaml`, a Hugging Face script's non-empty output directory):
+    /// not a bug of the job's, and not memory ([`crate::leftovers`]).
+    Leftovers,
 }
 
 impl Cause {
     /// Every cause, in the order they are documented (the match in `all_listed` stops the build
     /// when a cause is added without being listed here).
-    pub const ALL: [Cause; 13] = [
+    pub const ALL: [Cause; 14] = [
         Cause::Ok,
         Cause::DeviceOom,
         Cause::GpuTaken,
@@ -126,6 +130,7 @@ impl Cause {
         Cause::MemoryLimit,
         Cause::HungAfterOom,
         Cause::Stalled,
+        Cause::Leftovers,
     ];
 
     #[allow(dead_code)]
@@ -144,7 +149,8 @@ impl Cause {
             | Cause::Interrupted
             | Cause::MemoryLimit
             | Cause::HungAfterOom
-            | Cause::Stalled => {}
+            | Cause::Stalled
+            | Cause::Leftovers => {}
         }
     }
 
@@ -169,6 +175,7 @@ impl Cause {
             Cause::MemoryLimit => "memory_limit",
             Cause::HungAfterOom => "hung_after_oom",
             Cause::Stalled => "stalled",
+            Cause::Leftovers => "leftovers",
         }
     }
 
@@ -285,7 +292,11 @@ mod tests {
                 c.is_memory(),
                 !matches!(
                     c,
-                    Cause::Ok | Cause::Failed | Cause::Interrupted | Cause::Stalled
+                    Cause::Ok
+                        | Cause::Failed
+                        | Cause::Interrupted
+                        | Cause::Stalled
+                        | Cause::Leftovers
                 )
             );
         }

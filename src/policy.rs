@@ -194,8 +194,25 @@ pub fn decide_with(
             hint: None,
         })
     };
+    if cause == Cause::Leftovers {
+        // The job refused to start over the last attempt's leftovers: once they are set aside
+        // (`leftovers`, which turns this into a stop where it cannot), the same sizes again at
+        // once. Not a step, not one of the `--retries`, no backoff: nothing failed to wait out.
+        return Decision::Relaunch(Next {
+            values: current.clone(),
+            changed: Vec::new(),
+            effective_note: None,
+            delay: Duration::ZERO,
+            reason: None,
+            hint: None,
+        });
+    }
     if !memory {
-        let failures = history.iter().filter(|(c, _)| !c.is_memory()).count() as u32;
+        // A refusal over leftovers was the run's own doing, not a failure of the job's.
+        let failures = history
+            .iter()
+            .filter(|(c, _)| !c.is_memory() && *c != Cause::Leftovers)
+            .count() as u32;
         if failures <= limits.retries {
             return unchanged();
         }
@@ -770,6 +787,70 @@ mod tests {
                 Decision::Stop { outcome, .. } => assert_eq!(outcome, want, "{cause:?}"),
                 other => panic!("{cause:?}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_refusal_over_leftovers_retries_the_same_sizes_at_once_and_is_no_failure() {
+        let rules = batch_accum(1);
+        let at8 = vec![int(8), int(1)];
+        let at4 = vec![int(4), int(2)];
+        // (history, what follows: Some(values) for a relaunch at them with no delay, None for
+        // the outcome Failed)
+        type Row<'a> = (&'a [(Cause, &'a Vec<Value>)], Option<&'a Vec<Value>>);
+        let table: &[Row] = &[
+            // After an OOM step the refusal is retried at the stepped sizes, not stepped again.
+            (
+                &[(Cause::DeviceOom, &at8), (Cause::Leftovers, &at4)],
+                Some(&at4),
+            ),
+            // With --retries 0, a later failure still gets no retry: the refusal used none.
+            (
+                &[
+                    (Cause::DeviceOom, &at8),
+                    (Cause::Leftovers, &at4),
+                    (Cause::Failed, &at4),
+                ],
+                None,
+            ),
+        ];
+        for (history, want) in table {
+            let history: Vec<(Cause, Vec<Value>)> =
+                history.iter().map(|(c, v)| (*c, (*v).clone())).collect();
+            match (decide(&history, &rules, &at8, &LIMITS), want) {
+                (Decision::Relaunch(next), Some(want)) => {
+                    assert_eq!(&next.values, *want, "{history:?}");
+                    assert!(next.changed.is_empty(), "{history:?}");
+                    assert_eq!(next.delay, Duration::ZERO, "{history:?}");
+                }
+                (Decision::Stop { outcome, .. }, None) => {
+                    assert_eq!(outcome, Outcome::Failed, "{history:?}")
+                }
+                (other, _) => panic!("{history:?}: {other:?}"),
+            }
+        }
+        // With --retries 1 the later failure gets its one retry (the refusal did not spend it).
+        let history = vec![
+            (Cause::DeviceOom, at8.clone()),
+            (Cause::Leftovers, at4.clone()),
+            (Cause::Failed, at4.clone()),
+        ];
+        let one = Limits {
+            retries: 1,
+            ..LIMITS
+        };
+        assert!(matches!(
+            decide(&history, &rules, &at8, &one),
+            Decision::Relaunch(_)
+        ));
+        // --max-attempts still ends the run, as a failure.
+        let last = Limits {
+            max_attempts: 2,
+            ..LIMITS
+        };
+        match decide(&history[..2], &rules, &at8, &last) {
+            Decision::Stop { outcome, .. } => assert_eq!(outcome, Outcome::Failed),
+            other => panic!("{other:?}"),
         }
     }
 

@@ -57,6 +57,14 @@ pub(super) enum RunEvent<'a> {
         values: &'a [Value],
         delay: Duration,
     },
+    /// Attempt `attempt` refused to start over the last attempt's leftovers: `from` was
+    /// renamed to `to` (`line` says so), and the next attempt retries at the same sizes.
+    SetAside {
+        attempt: u32,
+        from: &'a Path,
+        to: &'a Path,
+        line: &'a str,
+    },
     /// The waits before the relaunch are done: what moves, and when it starts.
     Relaunching(Relaunch),
     /// Attempt `attempt` (with `values`) waits for `need_bytes` of room on a shared card;
@@ -380,6 +388,16 @@ impl<'a> Observers<'a> {
                     ),
                 );
             }
+            RunEvent::SetAside {
+                attempt,
+                from,
+                to,
+                line,
+            } => report.event(
+                "leftovers_set_aside",
+                serde_json::json!({ "attempt": attempt, "from": from, "to": to }),
+                line,
+            ),
             RunEvent::Relaunching(next) => announce_relaunch(report, next),
             RunEvent::Stopped {
                 outcome,

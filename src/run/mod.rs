@@ -8,12 +8,14 @@
 //! Its loop, [`Run::attempts`], reads as the steps of one attempt; the steps live beside it:
 //! [`prepare`] checks what can be checked before anything starts, [`launch`] builds an attempt's
 //! argv and environment, [`waits`] holds the waits between attempts (hooks, the GPU letting go,
-//! checkpoints settling, the backoff).
+//! checkpoints settling, the backoff), [`aside`] sets aside what a failed attempt left where
+//! the next one refused to start over it.
 //!
 //! It does not spawn or watch processes ([`crate::supervise`]), name causes
 //! ([`crate::classify`]) or choose the next values ([`crate::policy`]): it carries their results
 //! from one to the next.
 
+mod aside;
 mod events;
 mod ladder;
 mod launch;
@@ -145,6 +147,8 @@ struct Run<'a> {
     observers: Observers<'a>,
     /// What the run knows of a shared card between attempts.
     shared: room::Shared,
+    /// When attempt 1 started, and the last setting aside of an attempt's leftovers.
+    aside: aside::Aside,
 }
 
 /// How the run ends: its outcome and exit status, or oomguard's own error.
@@ -168,6 +172,7 @@ impl<'a> Run<'a> {
             files,
             observers,
             shared: room::Shared::default(),
+            aside: aside::Aside::default(),
         }
     }
 
@@ -195,11 +200,13 @@ impl<'a> Run<'a> {
             values: &self.ladder.values,
         });
         let log = self.observers.open_log(attempt);
+        self.aside.attempt_starts();
         let end = self
             .supervisor
             .run_attempt(attempt, &launch, log, &mut self.observers)
             .await?;
         let verdict = self.judge_taken(&end, judge(&end));
+        let (verdict, refusal) = aside::judge_refusal(attempt, &end, verdict);
         self.tell_ended(attempt, &launch, &verdict, &end);
         self.ladder
             .learn(self.settings, verdict.cause, &end, self.observers.ramp());
@@ -209,6 +216,10 @@ impl<'a> Run<'a> {
         {
             Ok(decision) => decision,
             Err(signal) => return Ok(Some(interrupted(signal))),
+        };
+        let decision = match (refusal, decision) {
+            (Some(refusal), Decision::Relaunch(next)) => self.set_aside(attempt, &refusal, next),
+            (_, decision) => decision,
         };
         match decision {
             Decision::Relaunch(next) => {

@@ -21,6 +21,7 @@ mod hygiene;
 mod jobfiles;
 mod jobs;
 mod knobs;
+mod leftovers;
 mod memory;
 mod metrics;
 mod output;
