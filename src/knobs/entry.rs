@@ -46,7 +46,12 @@ const AUTO_FIND_NOTE: &str = "auto_find_batch_size is on: the Trainer halves the
 /// The first entrypoint that keeps the batch in a file the command names: LightningCLI's
 /// `--config`, a Trainer's single JSON/YAML argument, a DeepSpeed config, Hydra's composed
 /// config. `None` when none does.
-pub(super) fn find(request: &Request, reader: &mut Reader) -> Result<Option<Found>, KnobError> {
+/// `notes` gets a line where an entrypoint holds a batch it cannot move.
+pub(super) fn find(
+    request: &Request,
+    reader: &mut Reader,
+    notes: &mut Vec<String>,
+) -> Result<Option<Found>, KnobError> {
     if let Some(found) = lightning::find(request)? {
         return Ok(Some(found));
     }
@@ -56,7 +61,7 @@ pub(super) fn find(request: &Request, reader: &mut Reader) -> Result<Option<Foun
     if let Some(found) = deepspeed::find(request, reader)? {
         return Ok(Some(found));
     }
-    hydra::find(request, reader)
+    hydra::find(request, reader, notes)
 }
 
 /// The index of the first argument that is the script's own: after the first `.py` token, or

@@ -269,7 +269,7 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
     super::entry::deepspeed::check_flags_agree(request, &moved)?;
     // No flag of the command is the batch: an entrypoint may keep it in a file.
     let (batch, accum) = match (batch, batch_spec.is_none() && accum_spec.is_none()) {
-        (None, true) => match super::entry::find(request, &mut reader)? {
+        (None, true) => match super::entry::find(request, &mut reader, &mut set.notes)? {
             Some(found) => {
                 set.notes.extend(found.notes);
                 set.kept_by_job |= found.kept_by_job;

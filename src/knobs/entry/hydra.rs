@@ -43,8 +43,18 @@ const ACCUM_SUFFIXES: &[&str] = &["accumulate_grad_batches", "gradient_accumulat
 pub(in crate::knobs) fn find(
     request: &Request,
     _reader: &mut Reader,
+    notes: &mut Vec<String>,
 ) -> Result<Option<Found>, KnobError> {
-    find_in(request)
+    match find_in(request) {
+        // A batch the config holds but not as a number oomguard can move (an interpolation,
+        // `???`): the job still runs, supervised as a job with no batch knob, and the run's
+        // first lines say how to give one.
+        Err(KnobError::Knob { where_, problem }) => {
+            notes.push(format!("{where_}: {problem}"));
+            Ok(None)
+        }
+        other => other,
+    }
 }
 
 /// [`find`], which reads no file through the resolver's reader: the composed files are no
@@ -1599,7 +1609,7 @@ mod tests {
     }
 
     /// What is not a Hydra job, or a config it cannot follow, is left as before; a batch that
-    /// is no number stops the run with the fix.
+    /// is no number is named with the fix, and the job runs with no batch knob.
     #[test]
     fn what_is_not_found_and_what_is_refused() {
         for command in [
@@ -1618,6 +1628,24 @@ mod tests {
             message.contains("`${oc.env:BS}`, an interpolation, not a number")
                 && message.contains("loader.batch_size=N"),
             "{message}"
+        );
+        // Through the resolver: no knob, the line among the run's first.
+        let cwd = fixture("packages");
+        let command = argv("python app/main.py -cn interp");
+        let request = Request {
+            command: &command,
+            batch_arg: None,
+            accum_arg: None,
+            min_batch: 1,
+            cwd: &cwd,
+            finish_left_patches: false,
+        };
+        let set = crate::knobs::resolve::resolve(&request, None).expect("the run goes on");
+        assert!(set.batch().is_none());
+        assert!(
+            set.notes.iter().any(|n| n.contains("loader.batch_size=N")),
+            "{:?}",
+            set.notes
         );
     }
 }
