@@ -22,6 +22,16 @@ pub fn plan(settings: &RunSettings, cause: Cause) -> String {
         let attempt = history.len() + 1;
         if attempt == 1 {
             let _ = writeln!(out, "attempt 1: {}", words(&settings.command));
+            // What the discovery found and where, as the run's first lines say it.
+            for note in &knobs.notes {
+                let _ = writeln!(out, "  found: {note}");
+            }
+            if knobs.automatic && knobs.batch().is_none() {
+                let _ = writeln!(
+                    out,
+                    "  found: no batch in the command or its entrypoint's files (name it with --batch-arg)"
+                );
+            }
             if let Some(n) = settings.gpus {
                 let _ = writeln!(
                     out,
