@@ -12,6 +12,7 @@ mod util;
 mod classify;
 mod clusters;
 mod config_files;
+mod entrypoints_argv;
 mod fit;
 mod fit_ramp;
 mod fit_replay;
