@@ -172,8 +172,10 @@ exec python3 "$@"
 
 #[test]
 fn accelerates_own_accumulation_is_never_moved_only_the_scripts_flags() {
-    // (the script's own flags, batch and accumulation of each attempt as the script saw them)
-    let table: &[(&[&str], &[(u64, Option<u64>)])] = &[
+    /// Each attempt's batch and accumulation as the script saw them.
+    type Sizes = &'static [(u64, Option<u64>)];
+    // (the script's own flags, what it saw)
+    let table: &[(&[&str], Sizes)] = &[
         (&["--batch_size", "8"], &[(8, None), (4, None), (2, None)]),
         (
             &["--batch_size", "8", "--gradient_accumulation_steps", "1"],
