@@ -13,6 +13,14 @@
 //! searched within each part; a name found in two parts is ambiguous and must be picked with
 //! `NAME@N` (the occurrence in part N). Only the chosen part's tokens are ever rewritten.
 //!
+//! Only the script's own arguments are searched: a launcher in front of it (`torchrun`,
+//! `accelerate launch`, `srun`, `uv run`, ...: [`launch`]) keeps its options, which are never
+//! read nor rewritten, and the parts are cut to begin at the script's first argument.
+//!
+//! LightningCLI's (jsonargparse's) dotted flags are knobs too (`--data.batch_size 256`,
+//! `--data.init_args.batch_size=256`, `--trainer.accumulate_grad_batches 2`); a LightningCLI
+//! command without the accumulation flag gets it added once the batch moves.
+//!
 //! argv is bytes on Linux: tokens that are not UTF-8 are never knobs and pass through untouched.
 
 use std::ffi::{OsStr, OsString};
@@ -21,6 +29,10 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
 use crate::knobs::Value;
+
+mod launch;
+
+pub use launch::launch;
 
 /// Batch flags recognised without configuration, most specific first: when a command carries
 /// both `--batch_size 64` and `--microbatch 16` (guided-diffusion's convention), the per-step
@@ -48,6 +60,15 @@ pub const ACCUM_FLAGS: &[&str] = &[
 /// Hydra key suffixes recognised without configuration (`model.data.batch_size=32`).
 const HYDRA_BATCH_SUFFIX: &str = "batch_size";
 const HYDRA_ACCUM_SUFFIXES: &[&str] = &["accumulate_grad_batches", "gradient_accumulation_steps"];
+
+/// LightningCLI's accumulation, added to a LightningCLI command that lacks it.
+pub const LIGHTNING_ACCUM: &str = "--trainer.accumulate_grad_batches";
+
+/// LightningCLI's subcommands: one right after the script marks a LightningCLI command.
+pub const LIGHTNING_SUBCOMMANDS: &[&str] = &["fit", "validate", "test", "predict"];
+
+/// jsonargparse groups of a LightningCLI command's dotted flags.
+const LIGHTNING_GROUPS: &[&str] = &["--trainer.", "--data.", "--model."];
 
 /// Flags whose presence beside a batch flag means the job itself splits an effective batch into
 /// steps (guided-diffusion: `--batch_size` is effective, `--microbatch` the step).
@@ -98,6 +119,8 @@ pub struct Knobs {
     pub batch_also: Vec<String>,
     /// Other known accumulation names present in the command that were not chosen.
     pub accum_also: Vec<String>,
+    /// The script's arguments are LightningCLI's ([`is_lightning_cli`]).
+    pub lightning: bool,
 }
 
 impl Knobs {
@@ -138,6 +161,24 @@ impl Knobs {
             }
         }
         notes
+    }
+
+    /// For a LightningCLI command whose accumulation oomguard adds: the line naming the batch
+    /// and the accumulation flag, with the value its `--config` files set where they do.
+    pub fn lightning_note(&self, configured: Option<u64>) -> Option<String> {
+        let (Some(batch), Accum::Appended { name, .. }, true) =
+            (&self.batch, &self.accum, self.lightning)
+        else {
+            return None;
+        };
+        let accum = match configured {
+            Some(n) => format!("{n} in its --config, added to the command when the batch moves"),
+            None => "absent, will be added when the batch moves".to_string(),
+        };
+        Some(format!(
+            "LightningCLI batch {} {}; accumulation {name} {accum}",
+            batch.name, batch.value
+        ))
     }
 }
 
@@ -205,6 +246,8 @@ pub fn locate(
     accum_arg: Option<&str>,
 ) -> Result<Knobs, RewriteError> {
     let parts = parts(argv);
+    let from = parts[0].start;
+    let lightning = is_lightning_cli(argv, from);
     let (batch, mut batch_also) = match batch_arg {
         Some(text) => {
             let spec = Spec::parse(text);
@@ -216,7 +259,7 @@ pub fn locate(
             (Some(knob), Vec::new())
         }
         None => {
-            let candidates = batch_candidates(argv);
+            let candidates = batch_candidates(argv, from);
             let chosen = find_first_usable(argv, &parts, &candidates, "--batch-arg")?;
             let also = others_present(argv, &parts, &candidates, chosen.as_ref());
             (chosen, also)
@@ -242,12 +285,21 @@ pub fn locate(
             (accum, Vec::new())
         }
         None => {
-            let candidates = accum_candidates(argv);
+            let candidates = accum_candidates(argv, from);
             let found = find_first_usable(argv, &parts, &candidates, "--accum-arg")?;
             let also = others_present(argv, &parts, &candidates, found.as_ref());
             let accum = match (found, &batch) {
                 (Some(knob), _) => Accum::Present(knob),
-                (None, Some(b)) => kept_by_job(argv, &parts, b).unwrap_or(Accum::None),
+                // LightningCLI takes its accumulation as a flag: added at the end of the batch's
+                // part, where the script's own flags are.
+                (None, Some(b)) => kept_by_job(argv, &parts, b)
+                    .or_else(|| {
+                        lightning.then(|| Accum::Appended {
+                            name: LIGHTNING_ACCUM.to_string(),
+                            at: parts[b.part - 1].end,
+                        })
+                    })
+                    .unwrap_or(Accum::None),
                 (None, None) => Accum::None,
             };
             (accum, also)
@@ -276,12 +328,26 @@ pub fn locate(
         accum,
         batch_also,
         accum_also,
+        lightning,
     })
+}
+
+/// The argv index ranges of the command's parts, as knobs are searched in them: those of
+/// [`raw_parts`], each cut to begin no earlier than the script's own arguments
+/// ([`launch::launch`]): a launcher's options (`torchrun --nproc_per_node 2`, accelerate's own
+/// `--gradient_accumulation_steps`) are in no part. A part wholly before the script is left
+/// empty, at the script's first argument, so parts keep their numbers for `NAME@N`.
+fn parts(argv: &[OsString]) -> Vec<Range<usize>> {
+    let from = launch::launch(argv).script_args;
+    raw_parts(argv)
+        .into_iter()
+        .map(|range| range.start.max(from)..range.end.max(from))
+        .collect()
 }
 
 /// The argv index ranges of the command's parts: part 1 from argv[1] (argv[0] is the program,
 /// never a flag) to the first standalone `--`, each later part between two of them.
-fn parts(argv: &[OsString]) -> Vec<Range<usize>> {
+fn raw_parts(argv: &[OsString]) -> Vec<Range<usize>> {
     let mut parts = Vec::new();
     let mut start = 1.min(argv.len());
     for (i, token) in argv.iter().enumerate().skip(1) {
@@ -300,11 +366,11 @@ fn text(argv: &[OsString], i: usize) -> Option<&str> {
 }
 
 /// `python3 …` or `worker.py …`: the first token of a part, to tell parts apart in messages.
-fn part_label(argv: &[OsString], parts: &[Range<usize>], part: usize) -> String {
+fn part_label(argv: &[OsString], part: usize) -> String {
     let first = if part == 1 {
         argv.first()
     } else {
-        argv.get(parts[part - 1].start)
+        argv.get(raw_parts(argv)[part - 1].start)
     };
     first.map_or_else(String::new, |t| t.to_string_lossy().into_owned())
 }
@@ -353,7 +419,7 @@ fn find_in_parts(
                     | Err(RewriteError::TooLarge { value, .. }) => value.clone(),
                     Err(_) => "no value".to_string(),
                 };
-                let label = part_label(argv, parts, *part);
+                let label = part_label(argv, *part);
                 format!("{value} in part {part} ({label} …)")
             })
             .collect::<Vec<_>>()
@@ -386,19 +452,163 @@ fn is_eval_like(name: &str) -> bool {
         })
 }
 
-/// Known batch names in the order they are preferred: the known flags, then Hydra keys
-/// ending in `batch_size`, training ones before evaluation ones.
-fn batch_candidates(argv: &[OsString]) -> Vec<String> {
+/// Known batch names in the order they are preferred: the known flags, then
+/// LightningCLI's dotted flags next, then Hydra keys ending in `batch_size`, training ones before
+/// evaluation ones. `from`: the script's first argument.
+fn batch_candidates(argv: &[OsString], from: usize) -> Vec<String> {
     let mut names: Vec<String> = BATCH_FLAGS.iter().map(|s| s.to_string()).collect();
-    names.extend(training_first(hydra_keys(argv, &[HYDRA_BATCH_SUFFIX])));
+    names.extend(training_first(dotted_flags(
+        argv,
+        from,
+        &[HYDRA_BATCH_SUFFIX],
+    )));
+    names.extend(training_first(hydra_keys(
+        argv,
+        from,
+        &[HYDRA_BATCH_SUFFIX],
+    )));
     names
 }
 
 /// Known accumulation names in the order they are preferred, as for the batch.
-fn accum_candidates(argv: &[OsString]) -> Vec<String> {
+fn accum_candidates(argv: &[OsString], from: usize) -> Vec<String> {
     let mut names: Vec<String> = ACCUM_FLAGS.iter().map(|s| s.to_string()).collect();
-    names.extend(training_first(hydra_keys(argv, HYDRA_ACCUM_SUFFIXES)));
+    names.extend(training_first(dotted_flags(
+        argv,
+        from,
+        HYDRA_ACCUM_SUFFIXES,
+    )));
+    names.extend(training_first(hydra_keys(argv, from, HYDRA_ACCUM_SUFFIXES)));
     names
+}
+
+/// jsonargparse's dotted flags among `argv[from..]` (`--data.batch_size 256`,
+/// `--data.init_args.batch_size=256`) whose last component ends with one of `suffixes`, each
+/// once: the datamodule's first (its batch is the loader's, which decides memory; a model's
+/// `batch_size` is often only a hyperparameter it logs), then in the order they appear.
+fn dotted_flags(argv: &[OsString], from: usize, suffixes: &[&str]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for token in argv.iter().skip(from).filter_map(|t| t.to_str()) {
+        let Some(key) = token.strip_prefix("--") else {
+            continue;
+        };
+        let key = key.split_once('=').map_or(key, |(k, _)| k);
+        let Some((_, last)) = key.rsplit_once('.') else {
+            continue;
+        };
+        let usable = suffixes.iter().any(|s| last.ends_with(s))
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        let name = format!("--{key}");
+        if usable && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names.sort_by_key(|name| !name.starts_with("--data."));
+    names
+}
+
+/// Whether the script's arguments (from `argv[from]`) are LightningCLI's: a subcommand right
+/// after the script (`main.py fit ...`), jsonargparse's dotted flags of the trainer, data or
+/// model, or a `--config` / `-c` beside a subcommand (`main.py -c c.yaml fit`).
+pub fn is_lightning_cli(argv: &[OsString], from: usize) -> bool {
+    let own: Vec<Option<&str>> = argv.iter().skip(from).map(|t| t.to_str()).collect();
+    let subcommand_at = |i: usize| {
+        own[i].is_some_and(|t| LIGHTNING_SUBCOMMANDS.contains(&t))
+            // Not a flag's value (`--mode fit`); `--config=c.yaml fit` holds its own.
+            && (i == 0
+                || own[i - 1].is_none_or(|prev| !prev.starts_with('-') || prev.contains('=')))
+    };
+    let dotted = own
+        .iter()
+        .flatten()
+        .any(|t| LIGHTNING_GROUPS.iter().any(|g| t.starts_with(g)));
+    let config = own
+        .iter()
+        .flatten()
+        .any(|t| *t == "--config" || *t == "-c" || t.starts_with("--config="));
+    (!own.is_empty() && subcommand_at(0)) || dotted || (config && (0..own.len()).any(subcommand_at))
+}
+
+/// The config files a LightningCLI command names in the script's arguments (`--config X`,
+/// `--config=X`, `-c X`), in order: LightningCLI merges them, the later winning.
+pub fn lightning_configs(argv: &[OsString]) -> Vec<String> {
+    let from = launch(argv).script_args;
+    let mut configs = Vec::new();
+    let mut i = from;
+    while i < argv.len() {
+        match text(argv, i) {
+            Some("--config" | "-c") => {
+                configs.extend(text(argv, i + 1).map(str::to_string));
+                i += 2;
+                continue;
+            }
+            Some(t) => configs.extend(t.strip_prefix("--config=").map(str::to_string)),
+            None => {}
+        }
+        i += 1;
+    }
+    configs
+}
+
+/// The first line tells which launchers stand before the script, where there are any; the
+/// second that Hugging Face's `--auto_find_batch_size` is on, where it is, and what oomguard
+/// does beside it: `accum_moves`, whether the run has an accumulation knob that keeps the
+/// effective batch.
+pub fn context_notes(argv: &[OsString], accum_moves: bool) -> Vec<String> {
+    let launch = launch(argv);
+    let mut notes = Vec::new();
+    if !launch.launchers.is_empty() {
+        notes.push(format!(
+            "launcher{}: {}; their own arguments are not searched for knobs, only {}'s",
+            if launch.launchers.len() > 1 { "s" } else { "" },
+            launch.launchers.join(", "),
+            launch.script.as_deref().unwrap_or("the script"),
+        ));
+    }
+    if auto_find_batch_size(argv, launch.script_args) {
+        let ours = if accum_moves {
+            "at half the batch with twice the accumulation. Remove the flag to keep the effective batch."
+        } else {
+            "at half the batch, and with no accumulation flag the effective batch shrinks there too: remove the flag and name the accumulation with --accum-arg to keep it."
+        };
+        notes.push(format!("{AUTO_FIND_NOTE} {ours}"));
+    }
+    notes
+}
+
+/// What the Trainer's `--auto_find_batch_size` does beside oomguard. Transformers wraps its
+/// training loop in accelerate's `find_executable_batch_size`: a CUDA out-of-memory exception
+/// caught inside the loop halves the batch and restarts the loop in the same process, and the
+/// accumulation is left as it is.
+const AUTO_FIND_NOTE: &str = "--auto_find_batch_size is on: after a CUDA out-of-memory error the Trainer halves the batch itself and restarts training inside the same attempt, without raising the accumulation, so the effective batch shrinks; oomguard acts only when an attempt dies, relaunching it";
+
+/// Whether the script's arguments turn on `--auto_find_batch_size`: bare (HfArgumentParser's
+/// booleans take an optional value), or with a true value.
+fn auto_find_batch_size(argv: &[OsString], from: usize) -> bool {
+    let is = |v: &str, words: &[&str]| words.contains(&v.to_ascii_lowercase().as_str());
+    let (truthy, falsy) = (
+        ["true", "1", "yes", "y", "t"],
+        ["false", "0", "no", "n", "f"],
+    );
+    let mut on = false;
+    for i in from..argv.len() {
+        let Some(token) = text(argv, i) else { continue };
+        let (name, joined) = match token.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (token, None),
+        };
+        if name != "--auto_find_batch_size" && name != "--auto-find-batch-size" {
+            continue;
+        }
+        // The last occurrence decides, as argparse reads it.
+        on = match joined {
+            Some(value) => is(value, &truthy),
+            None => !text(argv, i + 1).is_some_and(|next| is(next, &falsy)),
+        };
+    }
+    on
 }
 
 fn training_first(keys: Vec<String>) -> Vec<String> {
@@ -471,9 +681,9 @@ fn find_first_usable(
 
 /// Hydra override keys in argv whose last dotted component ends with one of `suffixes`, each
 /// once, in the order they first appear.
-fn hydra_keys(argv: &[OsString], suffixes: &[&str]) -> Vec<String> {
+fn hydra_keys(argv: &[OsString], from: usize, suffixes: &[&str]) -> Vec<String> {
     let mut keys: Vec<String> = Vec::new();
-    for token in argv.iter().skip(1).filter_map(|t| t.to_str()) {
+    for token in argv.iter().skip(from).filter_map(|t| t.to_str()) {
         if token.starts_with('-') {
             continue;
         }
@@ -731,7 +941,7 @@ pub fn part_of(
             name: name.clone(),
             places: holding
                 .iter()
-                .map(|&p| format!("part {} ({} …)", p + 1, part_label(argv, &parts, p + 1)))
+                .map(|&p| format!("part {} ({} …)", p + 1, part_label(argv, p + 1)))
                 .collect::<Vec<_>>()
                 .join(", "),
             choices: holding
@@ -1100,16 +1310,23 @@ mod parts_and_choices {
 
     #[test]
     #[allow(clippy::single_range_in_vec_init)] // one part is one range, not a Vec of indices
-    fn parts_are_split_at_standalone_double_dashes() {
-        let table: &[(&str, &[Range<usize>])] = &[
-            ("python t.py --bs 8", &[1..4]),
-            ("uv run -- python t.py --bs 8", &[1..2, 3..7]),
-            ("a -- b -- c d", &[1..1, 2..3, 4..6]),
-            ("a --", &[1..1, 2..2]),
-            ("a", &[1..1]),
+    fn parts_are_split_at_standalone_double_dashes_and_begin_at_the_script() {
+        // (command, parts as split, parts as searched: none before the script's arguments)
+        let table: &[(&str, &[Range<usize>], &[Range<usize>])] = &[
+            ("python t.py --bs 8", &[1..4], &[2..4]),
+            ("uv run -- python t.py --bs 8", &[1..2, 3..7], &[5..5, 5..7]),
+            (
+                "torchrun --nproc_per_node 2 t.py --bs 8 -- extra",
+                &[1..6, 7..8],
+                &[4..6, 7..8],
+            ),
+            ("a -- b -- c d", &[1..1, 2..3, 4..6], &[1..1, 2..3, 4..6]),
+            ("a --", &[1..1, 2..2], &[1..1, 2..2]),
+            ("a", &[1..1], &[1..1]),
         ];
-        for &(cmd, want) in table {
-            assert_eq!(parts(&argv(cmd)), want, "{cmd}");
+        for &(cmd, raw, searched) in table {
+            assert_eq!(raw_parts(&argv(cmd)), raw, "{cmd}");
+            assert_eq!(parts(&argv(cmd)), searched, "{cmd}");
         }
     }
 
@@ -1434,5 +1651,346 @@ mod parts_and_choices {
     fn values_above_u64_are_too_large_not_malformed() {
         let err = locate(&argv("t.py --bs 99999999999999999999999"), None, None).unwrap_err();
         assert!(matches!(err, RewriteError::TooLarge { .. }), "{err}");
+    }
+}
+
+#[cfg(test)]
+// A table's row type is its header; naming each would only move it away from the rows.
+#[allow(clippy::type_complexity)]
+mod launchers_and_lightning {
+    //! Issue 28: the script's own arguments behind launchers, LightningCLI's dotted flags and
+    //! its accumulation added, and `--auto_find_batch_size` noticed.
+    use super::*;
+
+    fn argv(s: &str) -> Vec<OsString> {
+        s.split_whitespace().map(OsString::from).collect()
+    }
+
+    fn words(argv: &[OsString]) -> String {
+        argv.iter()
+            .map(|t| t.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// `name@part=value`, or "" for none.
+    fn knob_text(knob: Option<&Knob>) -> String {
+        knob.map_or_else(String::new, |k| {
+            format!("{}@{}={}", k.name, k.part, k.value)
+        })
+    }
+
+    fn accum_text(accum: &Accum, argv: &[OsString]) -> String {
+        match accum {
+            Accum::Present(k) => knob_text(Some(k)),
+            Accum::Appended { name, at } => format!(
+                "{name} added before {}",
+                argv.get(*at)
+                    .map_or("the end".into(), |t| t.to_string_lossy())
+            ),
+            Accum::KeptByJob { effective_flag } => format!("kept by {effective_flag}"),
+            Accum::None => String::new(),
+        }
+    }
+
+    #[test]
+    fn only_the_scripts_own_arguments_are_searched_and_moved() {
+        // (command, --batch-arg, --accum-arg, batch, accum, the command at batch/2 and accum×2)
+        let table: &[(&str, Option<&str>, Option<&str>, &str, &str, &str)] = &[
+            (
+                "accelerate launch --num_processes 2 --gradient_accumulation_steps 4 train.py --batch_size 8",
+                None,
+                None,
+                "--batch_size@1=8",
+                "",
+                "accelerate launch --num_processes 2 --gradient_accumulation_steps 4 train.py --batch_size 4",
+            ),
+            (
+                "accelerate launch --gradient_accumulation_steps 4 train.py --batch_size 8 --gradient_accumulation_steps 2",
+                None,
+                None,
+                "--batch_size@1=8",
+                "--gradient_accumulation_steps@1=2",
+                "accelerate launch --gradient_accumulation_steps 4 train.py --batch_size 4 --gradient_accumulation_steps 4",
+            ),
+            (
+                "deepspeed --num_gpus 2 --hostfile hosts train.py --per_device_train_batch_size 4 --gradient_accumulation_steps 2",
+                None,
+                None,
+                "--per_device_train_batch_size@1=4",
+                "--gradient_accumulation_steps@1=2",
+                "deepspeed --num_gpus 2 --hostfile hosts train.py --per_device_train_batch_size 2 --gradient_accumulation_steps 4",
+            ),
+            (
+                "srun -N 2 --ntasks-per-node 4 torchrun --nproc_per_node 4 train.py --batch_size 32",
+                None,
+                None,
+                "--batch_size@1=32",
+                "",
+                "srun -N 2 --ntasks-per-node 4 torchrun --nproc_per_node 4 train.py --batch_size 16",
+            ),
+            (
+                "python -m torch.distributed.run --nproc_per_node 2 train.py --micro_batch_size 2 --accumulate_grad_batches 8",
+                None,
+                None,
+                "--micro_batch_size@1=2",
+                "--accumulate_grad_batches@1=8",
+                "python -m torch.distributed.run --nproc_per_node 2 train.py --micro_batch_size 1 --accumulate_grad_batches 16",
+            ),
+            (
+                "uv run --with numpy -- python -u -m pkg.train --bs 8",
+                None,
+                None,
+                "--bs@2=8",
+                "",
+                "uv run --with numpy -- python -u -m pkg.train --bs 4",
+            ),
+            (
+                "conda run -n ml python train.py --batch-size 16",
+                None,
+                None,
+                "--batch-size@1=16",
+                "",
+                "conda run -n ml python train.py --batch-size 8",
+            ),
+            // `NAME@N` still counts parts at every `--`.
+            (
+                "torchrun --nproc_per_node 2 show.py --batch_size 64 -- worker.py --batch_size 8",
+                Some("--batch_size@2"),
+                None,
+                "--batch_size@2=8",
+                "",
+                "torchrun --nproc_per_node 2 show.py --batch_size 64 -- worker.py --batch_size 4",
+            ),
+            // A named accumulation flag that only the launcher has is added to the script's.
+            (
+                "accelerate launch --gradient_accumulation_steps 4 train.py --batch_size 8",
+                None,
+                Some("--gradient_accumulation_steps"),
+                "--batch_size@1=8",
+                "--gradient_accumulation_steps added before the end",
+                "accelerate launch --gradient_accumulation_steps 4 train.py --batch_size 4 --gradient_accumulation_steps 2",
+            ),
+            // A script named like a launcher option is the script.
+            (
+                "torchrun --nproc_per_node 2 standalone.py --standalone --bs 8",
+                None,
+                None,
+                "--bs@1=8",
+                "",
+                "torchrun --nproc_per_node 2 standalone.py --standalone --bs 4",
+            ),
+            // A program that is no launcher is searched whole, as before.
+            (
+                "mylaunch --grad_accum 2 -- t.py --bs 4",
+                None,
+                None,
+                "--bs@2=4",
+                "--grad_accum@1=2",
+                "mylaunch --grad_accum 4 -- t.py --bs 2",
+            ),
+        ];
+        for &(cmd, b, a, want_b, want_a, moved) in table {
+            let command = argv(cmd);
+            let knobs = locate(&command, b, a).unwrap();
+            assert_eq!(knob_text(knobs.batch.as_ref()), want_b, "{cmd}");
+            assert_eq!(accum_text(&knobs.accum, &command), want_a, "{cmd}");
+            let batch = knobs.batch.as_ref().unwrap().value / 2;
+            let accum = knobs.accum_value().map(|n| n * 2);
+            assert_eq!(
+                words(&apply(&command, &knobs, batch, accum)),
+                moved,
+                "{cmd}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_launchers_flag_is_never_the_knob_even_by_name() {
+        let table: &[(&str, &str)] = &[
+            (
+                "torchrun --nproc_per_node 2 t.py --bs 8",
+                "--nproc_per_node",
+            ),
+            (
+                "accelerate launch --num_processes 2 t.py --bs 8",
+                "--num_processes",
+            ),
+            ("srun --ntasks 4 python t.py --bs 8", "--ntasks"),
+        ];
+        for &(cmd, name) in table {
+            assert_eq!(
+                locate(&argv(cmd), Some(name), None).unwrap_err(),
+                RewriteError::BatchFlagMissing { name: name.into() },
+                "{cmd}"
+            );
+        }
+        // Parts are still told apart by the program that starts them.
+        let err = locate(
+            &argv("uv run -- python t.py --bs 8 -- w.py --bs 2"),
+            None,
+            None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("8 in part 2 (python …), 2 in part 3 (w.py …)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn lightning_dotted_flags_are_knobs_and_its_accumulation_is_added() {
+        // (command, batch, batch also found, accum, the command at batch/2 and accum×2)
+        let table: &[(&str, &str, &[&str], &str, &str)] = &[
+            (
+                "python main.py fit --data.batch_size 256",
+                "--data.batch_size@1=256",
+                &[],
+                "--trainer.accumulate_grad_batches added before the end",
+                "python main.py fit --data.batch_size 128 --trainer.accumulate_grad_batches 2",
+            ),
+            (
+                "python main.py fit --data.batch_size=256 --trainer.accumulate_grad_batches 2",
+                "--data.batch_size@1=256",
+                &[],
+                "--trainer.accumulate_grad_batches@1=2",
+                "python main.py fit --data.batch_size=128 --trainer.accumulate_grad_batches 4",
+            ),
+            (
+                "python main.py fit --data.init_args.batch_size 64 --trainer.max_epochs 3",
+                "--data.init_args.batch_size@1=64",
+                &[],
+                "--trainer.accumulate_grad_batches added before the end",
+                "python main.py fit --data.init_args.batch_size 32 --trainer.max_epochs 3 --trainer.accumulate_grad_batches 2",
+            ),
+            // Dotted flags without a subcommand (LightningCLI(run=False)).
+            (
+                "python main.py --model.batch_size 64",
+                "--model.batch_size@1=64",
+                &[],
+                "--trainer.accumulate_grad_batches added before the end",
+                "python main.py --model.batch_size 32 --trainer.accumulate_grad_batches 2",
+            ),
+            // The training batch, the datamodule's first; evaluation ones last.
+            (
+                "python main.py fit --data.val_batch_size 512 --model.batch_size 16 --data.batch_size 64",
+                "--data.batch_size@1=64",
+                &["--model.batch_size", "--data.val_batch_size"],
+                "--trainer.accumulate_grad_batches added before the end",
+                "python main.py fit --data.val_batch_size 512 --model.batch_size 16 --data.batch_size 32 --trainer.accumulate_grad_batches 2",
+            ),
+            // Added at the end of the batch's part, before a later program's.
+            (
+                "srun python main.py -c c.yaml fit --data.batch_size 8 -- extra",
+                "--data.batch_size@1=8",
+                &[],
+                "--trainer.accumulate_grad_batches added before --",
+                "srun python main.py -c c.yaml fit --data.batch_size 4 --trainer.accumulate_grad_batches 2 -- extra",
+            ),
+            // No LightningCLI: nothing is added.
+            ("python train.py --batch_size 8", "--batch_size@1=8", &[], "", "python train.py --batch_size 4"),
+            (
+                "python train.py --config c.yaml --mode fit --batch_size 8",
+                "--batch_size@1=8",
+                &[],
+                "",
+                "python train.py --config c.yaml --mode fit --batch_size 4",
+            ),
+        ];
+        for &(cmd, batch, also, accum, moved) in table {
+            let command = argv(cmd);
+            let knobs = locate(&command, None, None).unwrap();
+            assert_eq!(knob_text(knobs.batch.as_ref()), batch, "{cmd}");
+            assert_eq!(knobs.batch_also, also, "{cmd}");
+            assert_eq!(accum_text(&knobs.accum, &command), accum, "{cmd}");
+            let b = knobs.batch.as_ref().unwrap().value / 2;
+            let a = knobs.accum_value().map(|n| n * 2);
+            assert_eq!(words(&apply(&command, &knobs, b, a)), moved, "{cmd}");
+        }
+    }
+
+    #[test]
+    fn lightning_commands_are_told_by_subcommand_dotted_flags_or_config() {
+        let table: &[(&str, bool)] = &[
+            ("main.py fit --data.batch_size 8", true),
+            ("main.py validate", true),
+            ("main.py --trainer.devices 2 --bs 8", true),
+            ("main.py -c c.yaml fit", true),
+            ("main.py --config=c.yaml predict", true),
+            ("main.py --config c.yaml", false),
+            ("main.py --mode fit", false),
+            ("main.py --mode test --config c.yaml", false),
+            ("main.py --trainer 2", false),
+            ("main.py", false),
+        ];
+        for &(cmd, want) in table {
+            assert_eq!(is_lightning_cli(&argv(cmd), 1), want, "{cmd}");
+        }
+    }
+
+    #[test]
+    fn the_lightning_note_names_the_batch_and_the_accumulation_to_add() {
+        let knobs = locate(
+            &argv("python main.py fit --data.batch_size 256"),
+            None,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            knobs.lightning_note(None).unwrap(),
+            "LightningCLI batch --data.batch_size 256; accumulation --trainer.accumulate_grad_batches absent, will be added when the batch moves"
+        );
+        assert!(knobs.lightning_note(Some(4)).unwrap().ends_with(
+            "accumulate_grad_batches 4 in its --config, added to the command when the batch moves"
+        ));
+        let plain = locate(&argv("python t.py --batch_size 8"), None, Some("--ga")).unwrap();
+        assert_eq!(plain.lightning_note(None), None);
+    }
+
+    #[test]
+    fn launchers_and_auto_find_batch_size_are_told() {
+        // (command, whether an accumulation moves, the notes' starts)
+        let table: &[(&str, bool, &[&str])] = &[
+            ("python t.py --bs 8", true, &[]),
+            (
+                "srun -N 2 torchrun --nproc_per_node 2 t.py --bs 8",
+                true,
+                &["launchers: srun, torchrun; their own arguments are not searched for knobs, only t.py's"],
+            ),
+            (
+                "accelerate launch t.py --bs 8",
+                true,
+                &["launcher: accelerate launch; their own"],
+            ),
+            (
+                "python t.py --per_device_train_batch_size 8 --auto_find_batch_size",
+                true,
+                &["--auto_find_batch_size is on: after a CUDA out-of-memory error the Trainer halves the batch itself"],
+            ),
+            ("python t.py --auto_find_batch_size False", true, &[]),
+            ("python t.py --auto_find_batch_size=true", true, &["--auto_find_batch_size is on"]),
+            ("python t.py --auto-find-batch-size", true, &["--auto_find_batch_size is on"]),
+            ("python t.py --auto_find_batch_size true --auto_find_batch_size=0", true, &[]),
+            // A launcher's option of that name is none of the script's.
+            ("accelerate launch --auto_find_batch_size t.py --bs 8", true, &["launcher: accelerate launch"]),
+        ];
+        for &(cmd, accum_moves, want) in table {
+            let notes = context_notes(&argv(cmd), accum_moves);
+            assert_eq!(notes.len(), want.len(), "{cmd}: {notes:?}");
+            for (note, want) in notes.iter().zip(want) {
+                assert!(note.starts_with(want), "{cmd}: {note}");
+                assert!(!note.contains('\n'), "{note}");
+            }
+        }
+        let says = |accum_moves| {
+            context_notes(
+                &argv("python t.py --bs 8 --auto_find_batch_size"),
+                accum_moves,
+            )
+            .join("")
+        };
+        assert!(says(true).ends_with("at half the batch with twice the accumulation. Remove the flag to keep the effective batch."));
+        assert!(says(false).contains("the effective batch shrinks there too"));
     }
 }

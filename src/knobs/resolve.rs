@@ -77,10 +77,15 @@ impl<'a> ArgSpec<'a> {
 /// Builds the knobs of a run.
 /// `config`: the `--config` file's path (for messages) and its contents.
 pub fn resolve(request: &Request, config: Option<(&Path, &JobFile)>) -> Result<KnobSet, KnobError> {
-    match config.filter(|(_, c)| !c.knobs.is_empty()) {
-        Some((path, config)) => from_config(request, path, config),
-        None => automatic(request),
-    }
+    let mut set = match config.filter(|(_, c)| !c.knobs.is_empty()) {
+        Some((path, config)) => from_config(request, path, config)?,
+        None => automatic(request)?,
+    };
+    // Which launchers were passed over, and what the job itself does on an OOM, come first.
+    let accum_moves = set.accum().is_some() || set.kept_by_job;
+    set.notes
+        .splice(0..0, argv::context_notes(request.command, accum_moves));
+    Ok(set)
 }
 
 /// Reads the places of knobs and caches each config file once.
@@ -267,6 +272,16 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
         .flatten()
         .collect();
     super::entry::deepspeed::check_flags_agree(request, &moved)?;
+    // LightningCLI's flag added to the command starts from what its configs set, not 1: else
+    // the first relaunch would override a config's 4 with 2.
+    let accum = match accum {
+        Some((place, None)) if found.lightning && accum_spec.is_none() => {
+            let configured = lightning_config_accum(request)?;
+            set.notes.extend(found.lightning_note(configured));
+            Some((place, configured))
+        }
+        other => other,
+    };
     // No flag of the command is the batch: an entrypoint may keep it in a file.
     let (batch, accum) = match (batch, batch_spec.is_none() && accum_spec.is_none()) {
         (None, true) => match super::entry::find(request, &mut reader, &mut set.notes)? {
@@ -323,6 +338,55 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
     }
     set.files = reader.files;
     Ok(set)
+}
+
+/// `trainer.accumulate_grad_batches` as a LightningCLI command's `--config` files set it (at
+/// the top or under a subcommand, `fit.trainer...`), the last file that sets it winning as
+/// LightningCLI merges them; `None` where none does. Read as the job's user; a file that is not
+/// YAML or JSON is passed over (oomguard cannot read it, and LightningCLI's own errors say more).
+fn lightning_config_accum(request: &Request) -> Result<Option<u64>, KnobError> {
+    let key = argv::LIGHTNING_ACCUM.trim_start_matches('-');
+    let keys: Vec<String> = std::iter::once(key.to_string())
+        .chain(
+            argv::LIGHTNING_SUBCOMMANDS
+                .iter()
+                .map(|s| format!("{s}.{key}")),
+        )
+        .collect();
+    let mut value = None;
+    for path in argv::lightning_configs(request.command) {
+        let who = format!("LightningCLI --config {path}");
+        let fail = |problem: String| KnobError::Knob {
+            where_: who.clone(),
+            problem,
+        };
+        let Some(format @ (Format::Yaml | Format::Json)) = Format::from_path(Path::new(&path))
+        else {
+            continue;
+        };
+        let bytes = crate::principal::as_user(|| {
+            crate::fsutil::read_regular_capped(
+                &request.cwd.join(&path),
+                crate::fsutil::SMALL_FILE_MAX_BYTES,
+            )
+        })
+        .map_err(|e| fail(format!("cannot read config file {path}: {e}")))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| fail(format!("config file {path} is not UTF-8 text")))?;
+        for key in &keys {
+            if let Ok(found) = file::locate(format, &text, key) {
+                let written = text.get(found.span.clone());
+                value = Some(count(
+                    &Value::from_scalar(&found.value),
+                    1,
+                    key,
+                    &who,
+                    written,
+                )?);
+            }
+        }
+    }
+    Ok(value)
 }
 
 /// The flag or key an `--batch-arg` / `--accum-arg` names in the command, if that is its place.
@@ -909,5 +973,99 @@ mod tests {
             words.join(" "),
             "python train.py training.batch_size=32 model=t5 +training.accumulate=2"
         );
+    }
+}
+
+#[cfg(test)]
+mod lightning_on_the_command_line {
+    //! Issue 28: a LightningCLI command's batch on the command line, its accumulation added as
+    //! a flag that starts from what the `--config` files set.
+    use super::*;
+
+    #[test]
+    fn the_added_accumulation_starts_from_the_configs_value() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("base.yaml"),
+            "trainer:\n  accumulate_grad_batches: 2\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("run.yaml"),
+            "fit:\n  trainer:\n    accumulate_grad_batches: 4\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("none.json"), "{\"trainer\": {}}").unwrap();
+        std::fs::write(
+            dir.path().join("auto.yaml"),
+            "trainer:\n  accumulate_grad_batches: auto\n",
+        )
+        .unwrap();
+        // (command, the accumulation's start, a word of the note)
+        let table: &[(&str, u64, &str)] = &[
+            (
+                "python main.py fit --data.batch_size 64",
+                1,
+                "absent, will be added",
+            ),
+            (
+                "python main.py -c none.json fit --data.batch_size 64",
+                1,
+                "absent",
+            ),
+            (
+                "python main.py fit -c base.yaml --data.batch_size 64",
+                2,
+                "2 in its --config",
+            ),
+            // The later config wins, under its subcommand too.
+            (
+                "python main.py --config base.yaml --config=run.yaml fit --data.batch_size 64",
+                4,
+                "4 in its --config",
+            ),
+            (
+                "python main.py -c run.yaml -c base.yaml fit --data.batch_size 64",
+                2,
+                "2 in its --config",
+            ),
+        ];
+        for &(cmd, start, note) in table {
+            let command: Vec<OsString> = cmd.split_whitespace().map(OsString::from).collect();
+            let request = Request {
+                command: &command,
+                batch_arg: None,
+                accum_arg: None,
+                min_batch: 1,
+                cwd: dir.path(),
+                finish_left_patches: false,
+            };
+            let set = resolve(&request, None).unwrap();
+            let accum = set.accum().expect("an accumulation knob");
+            assert_eq!(set.knobs[accum].original, Value::Int(start), "{cmd}");
+            assert!(
+                set.notes.iter().any(|n| n.contains(note)),
+                "{cmd}: {:?}",
+                set.notes
+            );
+        }
+        let command: Vec<OsString> = "python main.py fit -c auto.yaml --data.batch_size 64"
+            .split_whitespace()
+            .map(OsString::from)
+            .collect();
+        let request = Request {
+            command: &command,
+            batch_arg: None,
+            accum_arg: None,
+            min_batch: 1,
+            cwd: dir.path(),
+            finish_left_patches: false,
+        };
+        let err = resolve(&request, None).unwrap_err().to_string();
+        assert!(
+            err.starts_with("LightningCLI --config auto.yaml: "),
+            "{err}"
+        );
+        assert!(err.contains("`auto`"), "{err}");
     }
 }

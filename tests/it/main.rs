@@ -13,6 +13,7 @@ mod classify;
 mod clusters;
 mod config_files;
 mod entrypoints;
+mod entrypoints_argv;
 mod entrypoints_hydra;
 mod fit;
 mod fit_ramp;
