@@ -568,21 +568,27 @@ pub fn context_notes(argv: &[OsString], accum_moves: bool) -> Vec<String> {
         ));
     }
     if auto_find_batch_size(argv, launch.script_args) {
-        let ours = if accum_moves {
-            "at half the batch with twice the accumulation. Remove the flag to keep the effective batch."
-        } else {
-            "at half the batch, and with no accumulation flag the effective batch shrinks there too: remove the flag and name the accumulation with --accum-arg to keep it."
-        };
-        notes.push(format!("{AUTO_FIND_NOTE} {ours}"));
+        notes.push(auto_find_note("--auto_find_batch_size", accum_moves));
     }
     notes
+}
+
+/// The line about the Trainer's `auto_find_batch_size`, turned on by `setting` (the flag, or
+/// the key of its arguments file).
+pub fn auto_find_note(setting: &str, accum_moves: bool) -> String {
+    let ours = if accum_moves {
+        "at half the batch with twice the accumulation. Remove the flag to keep the effective batch."
+    } else {
+        "at half the batch, and with no accumulation flag the effective batch shrinks there too: remove the flag and name the accumulation with --accum-arg to keep it."
+    };
+    format!("{setting} {AUTO_FIND_NOTE} {ours}")
 }
 
 /// What the Trainer's `--auto_find_batch_size` does beside oomguard. Transformers wraps its
 /// training loop in accelerate's `find_executable_batch_size`: a CUDA out-of-memory exception
 /// caught inside the loop halves the batch and restarts the loop in the same process, and the
 /// accumulation is left as it is.
-const AUTO_FIND_NOTE: &str = "--auto_find_batch_size is on: after a CUDA out-of-memory error the Trainer halves the batch itself and restarts training inside the same attempt, without raising the accumulation, so the effective batch shrinks; oomguard acts only when an attempt dies, relaunching it";
+const AUTO_FIND_NOTE: &str = "is on: after a CUDA out-of-memory error the Trainer halves the batch itself and restarts training inside the same attempt, without raising the accumulation, so the effective batch shrinks; oomguard acts only when an attempt dies, relaunching it";
 
 /// Whether the script's arguments turn on `--auto_find_batch_size`: bare (HfArgumentParser's
 /// booleans take an optional value), or with a true value.

@@ -40,9 +40,6 @@ pub struct Found {
     pub notes: Vec<String>,
 }
 
-/// What `auto_find_batch_size` does to a relaunch, said once where it is on.
-const AUTO_FIND_NOTE: &str = "auto_find_batch_size is on: the Trainer halves the batch itself after a CUDA OOM inside one attempt, without raising the accumulation, so the effective batch shrinks; oomguard relaunches only an attempt that dies, at half the batch with twice the accumulation. Turn it off to keep the effective batch.";
-
 /// The first entrypoint that keeps the batch in a file the command names: LightningCLI's
 /// `--config`, a Trainer's single JSON/YAML argument, a DeepSpeed config, Hydra's composed
 /// config. `None` when none does.
@@ -64,21 +61,10 @@ pub(super) fn find(
     hydra::find(request, reader, notes)
 }
 
-/// The index of the first argument that is the script's own: after the first `.py` token, or
-/// after the module of `-m MODULE`. `None` when neither is there (the whole command is then
-/// the program's).
-fn script_args_start(argv: &[OsString]) -> Option<usize> {
-    let mut tokens = argv.iter().enumerate().skip(1);
-    while let Some((i, token)) = tokens.next() {
-        let Some(text) = token.to_str() else { continue };
-        if text == "-m" {
-            return tokens.next().map(|(j, _)| j + 1);
-        }
-        if text.ends_with(".py") && !text.starts_with('-') {
-            return Some(i + 1);
-        }
-    }
-    None
+/// The index of the first argument that is the script's own, behind any launcher
+/// ([`argv::launch`](crate::knobs::argv::launch)): the entrypoints read only those.
+fn script_args_start(argv: &[OsString]) -> usize {
+    crate::knobs::argv::launch(argv).script_args
 }
 
 /// Every value of the flags in `names` among `argv[from..]`, in order: `--flag VALUE` and
@@ -149,22 +135,6 @@ mod tests {
 
     fn argv(text: &str) -> Vec<OsString> {
         text.split_whitespace().map(OsString::from).collect()
-    }
-
-    #[test]
-    fn the_scripts_own_arguments_start_after_the_script_or_the_module() {
-        for (command, start) in [
-            ("python train.py fit --config c.yaml", Some(2)),
-            ("torchrun --nproc_per_node 2 run_clm.py args.json", Some(4)),
-            ("python -u -m pkg.train --batch 3", Some(4)),
-            (
-                "deepspeed --num_gpus 2 train.py --deepspeed_config ds.json",
-                Some(4),
-            ),
-            ("./train --batch 3", None),
-        ] {
-            assert_eq!(script_args_start(&argv(command)), start, "{command}");
-        }
     }
 
     #[test]

@@ -276,7 +276,7 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
     // the first relaunch would override a config's 4 with 2.
     let accum = match accum {
         Some((place, None)) if found.lightning && accum_spec.is_none() => {
-            let configured = lightning_config_accum(request)?;
+            let configured = super::entry::lightning::configured_accum(request)?;
             set.notes.extend(found.lightning_note(configured));
             Some((place, configured))
         }
@@ -338,55 +338,6 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
     }
     set.files = reader.files;
     Ok(set)
-}
-
-/// `trainer.accumulate_grad_batches` as a LightningCLI command's `--config` files set it (at
-/// the top or under a subcommand, `fit.trainer...`), the last file that sets it winning as
-/// LightningCLI merges them; `None` where none does. Read as the job's user; a file that is not
-/// YAML or JSON is passed over (oomguard cannot read it, and LightningCLI's own errors say more).
-fn lightning_config_accum(request: &Request) -> Result<Option<u64>, KnobError> {
-    let key = argv::LIGHTNING_ACCUM.trim_start_matches('-');
-    let keys: Vec<String> = std::iter::once(key.to_string())
-        .chain(
-            argv::LIGHTNING_SUBCOMMANDS
-                .iter()
-                .map(|s| format!("{s}.{key}")),
-        )
-        .collect();
-    let mut value = None;
-    for path in argv::lightning_configs(request.command) {
-        let who = format!("LightningCLI --config {path}");
-        let fail = |problem: String| KnobError::Knob {
-            where_: who.clone(),
-            problem,
-        };
-        let Some(format @ (Format::Yaml | Format::Json)) = Format::from_path(Path::new(&path))
-        else {
-            continue;
-        };
-        let bytes = crate::principal::as_user(|| {
-            crate::fsutil::read_regular_capped(
-                &request.cwd.join(&path),
-                crate::fsutil::SMALL_FILE_MAX_BYTES,
-            )
-        })
-        .map_err(|e| fail(format!("cannot read config file {path}: {e}")))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| fail(format!("config file {path} is not UTF-8 text")))?;
-        for key in &keys {
-            if let Ok(found) = file::locate(format, &text, key) {
-                let written = text.get(found.span.clone());
-                value = Some(count(
-                    &Value::from_scalar(&found.value),
-                    1,
-                    key,
-                    &who,
-                    written,
-                )?);
-            }
-        }
-    }
-    Ok(value)
 }
 
 /// The flag or key an `--batch-arg` / `--accum-arg` names in the command, if that is its place.

@@ -177,7 +177,17 @@ fn dry_run_names_the_config_keys_and_the_overrides() {
     let out = run(&sb, &project, &["--dry-run=device_oom"], &[], 64);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
-    let lines: Vec<&str> = stdout.lines().collect();
+    // What was found, where, then the plan.
+    assert!(
+        stdout.contains(
+            "  found: batch: `data.batch_size` in conf/data/mnist.yaml (group data=mnist), 256"
+        ),
+        "{stdout}"
+    );
+    let lines: Vec<&str> = stdout
+        .lines()
+        .filter(|l| !l.starts_with("  found: "))
+        .collect();
     assert_eq!(lines[0], "attempt 1: python3 train.py", "{stdout}");
     assert_eq!(
         lines[1],

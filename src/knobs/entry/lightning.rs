@@ -7,12 +7,11 @@
 //! carries jsonargparse's dotted flags (`--trainer.`, `--data.`, `--model.`), and names a
 //! `--config`.
 
-use super::{count_at, flag_values, read_config, script_args_start, Found};
+use super::{count_at, read_config, script_args_start, Found};
 use crate::knobs::argv;
+use crate::knobs::file::Format;
 use crate::knobs::resolve::{KnobError, Request};
 use crate::knobs::Place;
-
-const SUBCOMMANDS: &[&str] = &["fit", "validate", "test", "predict"];
 
 /// Where a LightningCLI config keeps the training batch, most likely first: the datamodule's
 /// (as a class's own argument or a subclass's `init_args`), then the model's.
@@ -31,56 +30,15 @@ const ACCUM_KEY: &str = "trainer.accumulate_grad_batches";
 /// is not LightningCLI's, names no config, or no config holds a batch.
 pub(in crate::knobs) fn find(request: &Request) -> Result<Option<Found>, KnobError> {
     let argv = request.command;
-    let Some(start) = script_args_start(argv) else {
-        return Ok(None);
-    };
-    // The subcommand: the first of LightningCLI's that is no flag's value (a config may come
-    // before it: `main.py -c c.yaml fit`).
-    let subcommand = (start..argv.len())
-        .filter(|&i| i == start || argv[i - 1].to_str().is_none_or(|p| !p.starts_with('-')))
-        .filter_map(|i| argv[i].to_str())
-        .find(|t| SUBCOMMANDS.contains(t));
-    let dotted = argv[start..].iter().any(|t| {
-        t.to_str().is_some_and(|t| {
-            ["--trainer.", "--data.", "--model."]
-                .iter()
-                .any(|p| t.starts_with(p))
-        })
-    });
-    let configs = flag_values(argv, start, &["--config", "-c"]);
-    if configs.is_empty() || (subcommand.is_none() && !dotted) {
+    let start = script_args_start(argv);
+    if !argv::is_lightning_cli(argv, start) {
         return Ok(None);
     }
-    let mut texts = Vec::with_capacity(configs.len());
-    for &(_, path) in &configs {
-        let (format, text) = read_config(request, path, &format!("LightningCLI --config {path}"))?;
-        texts.push((path, format, text));
-    }
-    // A config given before the subcommand nests its keys under it (`fit: {data: ...}`).
-    let prefixes: Vec<String> = std::iter::once(String::new())
-        .chain(subcommand.map(|s| format!("{s}.")))
-        .collect();
-    // The last config that has the key, with the key as written there.
-    let lookup = |key: &str| -> Result<Option<(String, &str, u64)>, KnobError> {
-        for (path, format, text) in texts.iter().rev() {
-            for prefix in &prefixes {
-                let full = format!("{prefix}{key}");
-                match count_at(*format, text, &full) {
-                    Ok(Some(n)) => return Ok(Some((full, *path, n))),
-                    Ok(None) => {}
-                    Err(held) => {
-                        return Err(KnobError::Knob {
-                            where_: format!("LightningCLI --config {path}"),
-                            problem: format!(
-                                "{full} is {held}, not a whole number of at least 1: give the batch on the command line (--{key} N) or name it with --batch-arg"
-                            ),
-                        })
-                    }
-                }
-            }
-        }
-        Ok(None)
+    let Some(configs) = Configs::read(request)? else {
+        return Ok(None);
     };
+    let subcommand = configs.subcommand;
+    let lookup = |key: &str| configs.lookup(key);
     let mut batch = None;
     for key in BATCH_KEYS {
         if let Some(found) = lookup(key)? {
@@ -126,6 +84,81 @@ pub(in crate::knobs) fn find(request: &Request) -> Result<Option<Found>, KnobErr
         kept_by_job: false,
         notes,
     }))
+}
+
+/// A LightningCLI command's `--config` files, read in order, and its subcommand.
+struct Configs<'a> {
+    /// (path as given, format, text), in the command's order.
+    texts: Vec<(String, Format, String)>,
+    subcommand: Option<&'a str>,
+}
+
+impl<'a> Configs<'a> {
+    /// `None` where the command names no config.
+    fn read(request: &Request<'a>) -> Result<Option<Configs<'a>>, KnobError> {
+        let argv = request.command;
+        let paths = argv::lightning_configs(argv);
+        if paths.is_empty() {
+            return Ok(None);
+        }
+        let mut texts = Vec::with_capacity(paths.len());
+        for path in paths {
+            let (format, text) =
+                read_config(request, &path, &format!("LightningCLI --config {path}"))?;
+            texts.push((path, format, text));
+        }
+        // The subcommand: the first of LightningCLI's that is no flag's value (a config may
+        // come before it: `main.py -c c.yaml fit`).
+        let start = script_args_start(argv);
+        let subcommand = (start..argv.len())
+            .filter(|&i| {
+                i == start
+                    || argv[i - 1]
+                        .to_str()
+                        .is_none_or(|p| !p.starts_with('-') || p.contains('='))
+            })
+            .filter_map(|i| argv[i].to_str())
+            .find(|t| argv::LIGHTNING_SUBCOMMANDS.contains(t));
+        Ok(Some(Configs { texts, subcommand }))
+    }
+
+    /// The last config that has `key` (or, for a config given before the subcommand, the key
+    /// under it), with the key as written there and the file; an error where it holds no
+    /// whole number.
+    fn lookup(&self, key: &str) -> Result<Option<(String, &str, u64)>, KnobError> {
+        let prefixes: Vec<String> = std::iter::once(String::new())
+            .chain(self.subcommand.map(|s| format!("{s}.")))
+            .collect();
+        for (path, format, text) in self.texts.iter().rev() {
+            for prefix in &prefixes {
+                let full = format!("{prefix}{key}");
+                match count_at(*format, text, &full) {
+                    Ok(Some(n)) => return Ok(Some((full, path.as_str(), n))),
+                    Ok(None) => {}
+                    Err(held) => {
+                        return Err(KnobError::Knob {
+                            where_: format!("LightningCLI --config {path}"),
+                            problem: format!(
+                                "{full} is `{held}`, not a whole number of at least 1: give it on the command line (--{key} N) or name the knob with --batch-arg / --accum-arg"
+                            ),
+                        })
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The accumulation a LightningCLI command's configs set (`trainer.accumulate_grad_batches`,
+/// the later config winning): where the batch is a flag of the command and the accumulation
+/// flag is added, it starts from this, not 1, or the first relaunch would override a
+/// config's 4 with 2.
+pub(in crate::knobs) fn configured_accum(request: &Request) -> Result<Option<u64>, KnobError> {
+    Ok(match Configs::read(request)? {
+        Some(configs) => configs.lookup(ACCUM_KEY)?.map(|(.., n)| n),
+        None => None,
+    })
 }
 
 /// A key read under the subcommand (`fit.data.batch_size`) is given on the command line after

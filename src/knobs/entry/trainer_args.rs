@@ -22,10 +22,7 @@ pub(in crate::knobs) fn find(
     reader: &mut Reader,
 ) -> Result<Option<Found>, KnobError> {
     let argv = request.command;
-    let Some(start) = script_args_start(argv) else {
-        return Ok(None);
-    };
-    let [only] = &argv[start..] else {
+    let [only] = &argv[script_args_start(argv)..] else {
         return Ok(None);
     };
     let Some(path) = only.to_str().filter(|p| {
@@ -66,7 +63,10 @@ pub(in crate::knobs) fn find(
     if file::locate(format, &text, "auto_find_batch_size")
         .is_ok_and(|f| f.value == file::Scalar::Bool(true))
     {
-        notes.push(super::AUTO_FIND_NOTE.to_string());
+        notes.push(crate::knobs::argv::auto_find_note(
+            &format!("auto_find_batch_size (in {path})"),
+            true,
+        ));
     }
     Ok(Some(Found {
         entrypoint: "Hugging Face Trainer arguments file",
