@@ -243,14 +243,7 @@ fn knobs_finding(command: &[std::ffi::OsString]) -> String {
         Ok(cwd) => cwd,
         Err(e) => return format!("cannot read the current directory: {e}"),
     };
-    let request = crate::knobs::resolve::Request {
-        command,
-        batch_arg: None,
-        accum_arg: None,
-        min_batch: 1,
-        cwd: &cwd,
-        finish_left_patches: false,
-    };
+    let request = crate::knobs::resolve::Request::plain(command, &cwd);
     match crate::knobs::resolve::resolve(&request, None) {
         Err(e) => format!("{e}"),
         Ok(set) => {

@@ -623,18 +623,7 @@ mod tests {
 
     fn knobs_of(command: &[OsString]) -> KnobSet {
         let cwd = std::env::current_dir().unwrap();
-        knobs::resolve::resolve(
-            &knobs::resolve::Request {
-                command,
-                batch_arg: None,
-                accum_arg: None,
-                min_batch: 1,
-                cwd: &cwd,
-                finish_left_patches: false,
-            },
-            None,
-        )
-        .unwrap()
+        knobs::resolve::resolve(&knobs::resolve::Request::plain(command, &cwd), None).unwrap()
     }
 
     #[test]

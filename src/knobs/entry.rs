@@ -165,14 +165,7 @@ mod found {
             std::fs::write(path, text).unwrap();
         }
         let command: Vec<OsString> = command.split_whitespace().map(OsString::from).collect();
-        let request = Request {
-            command: &command,
-            batch_arg: None,
-            accum_arg: None,
-            min_batch: 1,
-            cwd: dir,
-            finish_left_patches: false,
-        };
+        let request = Request::plain(&command, dir);
         resolve(&request, None).unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -372,14 +365,7 @@ mod found {
             "{\"train_micro_batch_size_per_gpu\": 8}",
         )
         .unwrap();
-        let request = Request {
-            command: &command,
-            batch_arg: None,
-            accum_arg: None,
-            min_batch: 1,
-            cwd: dir.path(),
-            finish_left_patches: false,
-        };
+        let request = Request::plain(&command, dir.path());
         let err = resolve(&request, None).unwrap_err().to_string();
         assert!(
             err.contains("set train_micro_batch_size_per_gpu (and its partner) to \"auto\""),

@@ -32,6 +32,21 @@ pub struct Request<'a> {
     pub finish_left_patches: bool,
 }
 
+impl<'a> Request<'a> {
+    /// What a run of `command` in `cwd` with no knob flag asks: `--dry-run`'s and `doctor`'s
+    /// question too, so nothing left by a dead oomguard is finished.
+    pub fn plain(command: &'a [OsString], cwd: &'a Path) -> Request<'a> {
+        Request {
+            command,
+            batch_arg: None,
+            accum_arg: None,
+            min_batch: 1,
+            cwd,
+            finish_left_patches: false,
+        }
+    }
+}
+
 /// Why the knobs cannot be set up. Each is one line naming the place and the fix.
 #[derive(Debug, thiserror::Error)]
 pub enum KnobError {
@@ -582,14 +597,7 @@ mod tests {
     }
 
     fn request<'a>(command: &'a [OsString], cwd: &'a Path) -> Request<'a> {
-        Request {
-            command,
-            batch_arg: None,
-            accum_arg: None,
-            min_batch: 1,
-            cwd,
-            finish_left_patches: false,
-        }
+        Request::plain(command, cwd)
     }
 
     fn spec(name: &str, place: PlaceSpec, moves: SpecMoves, partner: Option<&str>) -> KnobSpec {
@@ -983,14 +991,7 @@ mod lightning_on_the_command_line {
         ];
         for &(cmd, start, note) in table {
             let command: Vec<OsString> = cmd.split_whitespace().map(OsString::from).collect();
-            let request = Request {
-                command: &command,
-                batch_arg: None,
-                accum_arg: None,
-                min_batch: 1,
-                cwd: dir.path(),
-                finish_left_patches: false,
-            };
+            let request = Request::plain(&command, dir.path());
             let set = resolve(&request, None).unwrap();
             let accum = set.accum().expect("an accumulation knob");
             assert_eq!(set.knobs[accum].original, Value::Int(start), "{cmd}");
@@ -1004,14 +1005,7 @@ mod lightning_on_the_command_line {
             .split_whitespace()
             .map(OsString::from)
             .collect();
-        let request = Request {
-            command: &command,
-            batch_arg: None,
-            accum_arg: None,
-            min_batch: 1,
-            cwd: dir.path(),
-            finish_left_patches: false,
-        };
+        let request = Request::plain(&command, dir.path());
         let err = resolve(&request, None).unwrap_err().to_string();
         assert!(
             err.starts_with("LightningCLI --config auto.yaml: "),

@@ -1475,14 +1475,7 @@ mod tests {
     fn found(project: &str, command: &str) -> Result<Option<Found>, KnobError> {
         let cwd = fixture(project);
         let command = argv(command);
-        let request = Request {
-            command: &command,
-            batch_arg: None,
-            accum_arg: None,
-            min_batch: 1,
-            cwd: &cwd,
-            finish_left_patches: false,
-        };
+        let request = Request::plain(&command, &cwd);
         find_in(&request)
     }
 
@@ -1632,14 +1625,7 @@ mod tests {
         // Through the resolver: no knob, the line among the run's first.
         let cwd = fixture("packages");
         let command = argv("python app/main.py -cn interp");
-        let request = Request {
-            command: &command,
-            batch_arg: None,
-            accum_arg: None,
-            min_batch: 1,
-            cwd: &cwd,
-            finish_left_patches: false,
-        };
+        let request = Request::plain(&command, &cwd);
         let set = crate::knobs::resolve::resolve(&request, None).expect("the run goes on");
         assert!(set.batch().is_none());
         assert!(
