@@ -441,7 +441,7 @@ fn find_in_parts(
 /// Whether an eval/validation/test/inference setting: a word of the name (split at `.`, `_`,
 /// `-`) is one of those. Such a batch does not decide training memory, so it is taken only when
 /// nothing else matches.
-fn is_eval_like(name: &str) -> bool {
+pub(crate) fn is_eval_like(name: &str) -> bool {
     name.split(|c: char| !c.is_ascii_alphanumeric())
         .map(str::to_ascii_lowercase)
         .any(|word| {

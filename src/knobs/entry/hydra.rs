@@ -1062,20 +1062,6 @@ impl<'a> Composer<'a> {
     }
 }
 
-/// Whether an eval/validation/test/inference setting, as [`argv`] tells them on the command
-/// line: a word of the name (split at `.`, `_`, `-`) is `val` or starts with `valid`, `eval`,
-/// `test`, `predict`, `infer`.
-fn is_eval_like(name: &str) -> bool {
-    name.split(|c: char| !c.is_ascii_alphanumeric())
-        .map(str::to_ascii_lowercase)
-        .any(|word| {
-            word == "val"
-                || ["valid", "eval", "test", "predict", "infer"]
-                    .iter()
-                    .any(|w| word.starts_with(w))
-        })
-}
-
 /// A value of the composed config, read as a count.
 #[derive(Debug, Clone, PartialEq)]
 enum Reading {
@@ -1142,7 +1128,7 @@ impl Composer<'_> {
 
 /// Training keys before evaluation ones, each kind in config order.
 fn training_first<'a, 'b>(mut v: Vec<&'a Entry<'b>>) -> Vec<&'a Entry<'b>> {
-    v.sort_by_key(|e| is_eval_like(&e.key));
+    v.sort_by_key(|e| argv::is_eval_like(&e.key));
     v
 }
 
@@ -1174,7 +1160,7 @@ fn pick(
     // The first training batch that is a number; an evaluation one only when no other is there.
     let chosen = batches
         .iter()
-        .filter(|e| is_eval_like(&e.key) == is_eval_like(&first.key))
+        .filter(|e| argv::is_eval_like(&e.key) == argv::is_eval_like(&first.key))
         .find_map(|e| match composer.read(argv, e.leaf) {
             Reading::Count(n) => Some((*e, n)),
             _ => None,
@@ -1210,7 +1196,7 @@ fn pick(
         composer.origin(argv, batch.leaf),
         batch.key
     ));
-    if is_eval_like(&batch.key) {
+    if argv::is_eval_like(&batch.key) {
         notes.push(format!(
             "batch: `{}` looks like an evaluation setting, the only batch in the config: give the training one on the command line (KEY=N) to have it moved instead",
             batch.key
