@@ -20,7 +20,7 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use super::file::{self, Format};
-use super::resolve::{KnobError, Reader, Request};
+use super::reader::{KnobError, Reader, Request};
 use super::{Place, Value};
 
 /// What an entrypoint found: the batch, the accumulation (its place, and its value where the

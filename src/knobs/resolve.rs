@@ -5,65 +5,18 @@
 //! there or a value that is not a number is one line before any process or file exists.
 //! Writes nothing.
 
-use std::collections::HashMap;
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::argv::{self, RewriteError};
-use super::file::{self, EditError, Format};
+use super::file::Format;
 use super::{default_causes, env, ConfigFile, Knob, KnobSet, Moves, Place, Rule, Step, Value};
 use crate::jobfile::ladder::{self, KnobSpec, PlaceSpec};
 use crate::jobfile::JobFile;
 use crate::outcome::Cause;
 
-/// What the command line asks for.
-#[derive(Debug, Clone, Copy)]
-pub struct Request<'a> {
-    pub command: &'a [OsString],
-    pub batch_arg: Option<&'a str>,
-    pub accum_arg: Option<&'a str>,
-    /// `--min-batch`: the floor of the automatic batch knob.
-    pub min_batch: u64,
-    /// The working directory, where relative file paths start.
-    pub cwd: &'a Path,
-    /// Before a config file is read: finish the patch a dead oomguard left in it, named by the
-    /// lock beside it ([`crate::knobs::patch::finish_left_beside`]). Not for `--dry-run`, which
-    /// writes nothing.
-    pub finish_left_patches: bool,
-}
-
-impl<'a> Request<'a> {
-    /// What a run of `command` in `cwd` with no knob flag asks: `--dry-run`'s and `doctor`'s
-    /// question too, so nothing left by a dead oomguard is finished.
-    pub fn plain(command: &'a [OsString], cwd: &'a Path) -> Request<'a> {
-        Request {
-            command,
-            batch_arg: None,
-            accum_arg: None,
-            min_batch: 1,
-            cwd,
-            finish_left_patches: false,
-        }
-    }
-}
-
-/// Why the knobs cannot be set up. Each is one line naming the place and the fix.
-#[derive(Debug, thiserror::Error)]
-pub enum KnobError {
-    #[error("{0}")]
-    Argv(#[from] RewriteError),
-    #[error("{where_}: {problem}")]
-    Knob { where_: String, problem: String },
-    #[error("--min-batch {min} is larger than the command's {flag} {batch}: lower --min-batch")]
-    MinBatchAboveBatch { min: u64, flag: String, batch: u64 },
-    #[error("{batch_flag} {batch} × {accum_flag} {accum} (the effective batch) does not fit in 64 bits: lower them")]
-    EffectiveBatchOverflow {
-        batch_flag: String,
-        batch: u64,
-        accum_flag: String,
-        accum: u64,
-    },
-}
+use super::reader::Reader;
+pub use super::reader::{KnobError, Request};
 
 /// A knob's place as `--batch-arg` / `--accum-arg` name it.
 enum ArgSpec<'a> {
@@ -101,86 +54,6 @@ pub fn resolve(request: &Request, config: Option<(&Path, &JobFile)>) -> Result<K
     set.notes
         .splice(0..0, argv::context_notes(request.command, accum_moves));
     Ok(set)
-}
-
-/// Reads the places of knobs and caches each config file once.
-pub(super) struct Reader<'a> {
-    request: &'a Request<'a>,
-    files: Vec<ConfigFile>,
-    by_path: HashMap<PathBuf, usize>,
-}
-
-impl<'a> Reader<'a> {
-    fn new(request: &'a Request<'a>) -> Self {
-        Reader {
-            request,
-            files: Vec::new(),
-            by_path: HashMap::new(),
-        }
-    }
-
-    /// The index of `path` among the run's files, read on first use.
-    pub(super) fn file(&mut self, path: &Path, who: &str) -> Result<usize, KnobError> {
-        let fail = |problem: String| KnobError::Knob {
-            where_: who.to_string(),
-            problem,
-        };
-        let shown = path.display();
-        let format = Format::from_path(path).ok_or_else(|| {
-            fail(format!(
-                "{shown}: oomguard edits .yaml/.yml, .json, .toml and .py files only"
-            ))
-        })?;
-        let absolute = self.request.cwd.join(path);
-        // As the job's user when a root oomguard acts for one: a symlink of theirs leads only
-        // where they could go themselves.
-        let canonical = crate::principal::as_user(|| std::fs::canonicalize(&absolute))
-            .map_err(|e| fail(format!("cannot open config file {shown}: {e}")))?;
-        if let Some(&i) = self.by_path.get(&canonical) {
-            return Ok(i);
-        }
-        if self.request.finish_left_patches {
-            crate::knobs::patch::finish_left_beside(&canonical);
-        }
-        let bytes = crate::principal::as_user(|| {
-            crate::fsutil::read_regular_capped(&canonical, crate::fsutil::SMALL_FILE_MAX_BYTES)
-        })
-        .map_err(|e| fail(format!("cannot read config file {shown}: {e}")))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| fail(format!("config file {shown} is not UTF-8 text")))?;
-        let in_command = argv::find_path(self.request.command, &canonical, self.request.cwd);
-        self.files.push(ConfigFile {
-            path: path.to_path_buf(),
-            format,
-            text,
-            in_command,
-        });
-        self.by_path.insert(canonical, self.files.len() - 1);
-        Ok(self.files.len() - 1)
-    }
-
-    /// The value at `key` in file `i` as the file spells it (`6.4e1`, `0x40`), for messages.
-    pub(super) fn file_text(&self, i: usize, key: &str) -> Option<String> {
-        let f = &self.files[i];
-        let found = file::locate(f.format, &f.text, key).ok()?;
-        f.text.get(found.span).map(str::to_string)
-    }
-
-    /// The value at `key` in file `i`.
-    pub(super) fn file_value(&self, i: usize, key: &str, who: &str) -> Result<Value, KnobError> {
-        let f = &self.files[i];
-        file::locate(f.format, &f.text, key)
-            .map(|found| Value::from_scalar(&found.value))
-            .map_err(|e| KnobError::Knob {
-                where_: who.to_string(),
-                problem: match e {
-                    EditError::NotFound { .. } => {
-                        format!("key {key} is not in {}", f.path.display())
-                    }
-                    other => format!("{}: {other}", f.path.display()),
-                },
-            })
-    }
 }
 
 /// A knob's value that must be a whole number of at least `min`. `written`: the value as its

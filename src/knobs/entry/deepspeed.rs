@@ -11,7 +11,7 @@
 //! left alone.
 
 use super::{count_at, flag_values, read_config, Found};
-use crate::knobs::resolve::{KnobError, Reader, Request};
+use crate::knobs::reader::{KnobError, Reader, Request};
 use crate::knobs::Place;
 
 const MICRO_KEY: &str = "train_micro_batch_size_per_gpu";

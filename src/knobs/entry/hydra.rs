@@ -26,7 +26,7 @@ use saphyr_parser::{Event, Parser, ScalarStyle};
 use super::Found;
 use crate::knobs::argv;
 use crate::knobs::file::{yaml, Scalar};
-use crate::knobs::resolve::{KnobError, Reader, Request};
+use crate::knobs::reader::{KnobError, Reader, Request};
 use crate::knobs::Place;
 
 /// The entrypoint's name in notes and `--dry-run`.

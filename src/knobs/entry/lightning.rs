@@ -10,7 +10,7 @@
 use super::{count_at, read_config, script_args_start, Found};
 use crate::knobs::argv;
 use crate::knobs::file::Format;
-use crate::knobs::resolve::{KnobError, Request};
+use crate::knobs::reader::{KnobError, Request};
 use crate::knobs::Place;
 
 /// Where a LightningCLI config keeps the training batch, most likely first: the datamodule's

@@ -7,7 +7,7 @@
 
 use super::{count_at, read_config, script_args_start, Found};
 use crate::knobs::file;
-use crate::knobs::resolve::{KnobError, Reader, Request};
+use crate::knobs::reader::{KnobError, Reader, Request};
 use crate::knobs::Place;
 
 const BATCH_KEY: &str = "per_device_train_batch_size";
