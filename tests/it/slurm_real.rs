@@ -1,4 +1,4 @@
-//! oomguard around a real Slurm (issue 19): srun, sbatch and scancel against the one-node
+//! oomguard around a real Slurm (issue 19): srun, sbatch and scancel against one node of the
 //! Slurm 22.05 that tests/slurm/start.sh starts (CI does, before the tests; `SLURM_CONF` names
 //! its configuration). Its tasks run under slurmstepd in Slurm's cgroups, not below oomguard,
 //! which is what tests/it/clusters.rs's fake srun cannot show: a stop must reach them through Slurm
@@ -71,9 +71,10 @@ fn count(events: &[(u64, String)], event: &str) -> usize {
     events.iter().filter(|(_, e)| e == event).count()
 }
 
-/// `srun -n 2 --label -J NAME python3 slurm_task.py --record RECORD ARGS...`.
+/// `srun -N 1 -n 2 --label -J NAME python3 slurm_task.py --record RECORD ARGS...`: both tasks on
+/// one node (the cluster has two; these tests are about one, slurm_two_nodes.rs about both).
 fn srun_tasks(name: &str, record: &Path, args: &[&str]) -> Vec<String> {
-    let mut job: Vec<String> = ["srun", "-n", "2", "--label", "-J", name, "python3"]
+    let mut job: Vec<String> = ["srun", "-N", "1", "-n", "2", "--label", "-J", name, "python3"]
         .map(String::from)
         .to_vec();
     job.push(fixture("slurm_task.py"));
@@ -184,7 +185,7 @@ fn scancel_mid_run_ends_the_run_as_interrupted_without_a_relaunch() {
     std::fs::write(
         &script,
         format!(
-            "#!/bin/bash\n#SBATCH --ntasks=2\nexec {bin} run --run-dir {run} --grace 10s -- {tasks}\n",
+            "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks=2\nexec {bin} run --run-dir {run} --grace 10s -- {tasks}\n",
             bin = bin().display(),
             run = sb.run_dir().display(),
         ),
@@ -239,6 +240,8 @@ fn slurm_mem_kill_is_read_as_oom_killed_and_relaunched_smaller() {
     let alloc = fixture("alloc.py");
     let job = [
         "srun",
+        "-N",
+        "1",
         "-n",
         "1",
         "--mem=200M",
@@ -269,7 +272,7 @@ fn sbatch_example(sb: &Sandbox, oom_rank: &str) -> (Vec<Vec<u64>>, Vec<String>, 
     std::fs::write(
         &script,
         format!(
-            "#!/bin/bash\n#SBATCH --ntasks=2\n#SBATCH --job-name=og-sbatch\nset -euo pipefail\n\
+            "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks=2\n#SBATCH --job-name=og-sbatch\nset -euo pipefail\n\
              exec {bin} run --run-dir {run} --backoff 0s --hang-timeout 5s --grace 10s \
              --log-format json -- srun --label --kill-on-bad-exit=1 python3 {task} \
              --batch_size 8 --fits 4 --oom cuda --oom-rank {oom_rank} --record {record}\n",

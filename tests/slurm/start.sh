@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# Starts a real one-node Slurm (22.05, Debian's slurm-wlm) on this machine for the tests in
-# tests/it/slurm_real.rs: munged, slurmctld and slurmd, all root, with their configuration, state,
-# logs and sockets under one directory (default /tmp/oomguard-slurm) and ports of their own, so a
-# Slurm of the machine's (or another run's) is left alone.
+# Starts a real two-node Slurm (22.05, Debian's slurm-wlm) on this machine for the tests in
+# tests/it/slurm_real.rs and slurm_two_nodes.rs: munged, slurmctld and two slurmd (nodes n1 and
+# n2), all root, with their configuration, state, logs and sockets under one directory (default
+# /tmp/oomguard-slurm) and ports of their own, so a Slurm of the machine's (or another run's) is
+# left alone.
 #
 #     tests/slurm/start.sh [--accounting] [DIR]      # then: export SLURM_CONF=DIR/slurm.conf
 #     tests/slurm/stop.sh [DIR]       # stops exactly the daemons this started (their pid files)
 #
-# Installs slurm-wlm and munge with apt-get where srun is missing. The node is the machine
-# itself at 127.0.0.1 with 2 CPUs; Slurm tracks and limits tasks with cgroups (v1), as a cluster
-# does, so `--mem` is enforced by the kernel and a step's tasks live in
-# memory:/slurm_<node>/uid_U/job_J/step_S. Exits non-zero, with the daemons' log tails, if the
-# node does not come up idle within 30 s.
+# Installs slurm-wlm and munge with apt-get where srun is missing. Both nodes are the machine
+# itself: two `NodeName=` lines with the same `NodeHostname` at 127.0.0.1, a slurmd port each,
+# and `%n` in slurmd's spool, pid and log paths, so `slurmd -N n1` and `slurmd -N n2` run side by
+# side with no namespaces (Slurm's "multiple slurmd" mode, which Debian's build has). Each has the
+# machine's 2 CPUs and half its memory. Slurm tracks and limits tasks with cgroups (v1), as a
+# cluster does, so `--mem` is enforced by the kernel and a step's tasks live in
+# memory:/slurm_<node>/uid_U/job_J/step_S: one tree per node (slurm_n1, slurm_n2), as on two
+# machines. Exits non-zero, with the daemons' log tails, if a node does not come up idle
+# within 30 s.
 #
 # --accounting adds sacct: MariaDB (its own data directory and port) and slurmdbd, installing
 # slurmdbd and mariadb-server where missing (about 50 s more; the tests do not need it).
@@ -19,8 +24,8 @@ set -euo pipefail
 accounting=
 [ "${1:-}" = --accounting ] && { accounting=1; shift; }
 dir=${1:-/tmp/oomguard-slurm}
-# slurmctld's port; slurmd takes the next, slurmdbd the one after (another Slurm on this machine,
-# or a second run of this script, needs other ports).
+# slurmctld's port; n1's slurmd takes the next, slurmdbd the one after, n2's slurmd the one
+# after that (another Slurm on this machine, or a second run of this script, needs other ports).
 port=${OOMGUARD_SLURM_PORT:-16817}
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -32,7 +37,8 @@ fi
 "$here/stop.sh" "$dir" 2>/dev/null || true
 mkdir -p "$dir"/{state,spool,log,munge}
 chmod 700 "$dir/munge"
-node=$(hostname -s)
+host=$(hostname -s)
+nodes=(n1 n2)
 [ -f "$dir/munge/munge.key" ] || mungekey --create --keyfile="$dir/munge/munge.key" >/dev/null
 chmod 400 "$dir/munge/munge.key"
 munged --force --socket="$dir/munge/socket" --key-file="$dir/munge/munge.key" \
@@ -73,11 +79,12 @@ CONF
     chmod 600 "$dir/slurmdbd.conf"
 fi
 
-# Memory the node offers jobs: half the machine's, so `--mem` requests fit.
+# Memory each node offers jobs: half the machine's, so `--mem` requests fit (both nodes share
+# the machine's memory, as they share its CPUs).
 mem_mib=$(( $(awk '/^MemTotal:/ {print $2}' /proc/meminfo) / 2048 ))
 cat > "$dir/slurm.conf" <<CONF
 ClusterName=oomguard
-SlurmctldHost=$node(127.0.0.1)
+SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$port
 SlurmdPort=$((port + 1))
 SlurmUser=root
@@ -88,9 +95,9 @@ CredType=cred/munge
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool/%n
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
 ProctrackType=proctrack/cgroup
 TaskPlugin=task/cgroup
 JobAcctGatherType=jobacct_gather/cgroup
@@ -104,8 +111,9 @@ KillWait=5
 DefMemPerCPU=1024
 InactiveLimit=0
 MinJobAge=300
-NodeName=$node NodeAddr=127.0.0.1 CPUs=2 RealMemory=$mem_mib State=UNKNOWN
-PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 1)) CPUs=2 RealMemory=$mem_mib State=UNKNOWN
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 3)) CPUs=2 RealMemory=$mem_mib State=UNKNOWN
+PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 CONF
 cat > "$dir/cgroup.conf" <<CONF
 CgroupPlugin=cgroup/v1
@@ -135,12 +143,13 @@ if [ -n "$accounting" ]; then
     sacctmgr -i add user root Account=oomguard >/dev/null
 fi
 slurmctld -f "$SLURM_CONF"
-slurmd -f "$SLURM_CONF"
+for n in "${nodes[@]}"; do slurmd -f "$SLURM_CONF" -N "$n"; done
 for _ in $(seq 300); do
-    state=$(sinfo -h -n "$node" -o %t 2>/dev/null || true)
-    [ "$state" = idle ] && { echo "slurm: node $node idle (SLURM_CONF=$SLURM_CONF)"; exit 0; }
+    # One line per node: both must read idle.
+    state=$(sinfo -h -N -o '%N=%t' 2>/dev/null | sort | tr '\n' ' ' || true)
+    [ "$state" = "n1=idle n2=idle " ] && { echo "slurm: nodes ${nodes[*]} idle on $host (SLURM_CONF=$SLURM_CONF)"; exit 0; }
     sleep 0.1
 done
-echo "slurm: node $node not idle after 30 s (state '${state:-}'); logs:" >&2
+echo "slurm: nodes not idle after 30 s (${state:-no answer}); logs:" >&2
 tail -n 20 "$dir"/log/*.log >&2
 exit 1
