@@ -74,9 +74,11 @@ fn count(events: &[(u64, String)], event: &str) -> usize {
 /// `srun -N 1 -n 2 --label -J NAME python3 slurm_task.py --record RECORD ARGS...`: both tasks on
 /// one node (the cluster has two; these tests are about one, slurm_two_nodes.rs about both).
 fn srun_tasks(name: &str, record: &Path, args: &[&str]) -> Vec<String> {
-    let mut job: Vec<String> = ["srun", "-N", "1", "-n", "2", "--label", "-J", name, "python3"]
-        .map(String::from)
-        .to_vec();
+    let mut job: Vec<String> = [
+        "srun", "-N", "1", "-n", "2", "--label", "-J", name, "python3",
+    ]
+    .map(String::from)
+    .to_vec();
     job.push(fixture("slurm_task.py"));
     job.extend(["--record".to_string(), record.display().to_string()]);
     job.extend(args.iter().map(|a| a.to_string()));

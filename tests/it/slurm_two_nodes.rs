@@ -1,0 +1,372 @@
+//! oomguard around a real two-node Slurm (issue 30): `sbatch -N 2` with `oomguard run -- srun`
+//! in the batch script, one task per node, against the Slurm 22.05 that tests/slurm/start.sh
+//! starts (nodes n1 and n2: two slurmd on this machine, each with its own cgroup tree,
+//! memory:/slurm_n1 and memory:/slurm_n2, as two machines would have). What one node cannot
+//! show: the task that dies is on the node oomguard does not run on (the batch host is n1), the
+//! relaunch must reach both nodes with the same batch, and a stop must reach the other node's
+//! task through Slurm and leave nothing in either node's cgroups. Where Slurm is not up
+//! (`SLURM_CONF` unset), each test prints `SKIPPED <name>: <reason>`; where it is set, both nodes
+//! must take jobs or the test fails.
+
+use crate::util;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use util::{alive, bin, causes, fixture, flag_value, kill, stderr_of, wait_until, Sandbox};
+
+const NODES: [&str; 2] = ["n1", "n2"];
+
+/// Skips (returns) where no Slurm was started; otherwise waits up to 30 s for both nodes to take
+/// jobs ("comp" counts: an earlier test's job still cleaning up; srun waits for it), and fails
+/// the test if they do not.
+macro_rules! need_two_nodes {
+    ($name:literal) => {
+        if std::env::var_os("SLURM_CONF").is_none() {
+            println!(
+                "SKIPPED {}: SLURM_CONF is not set (start Slurm with tests/slurm/start.sh)",
+                $name
+            );
+            return;
+        }
+        wait_for_both_nodes();
+    };
+}
+
+fn wait_for_both_nodes() {
+    let mut states = String::new();
+    let up = wait_until(Duration::from_secs(30), || {
+        let out = Command::new("sinfo")
+            .args(["-h", "-N", "-o", "%N %t"])
+            .output()
+            .expect("sinfo runs where SLURM_CONF is set");
+        states = String::from_utf8_lossy(&out.stdout).to_string();
+        NODES.iter().all(|node| {
+            states.lines().any(|line| {
+                line.split_once(' ').is_some_and(|(n, state)| {
+                    n == *node
+                        && !state.contains('*')
+                        && ["idle", "mix", "alloc", "comp"]
+                            .iter()
+                            .any(|s| state.starts_with(s))
+                })
+            })
+        })
+    });
+    assert!(
+        up,
+        "Slurm's nodes n1 and n2 do not both take jobs: {states}"
+    );
+}
+
+/// The JSON lines a fixture appended to `record`; none before its first task starts.
+fn records(record: &Path) -> Vec<serde_json::Value> {
+    if record.exists() {
+        util::records(record)
+    } else {
+        Vec::new()
+    }
+}
+
+/// Submits `body` as an sbatch script of two nodes, one task each, its output in `output`.
+/// With `wait`, sbatch returns when the job ended (and fails where the job failed). Returns
+/// sbatch's success and the job ID (empty with `wait`).
+fn sbatch(sb: &Sandbox, name: &str, body: &str, output: &Path, wait: bool) -> (bool, String) {
+    let script = sb.path("job.sbatch");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --job-name={name}\n\
+             set -euo pipefail\n{body}\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new("sbatch");
+    cmd.arg("--parsable");
+    if wait {
+        cmd.arg("--wait");
+    }
+    let out = cmd
+        .arg("-o")
+        .arg(output)
+        .arg(&script)
+        .env("XDG_STATE_HOME", sb.path("state"))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("sbatch runs");
+    let id = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    (out.status.success(), id)
+}
+
+/// The cgroups of job `job` left on either node (memory:/slurm_NODE/uid_0/job_JOB), and the
+/// fixture's tasks (`pids`) still alive, once Slurm has had 30 s to clean up.
+fn leftovers(job: &str, pids: &[u32]) -> Vec<String> {
+    let dirs: Vec<PathBuf> = NODES
+        .iter()
+        .map(|node| {
+            PathBuf::from(format!(
+                "/sys/fs/cgroup/memory/slurm_{node}/uid_0/job_{job}"
+            ))
+        })
+        .collect();
+    let mut left = Vec::new();
+    let clean = wait_until(Duration::from_secs(30), || {
+        left = dirs
+            .iter()
+            .filter(|d| d.exists())
+            .map(|d| d.display().to_string())
+            .chain(
+                pids.iter()
+                    .filter(|p| alive(**p))
+                    .map(|p| format!("task {p}")),
+            )
+            .collect();
+        left.is_empty()
+    });
+    if clean {
+        Vec::new()
+    } else {
+        left
+    }
+}
+
+#[test]
+fn a_task_on_the_second_node_killed_by_slurm_mem_is_relaunched_smaller_on_both_nodes() {
+    need_two_nodes!(
+        "a_task_on_the_second_node_killed_by_slurm_mem_is_relaunched_smaller_on_both_nodes"
+    );
+    let sb = Sandbox::new();
+    let record = sb.path("record.jsonl");
+    let output = sb.path("slurm.out");
+    // Rank 1 (on n2; oomguard runs on n1, the batch host) allocates until its step's --mem=200M
+    // on n2 kills it; rank 0 waits in a collective. Batch 32 fits on both.
+    let body = format!(
+        "exec {bin} run --run-dir {run} --backoff 0s --grace 10s --max-attempts 3 \
+         --log-format json -- srun --label --kill-on-bad-exit=1 --mem=200M python3 {task} \
+         --batch_size 64 --gradient_accumulation_steps 1 --fits 32 --oom alloc --oom-rank 1 \
+         --record {record}",
+        bin = bin().display(),
+        run = sb.run_dir().display(),
+        task = fixture("cluster_task.py"),
+        record = record.display(),
+    );
+    let (ok, _) = sbatch(&sb, "og-2n-mem", &body, &output, true);
+    let log = std::fs::read_to_string(&output).unwrap_or_default();
+    assert!(ok, "sbatch --wait failed:\n{log}");
+    // attempt → rank → (node, batch, accum).
+    let mut attempts: BTreeMap<String, BTreeMap<u64, (String, u64, u64)>> = BTreeMap::new();
+    for r in records(&record) {
+        attempts
+            .entry(r["attempt"].as_str().expect("OOMGUARD_ATTEMPT").to_string())
+            .or_default()
+            .insert(
+                r["rank"].as_u64().expect("rank"),
+                (
+                    r["node"].as_str().expect("SLURMD_NODENAME").to_string(),
+                    flag_value(&r["argv"], "--batch_size"),
+                    flag_value(&r["argv"], "--gradient_accumulation_steps"),
+                ),
+            );
+    }
+    let attempts: Vec<_> = attempts.into_values().collect();
+    assert_eq!(attempts.len(), 2, "{attempts:?}\n{log}");
+    assert_eq!(
+        attempts[0].get(&1),
+        Some(&("n2".to_string(), 64, 1)),
+        "{log}"
+    );
+    // Both nodes relaunched with half the batch and twice the accumulation: 32 × 2 = 64.
+    assert_eq!(
+        attempts[1],
+        BTreeMap::from([(0, ("n1".into(), 32, 2)), (1, ("n2".into(), 32, 2))]),
+        "{log}"
+    );
+    assert_eq!(causes(&sb.summary()), ["oom_killed", "ok"], "{log}");
+    // The verdict's evidence is Slurm's own line about the kill on n2.
+    let ended: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "attempt_ended")
+        .collect();
+    assert_eq!(ended.len(), 1, "{log}");
+    let fields = &ended[0]["fields"];
+    assert_eq!(fields["cause"], "oom_killed", "{log}");
+    let evidence = fields["evidence"].as_str().unwrap_or_default();
+    assert!(
+        evidence.contains("oom_kill event") || evidence.contains("n2: task 1: Out Of Memory"),
+        "evidence {evidence:?} is not Slurm's line:\n{log}"
+    );
+}
+
+/// The events slurm_task.py recorded, per node: (rank, event) in order.
+fn events_by_node(record: &Path) -> BTreeMap<String, Vec<String>> {
+    let mut by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in records(record) {
+        by_node
+            .entry(r["node"].as_str().expect("SLURMD_NODENAME").to_string())
+            .or_default()
+            .push(r["event"].as_str().expect("event").to_string());
+    }
+    by_node
+}
+
+fn nodes_up(record: &Path) -> BTreeSet<String> {
+    records(record)
+        .iter()
+        .filter(|r| r["event"] == "up")
+        .map(|r| r["node"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The job ID and task PIDs slurm_task.py recorded.
+fn job_and_pids(record: &Path) -> (String, Vec<u32>) {
+    let recs = records(record);
+    let job = recs[0]["job"].as_str().expect("SLURM_JOB_ID").to_string();
+    let pids = recs
+        .iter()
+        .filter_map(|r| r["pid"].as_u64())
+        .map(|p| p as u32)
+        .collect();
+    (job, pids)
+}
+
+/// Each node's task got the stop signal (`stop`: slurm_task.py's "term" for SIGTERM, "int" for
+/// SIGINT), finished its `--save-s` save (so no SIGKILL came before it) and did not run to its
+/// end; no task started twice.
+fn assert_saved_on_both_nodes(record: &Path, stop: &str, log: &str) {
+    let by_node = events_by_node(record);
+    assert_eq!(
+        by_node.keys().map(String::as_str).collect::<Vec<_>>(),
+        NODES,
+        "{by_node:?}\n{log}"
+    );
+    for (node, events) in &by_node {
+        let count = |e: &str| events.iter().filter(|x| *x == e).count();
+        assert_eq!(count("up"), 1, "{node}: {events:?}\n{log}");
+        assert!(count(stop) >= 1, "{node}: {events:?}\n{log}");
+        assert_eq!(count("saved"), 1, "{node}: {events:?}\n{log}");
+        assert_eq!(count("done"), 0, "{node}: {events:?}\n{log}");
+        let term = events.iter().position(|e| e == stop);
+        let saved = events.iter().position(|e| e == "saved");
+        assert!(term < saved, "{node}: {events:?}\n{log}");
+    }
+}
+
+#[test]
+fn scancel_of_a_two_node_job_reaches_both_tasks_as_sigterm_and_leaves_nothing() {
+    need_two_nodes!("scancel_of_a_two_node_job_reaches_both_tasks_as_sigterm_and_leaves_nothing");
+    let sb = Sandbox::new();
+    let record = sb.path("record.jsonl");
+    let output = sb.path("slurm.out");
+    // A 2 s save: inside Slurm's KillWait (5 s) between scancel's SIGTERM and its SIGKILL.
+    let body = format!(
+        "exec {bin} run --run-dir {run} --grace 30s -- srun --label python3 {task} \
+         --record {record} --save-s 2",
+        bin = bin().display(),
+        run = sb.run_dir().display(),
+        task = fixture("slurm_task.py"),
+        record = record.display(),
+    );
+    let (ok, id) = sbatch(&sb, "og-2n-scancel", &body, &output, false);
+    let log = || std::fs::read_to_string(&output).unwrap_or_default();
+    assert!(ok, "sbatch failed: {}", log());
+    assert!(
+        wait_until(Duration::from_secs(30), || nodes_up(&record).len() == 2),
+        "the tasks never came up on both nodes: {:?}\n{}",
+        records(&record),
+        log()
+    );
+    assert!(Command::new("scancel")
+        .arg(&id)
+        .status()
+        .expect("scancel")
+        .success());
+    let gone = || {
+        let out = Command::new("squeue").args(["-h", "-j", &id]).output();
+        out.is_ok_and(|o| o.stdout.is_empty())
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), gone),
+        "job {id} still queued"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || sb
+            .run_dir()
+            .join("summary.json")
+            .exists()),
+        "no summary: {}",
+        log()
+    );
+    assert_saved_on_both_nodes(&record, "term", &log());
+    assert_eq!(causes(&sb.summary()), ["interrupted"], "{}", log());
+    let (job, pids) = job_and_pids(&record);
+    assert_eq!(job, id);
+    assert_eq!(leftovers(&job, &pids), Vec::<String>::new(), "{}", log());
+}
+
+/// oomguard (not in an allocation) around `srun -N 2 --ntasks-per-node=1`, stopped by `signal`
+/// (systemctl stop's SIGTERM, a user's Ctrl-C): the signal reaches the task on each node through
+/// Slurm (`stop` is what the task records) and its `--grace` lets each save.
+fn stop_reaches_both_nodes(name: &str, signal: Signal, stop: &str) {
+    let sb = Sandbox::new();
+    let record = sb.path("record.jsonl");
+    let task = fixture("slurm_task.py");
+    let record_arg = record.display().to_string();
+    let job = [
+        "srun",
+        "-N",
+        "2",
+        "--ntasks-per-node=1",
+        "--label",
+        "-J",
+        name,
+        "python3",
+        &task,
+        "--record",
+        &record_arg,
+        "--save-s",
+        "3",
+    ];
+    let child = sb
+        .run(&["--grace", "30s"], &job)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("oomguard starts");
+    assert!(
+        wait_until(Duration::from_secs(30), || nodes_up(&record).len() == 2),
+        "the tasks never came up on both nodes: {:?}",
+        records(&record)
+    );
+    kill(child.id(), signal);
+    let out = child.wait_with_output().expect("oomguard ends");
+    let stderr = stderr_of(&out);
+    // 3 s of saving on each node, past Slurm's own stop: srun alone would have SIGKILLed them.
+    assert_saved_on_both_nodes(&record, stop, &stderr);
+    assert!(!stderr.contains("forcing job termination"), "{stderr}");
+    assert_eq!(causes(&sb.summary()), ["interrupted"], "{stderr}");
+    let (job, pids) = job_and_pids(&record);
+    assert_eq!(leftovers(&job, &pids), Vec::<String>::new(), "{stderr}");
+}
+
+#[test]
+fn grace_on_sigterm_reaches_the_task_on_each_node() {
+    need_two_nodes!("grace_on_sigterm_reaches_the_task_on_each_node");
+    stop_reaches_both_nodes("og-2n-term", Signal::SIGTERM, "term");
+}
+
+/// A Ctrl-C reaches the tasks as SIGINT, the user's own signal (as a trainer run by hand gets
+/// it), not as SIGTERM; either way before any SIGKILL, within `--grace`.
+#[test]
+fn grace_on_ctrl_c_reaches_the_task_on_each_node() {
+    need_two_nodes!("grace_on_ctrl_c_reaches_the_task_on_each_node");
+    stop_reaches_both_nodes("og-2n-int", Signal::SIGINT, "int");
+}
