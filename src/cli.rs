@@ -13,8 +13,10 @@ use crate::watch::Available;
 
 /// Supervise an ML training command: know why an attempt died of out-of-memory and relaunch it
 /// with a smaller batch (and larger gradient accumulation) until it fits.
+// `--version` names the build: the crate's version and the git commit it was built from, where
+// the build knew it (build.rs), so a pasted `--version` says which source a wheel came from.
 #[derive(Debug, Parser)]
-#[command(name = "oomguard", version, about, propagate_version = true)]
+#[command(name = "oomguard", version = env!("OOMGUARD_VERSION"), about, propagate_version = true)]
 pub struct Cli {
     /// Print only errors.
     #[arg(short, long, global = true, conflicts_with = "verbose")]
@@ -50,6 +52,10 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print a man page (roff), generated from these same definitions: `oomguard man | man -l -`.
     Man(ManArgs),
+    /// Write the systemd unit oomguard@.service into /etc/systemd/system (or, with --user,
+    /// ~/.config/systemd/user), for installs without the Debian package (pip, uv, cargo).
+    /// Exits 73 when it cannot: a different file in the way, a directory it may not write.
+    InstallUnits(InstallUnitsArgs),
     /// Internal: the guard process that kills the job if oomguard itself is killed.
     #[command(name = "__guard", hide = true)]
     Guard,
@@ -396,6 +402,19 @@ pub struct CompletionsArgs {
     /// The shell to complete for.
     #[arg(value_enum)]
     pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct InstallUnitsArgs {
+    /// The unit for `systemctl --user` (no root), into $XDG_CONFIG_HOME/systemd/user.
+    #[arg(long)]
+    pub user: bool,
+    /// Write into DIR instead (an image being built, a drop-in directory of your own).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Replace a unit (or drop-in) already there that differs from this oomguard's.
+    #[arg(long)]
+    pub force: bool,
 }
 
 #[derive(Debug, Args)]

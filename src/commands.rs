@@ -1,8 +1,9 @@
 //! The subcommands that read and print, beside `oomguard run`: `status` (the jobs' table),
-//! `classify` (a verdict per file), `report` (a run directory's table, JSON or page) and `man`
-//! (the pages). Each turns its arguments into output on stdout and an exit status; what they
-//! print is built by the modules they name ([`crate::status`], [`crate::classify`],
-//! [`crate::report`], [`crate::install`]). Nothing here supervises a job.
+//! `classify` (a verdict per file), `report` (a run directory's table, JSON or page), `man`
+//! (the pages) and `install-units` (the systemd units written). Each turns its arguments into
+//! output on stdout and an exit status; what they print is built by the modules they name
+//! ([`crate::status`], [`crate::classify`], [`crate::report`], [`crate::install`],
+//! [`crate::install_units`]). Nothing here supervises a job.
 
 use std::io::Read;
 use std::path::Path;
@@ -48,6 +49,34 @@ pub fn man(args: &cli::ManArgs) -> Result<i32, Error> {
         Ok(page) => print_bytes(&page),
         Err(why) => Err(Error::Usage(UsageError::ManPage(why))),
     }
+}
+
+/// `oomguard install-units`: the unit (and, for a binary systemd would not find, a drop-in)
+/// written, then what to run next on stdout.
+pub fn install_units(args: &cli::InstallUnitsArgs) -> Result<i32, Error> {
+    use crate::install_units::{install, next_steps, Place, Scope};
+    let exe = std::env::current_exe().map_err(|source| Error::Internal {
+        action: "cannot find this oomguard's own path",
+        source,
+    })?;
+    let scope = if args.user {
+        Scope::User
+    } else {
+        Scope::System
+    };
+    let place = Place {
+        scope,
+        dir: args.dir.clone(),
+        home: std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(Into::into),
+        xdg_config_home: std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|h| !h.is_empty())
+            .map(Into::into),
+        exe,
+    };
+    let written = install(&place, args.force)?;
+    print_bytes(next_steps(scope, &written).as_bytes())
 }
 
 /// Generated text on stdout (a completion script, a man page), for the shell to redirect.

@@ -4,7 +4,8 @@
 //!
 //! Also the reading of a file someone else may have replaced: opened without blocking (a FIFO
 //! in its place must not hang oomguard), refused unless it is a regular file (`/dev/zero` behind
-//! a symlink never ends), and read up to a cap.
+//! a symlink never ends), and read up to a cap. And renameat2(2) by its system call, for a
+//! binary linked against glibc 2.17 (the wheel), whose glibc has no wrapper for it.
 //!
 //! It picks no names and no places; each caller decides where its files live and how its
 //! temporary file is made (unique in a user's run directory, private 0600 in the state dir).
@@ -169,9 +170,78 @@ pub fn write_then_rename(
     written
 }
 
+/// renameat2(2) through its system call rather than glibc's wrapper, which only glibc 2.28 and
+/// later have: the wheel's binary is linked against glibc 2.17 (manylinux2014) so that it runs
+/// on older servers. The kernel call (Linux 3.15) is the same either way, and a kernel without it
+/// answers ENOSYS, as the wrapper would. `None` for a directory is the current one (AT_FDCWD).
+pub fn renameat2(
+    old_dir: Option<std::os::fd::RawFd>,
+    old: &std::ffi::OsStr,
+    new_dir: Option<std::os::fd::RawFd>,
+    new: &std::ffi::OsStr,
+    flags: nix::fcntl::RenameFlags,
+) -> nix::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &std::ffi::OsStr| {
+        std::ffi::CString::new(p.as_bytes()).map_err(|_| nix::errno::Errno::EINVAL)
+    };
+    let (old, new) = (c(old)?, c(new)?);
+    // SAFETY: both paths are NUL-terminated strings that outlive the call; the descriptors are
+    // plain integers the kernel checks; renameat2 takes exactly these five arguments.
+    let rc = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_renameat2,
+            old_dir.unwrap_or(nix::libc::AT_FDCWD),
+            old.as_ptr(),
+            new_dir.unwrap_or(nix::libc::AT_FDCWD),
+            new.as_ptr(),
+            flags.bits(),
+        )
+    };
+    nix::errno::Errno::result(rc).map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn renameat2_by_syscall_never_replaces_with_noreplace_and_swaps_with_exchange() {
+        use nix::fcntl::RenameFlags;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, "A").expect("a");
+        std::fs::write(&b, "B").expect("b");
+        let noreplace = renameat2(
+            None,
+            a.as_os_str(),
+            None,
+            b.as_os_str(),
+            RenameFlags::RENAME_NOREPLACE,
+        );
+        assert_eq!(noreplace, Err(nix::errno::Errno::EEXIST));
+        renameat2(
+            None,
+            a.as_os_str(),
+            None,
+            b.as_os_str(),
+            RenameFlags::RENAME_EXCHANGE,
+        )
+        .expect("exchange");
+        assert_eq!(std::fs::read_to_string(&a).expect("a"), "B");
+        assert_eq!(std::fs::read_to_string(&b).expect("b"), "A");
+        let c = dir.path().join("c");
+        renameat2(
+            None,
+            a.as_os_str(),
+            None,
+            c.as_os_str(),
+            RenameFlags::RENAME_NOREPLACE,
+        )
+        .expect("to a free name");
+        assert_eq!(std::fs::read_to_string(&c).expect("c"), "B");
+        assert!(!a.exists());
+    }
 
     #[test]
     fn fnv_is_the_published_fnv1a() {

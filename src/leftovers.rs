@@ -343,7 +343,8 @@ fn born_after(meta: &std::fs::Metadata, started: SystemTime) -> Option<bool> {
 /// leftovers set aside at the same attempt number): never over anything (renameat2's
 /// `RENAME_NOREPLACE`), as the job's user. Returns the name it got.
 pub fn set_aside(path: &Path, to: &Path) -> std::io::Result<PathBuf> {
-    use nix::fcntl::{renameat2, RenameFlags};
+    use crate::fsutil::renameat2;
+    use nix::fcntl::RenameFlags;
     crate::principal::as_user(|| {
         let mut last = None;
         for n in 1..=9 {
@@ -355,7 +356,13 @@ pub fn set_aside(path: &Path, to: &Path) -> std::io::Result<PathBuf> {
                     PathBuf::from(name)
                 }
             };
-            match renameat2(None, path, None, &target, RenameFlags::RENAME_NOREPLACE) {
+            match renameat2(
+                None,
+                path.as_os_str(),
+                None,
+                target.as_os_str(),
+                RenameFlags::RENAME_NOREPLACE,
+            ) {
                 Ok(()) => return Ok(target),
                 Err(nix::errno::Errno::EEXIST) => last = Some(target),
                 Err(e) => return Err(e.into()),

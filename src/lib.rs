@@ -25,7 +25,7 @@
 //! | judge | [`classify`] (the verdict), [`taken`] (a device OOM that neighbours on a shared card caused), [`scan`] (reading the output), [`oom_numbers`], [`outcome`] (the words of an ending) |
 //! | decide | [`policy`] (relaunch or stop, and with what), [`leftovers`] (a relaunch refused over the last attempt's files: set them aside or stop), [`fit`] (how much smaller, from the evidence), [`room`] (room on a shared card, the cards `--gpus` picks, other oomguards' claims) |
 //! | record | [`record`] (summary.json, samples.csv, the run directory), [`jobs`] (each job's memory), [`console`] and [`logging`] (what the user reads), [`notify`], [`metrics`], [`hooks`] |
-//! | commands | [`commands`] (`status`, `classify`, `report`, `man`), [`status`], [`report`], [`doctor`], [`install`], [`dry_run`] |
+//! | commands | [`commands`] (`status`, `classify`, `report`, `man`), [`status`], [`report`], [`doctor`], [`install`], [`install_units`], [`dry_run`] |
 //!
 //! Everything is private to the crate except the binary's entry ([`run()`], [`parse_from`],
 //! [`Reporter`]) and [`api`], the short list the benchmarks and integration tests drive.
@@ -84,6 +84,7 @@ mod commands;
 mod doctor;
 mod dry_run;
 mod install;
+mod install_units;
 mod report;
 mod status;
 
@@ -158,6 +159,8 @@ pub mod api {
 pub const EXIT_GAVE_UP: i32 = 75;
 /// Exit status for usage errors: bad flags, no command, unusable run directory.
 pub const EXIT_USAGE: i32 = 2;
+/// Exit status when `oomguard install-units` could not install a unit (EX_CANTCREAT).
+pub const EXIT_CANT_CREATE: i32 = install_units::EXIT_CANT_CREATE;
 /// Exit status when oomguard itself failed (cannot write its files, cannot listen to signals).
 pub const EXIT_INTERNAL: i32 = 70;
 
@@ -181,6 +184,9 @@ pub enum Error {
     /// `oomguard report` was given something that is not a readable run directory.
     #[error(transparent)]
     Report(#[from] report::ReportError),
+    /// `oomguard install-units` found a different file in the way, or could not write.
+    #[error(transparent)]
+    InstallUnits(#[from] install_units::InstallError),
     #[error("{action}: {source}")]
     Internal {
         action: &'static str,
@@ -199,6 +205,7 @@ impl Error {
             Error::RunDir(_) => EXIT_USAGE,
             Error::Internal { .. } => EXIT_INTERNAL,
             Error::Report(_) => EXIT_USAGE,
+            Error::InstallUnits(_) => EXIT_CANT_CREATE,
         }
     }
 }
@@ -223,6 +230,7 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
         Command::Doctor(args) => Ok(doctor::run(report, args.config.as_deref(), &args.command)),
         Command::Completions(args) => commands::print_bytes(&install::completions(args.shell)),
         Command::Man(args) => commands::man(&args),
+        Command::InstallUnits(args) => commands::install_units(&args),
         Command::Guard => Ok(child::guard_main(std::io::stdin().lock())),
         Command::Hook(args) => Ok(hooks::wrapper_main(args.timeout_ms, &args.argv)),
     }

@@ -20,6 +20,7 @@ mod fit_ramp;
 mod fit_replay;
 mod hang;
 mod hygiene;
+mod install_units;
 mod jobfiles;
 mod jobs;
 mod knobs;

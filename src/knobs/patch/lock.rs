@@ -396,7 +396,7 @@ impl FileLock {
         };
         let exchange = || {
             crate::principal::as_oomguard(|| {
-                nix::fcntl::renameat2(
+                crate::fsutil::renameat2(
                     Some(place.dir.as_raw_fd()),
                     mine_name.as_os_str(),
                     Some(place.dir.as_raw_fd()),
