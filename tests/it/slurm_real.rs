@@ -174,6 +174,33 @@ fn max_rss_around_srun_asks_sstat_where_the_step_cgroup_cannot_be_read() {
     assert_eq!(count(&seen, "done"), 0, "{seen:?}\n{stderr}");
 }
 
+/// `scancel` of Slurm job `id` (the batch job whose oomguard writes into `sb`), then waits for
+/// the job to leave the queue and for oomguard's summary.json: `log` is shown where either
+/// does not come.
+pub fn scancel_and_wait_for_the_summary(sb: &Sandbox, id: &str, log: &dyn Fn() -> String) {
+    assert!(Command::new("scancel")
+        .arg(id)
+        .status()
+        .expect("scancel")
+        .success());
+    let gone = || {
+        let out = Command::new("squeue").args(["-h", "-j", id]).output();
+        out.is_ok_and(|o| o.stdout.is_empty())
+    };
+    assert!(
+        wait_until(Duration::from_secs(60), gone),
+        "job {id} still queued"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || sb
+            .run_dir()
+            .join("summary.json")
+            .exists()),
+        "no summary: {}",
+        log()
+    );
+}
+
 #[test]
 fn scancel_mid_run_ends_the_run_as_interrupted_without_a_relaunch() {
     need_slurm!("scancel_mid_run_ends_the_run_as_interrupted_without_a_relaunch");
@@ -209,27 +236,7 @@ fn scancel_mid_run_ends_the_run_as_interrupted_without_a_relaunch() {
         "the tasks never came up: {}",
         log()
     );
-    assert!(Command::new("scancel")
-        .arg(&id)
-        .status()
-        .expect("scancel")
-        .success());
-    let gone = || {
-        let out = Command::new("squeue").args(["-h", "-j", &id]).output();
-        out.is_ok_and(|o| o.stdout.is_empty())
-    };
-    assert!(
-        wait_until(Duration::from_secs(60), gone),
-        "job {id} still queued"
-    );
-    assert!(
-        wait_until(Duration::from_secs(10), || sb
-            .run_dir()
-            .join("summary.json")
-            .exists()),
-        "no summary: {}",
-        log()
-    );
+    scancel_and_wait_for_the_summary(&sb, &id, &log);
     assert_eq!(causes(&sb.summary()), ["interrupted"], "{}", log());
     assert_eq!(count(&events(&record), "up"), 2, "no relaunch: {}", log());
 }

@@ -284,27 +284,7 @@ fn scancel_of_a_two_node_job_reaches_both_tasks_as_sigterm_and_leaves_nothing() 
         records(&record),
         log()
     );
-    assert!(Command::new("scancel")
-        .arg(&id)
-        .status()
-        .expect("scancel")
-        .success());
-    let gone = || {
-        let out = Command::new("squeue").args(["-h", "-j", &id]).output();
-        out.is_ok_and(|o| o.stdout.is_empty())
-    };
-    assert!(
-        wait_until(Duration::from_secs(60), gone),
-        "job {id} still queued"
-    );
-    assert!(
-        wait_until(Duration::from_secs(10), || sb
-            .run_dir()
-            .join("summary.json")
-            .exists()),
-        "no summary: {}",
-        log()
-    );
+    crate::slurm_real::scancel_and_wait_for_the_summary(&sb, &id, &log);
     assert_saved_on_both_nodes(&record, "term", &log());
     assert_eq!(causes(&sb.summary()), ["interrupted"], "{}", log());
     let (job, pids) = job_and_pids(&record);
