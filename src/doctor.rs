@@ -255,10 +255,11 @@ fn knobs_finding(command: &[std::ffi::OsString]) -> String {
                 .collect();
             lines.extend(set.notes.iter().cloned());
             if set.batch().is_none() {
-                lines.push(
-                    "no batch found in the command or its entrypoint's files: name it with --batch-arg"
-                        .to_string(),
-                );
+                lines.push(format!(
+                    "{}: {}",
+                    crate::knobs::NO_BATCH,
+                    crate::knobs::NAME_THE_BATCH
+                ));
             }
             lines.join("\n")
         }

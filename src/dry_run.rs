@@ -29,7 +29,9 @@ pub fn plan(settings: &RunSettings, cause: Cause) -> String {
             if knobs.automatic && knobs.batch().is_none() {
                 let _ = writeln!(
                     out,
-                    "  found: no batch in the command or its entrypoint's files (name it with --batch-arg)"
+                    "  {} ({})",
+                    crate::knobs::NO_BATCH,
+                    crate::knobs::NAME_THE_BATCH
                 );
             }
             if let Some(n) = settings.gpus {

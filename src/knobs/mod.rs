@@ -28,6 +28,11 @@ use std::path::{Path, PathBuf};
 use crate::outcome::Cause;
 use crate::record::summary::{FinalSizes, KnobValues};
 
+/// What the run's first lines, `--dry-run` and `doctor` say where no batch was found, and the
+/// fix: one sentence, however each goes on.
+pub const NO_BATCH: &str = "no batch found in the command or its entrypoint's files";
+pub const NAME_THE_BATCH: &str = "name it with --batch-arg: a flag, FILE:KEY or env:NAME";
+
 /// A knob's value, typed as JSON types it in summary.json.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {

@@ -205,7 +205,11 @@ pub(super) fn say_run_started(
         report.say(&format!("metrics at {url}"));
     }
     if settings.knobs.automatic && settings.knobs.batch().is_none() {
-        report.warn("no batch found in the command or its entrypoint's files: an out-of-memory death will not be relaunched smaller (name it with --batch-arg: a flag, FILE:KEY or env:NAME)");
+        report.warn(&format!(
+            "{}: an out-of-memory death will not be relaunched smaller ({})",
+            crate::knobs::NO_BATCH,
+            crate::knobs::NAME_THE_BATCH
+        ));
     }
 }
 

@@ -52,6 +52,20 @@ fn verify(sb: &Sandbox, unit: &Path, user: bool) -> Option<Output> {
     Some(out)
 }
 
+/// `systemd-analyze verify` loads `unit` (and its drop-ins) with nothing to say; `test` prints
+/// SKIPPED where systemd-analyze is not installed.
+fn assert_verifies(sb: &Sandbox, unit: &Path, user: bool, test: &str) {
+    match verify(sb, unit, user) {
+        Some(v) => assert!(
+            v.status.success() && v.stdout.is_empty() && v.stderr.is_empty(),
+            "{}{}",
+            String::from_utf8_lossy(&v.stdout),
+            stderr_of(&v)
+        ),
+        None => println!("SKIPPED {test}: systemd-analyze is not installed (.ci/run installs it)"),
+    }
+}
+
 #[test]
 fn the_system_unit_is_written_with_a_drop_in_systemd_loads_and_a_rerun_changes_nothing() {
     let sb = Sandbox::new();
@@ -95,17 +109,12 @@ fn the_system_unit_is_written_with_a_drop_in_systemd_loads_and_a_rerun_changes_n
 
     // systemd reads the drop-in: the bare `oomguard` of the unit, found nowhere on this
     // machine's search path, is replaced by this binary, so verify has nothing to say.
-    match verify(&sb, &unit, false) {
-        Some(v) => assert!(
-            v.status.success() && v.stdout.is_empty() && v.stderr.is_empty(),
-            "{}{}",
-            String::from_utf8_lossy(&v.stdout),
-            stderr_of(&v)
-        ),
-        None => println!(
-            "SKIPPED the_system_unit_is_written_with_a_drop_in_systemd_loads_and_a_rerun_changes_nothing: systemd-analyze is not installed (.ci/run installs it)"
-        ),
-    }
+    assert_verifies(
+        &sb,
+        &unit,
+        false,
+        "the_system_unit_is_written_with_a_drop_in_systemd_loads_and_a_rerun_changes_nothing",
+    );
 
     let mtime = |p: &Path| {
         std::fs::metadata(p)
@@ -193,17 +202,12 @@ fn user_units_go_under_home_for_systemctl_user() {
         text.contains(" run --config %E/oomguard/%i.toml\n"),
         "{text}"
     );
-    match verify(&sb, &unit, true) {
-        Some(v) => assert!(
-            v.status.success() && v.stdout.is_empty() && v.stderr.is_empty(),
-            "{}{}",
-            String::from_utf8_lossy(&v.stdout),
-            stderr_of(&v)
-        ),
-        None => println!(
-            "SKIPPED user_units_go_under_home_for_systemctl_user: systemd-analyze is not installed (.ci/run installs it)"
-        ),
-    }
+    assert_verifies(
+        &sb,
+        &unit,
+        true,
+        "user_units_go_under_home_for_systemctl_user",
+    );
 }
 
 #[test]
