@@ -63,6 +63,31 @@ pub struct Sample {
     /// The memory of the job's srun tasks whose cgroup cannot be read here (tasks on other
     /// nodes), as Slurm's `sstat` reports it: added to what the bounds judge.
     pub remote_tasks_bytes: Option<u64>,
+    /// Where the memory of the job's Slurm tasks is, part by part: each node whose step cgroup
+    /// is read here, and each step whose tasks `sstat` reports as a whole (see [`SlurmPart`]).
+    /// Empty for a job without srun steps. The parts sum to what the steps add to
+    /// [`Sample::job_bytes`].
+    pub slurm_parts: Vec<SlurmPart>,
+}
+
+/// The memory of some of a job's Slurm tasks, read in one place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmPart {
+    pub place: SlurmPlace,
+    /// The working set of the node's step cgroups (usage where the working set is unknown), or
+    /// the step's `mem=` in sstat's `TRESUsageInTot`.
+    pub bytes: u64,
+}
+
+/// Where a [`SlurmPart`] was read.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SlurmPlace {
+    /// A node's step cgroups, read here (several slurmd on one host each have their own tree):
+    /// the node's name.
+    Node(String),
+    /// Every task of one step, on all its nodes, as `sstat` sums them (some node's cgroup
+    /// cannot be read here).
+    Step(crate::slurm::Step),
 }
 
 impl Sample {
@@ -309,6 +334,7 @@ impl Sampler {
                 .then(|| read_tree_cpu_ticks(&self.procs, pids))
                 .flatten(),
             remote_tasks_bytes: None,
+            slurm_parts: Vec::new(),
         }
     }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 /// One job step: `JOB.STEP` in Slurm's words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Step {
     pub job: u64,
     pub step: u64,
