@@ -90,6 +90,19 @@ pub enum SlurmPlace {
     Step(crate::slurm::Step),
 }
 
+/// What one sample reads as the job's ([`Sampler::sample_scope`]).
+#[derive(Clone, Copy)]
+pub struct Scope<'a> {
+    /// The processes read from /proc (the tree's numbers) and counted as the job's on the GPU.
+    pub pids: &'a [u32],
+    /// Processes counted as the job's on the GPU only: their memory is counted elsewhere (the
+    /// tasks of a Slurm step that `sstat` reports as a whole).
+    pub gpu_only_pids: &'a [u32],
+    /// The cgroups whose counters are summed into the sample's: the attempt's, and the Slurm
+    /// steps' on this host, each of these with its node.
+    pub cgroups: &'a [(Option<SlurmPlace>, &'a JobCgroup)],
+}
+
 impl Sample {
     /// The job's memory as the bounds and the trend read it: its cgroup's working set when it
     /// has one (exact, cheap, and blind to droppable page cache, so streaming a data set does
@@ -153,8 +166,12 @@ impl Peaks {
         // A process's VmHWM is a floor for the tree's peak RSS: it catches spikes between ticks.
         let rss = (s.tree.processes > 0)
             .then_some(s.tree.rss_bytes.max(s.tree.max_hwm_bytes.unwrap_or(0)));
+        // srun tasks that only sstat sees (other nodes) are part of the job's memory, as the
+        // bounds judge it: the peaks the table and the fit read hold them too.
+        let remote =
+            |bytes: Option<u64>| bytes.map(|b| b.saturating_add(s.remote_tasks_bytes.unwrap_or(0)));
         for (peak, value) in [
-            (&mut self.rss_bytes, rss),
+            (&mut self.rss_bytes, remote(rss)),
             (&mut self.pss_bytes, s.tree.pss_bytes),
             (&mut self.swap_bytes, s.tree.swap_bytes),
             (&mut self.gpu_bytes, s.gpu_bytes()),
@@ -162,7 +179,7 @@ impl Peaks {
                 &mut self.gpu_neighbours_bytes,
                 s.gpu.as_ref().map(JobGpu::neighbours_bytes),
             ),
-            (&mut self.cgroup_bytes, s.cgroup_bytes),
+            (&mut self.cgroup_bytes, remote(s.cgroup_bytes)),
             (
                 &mut self.process_rss_bytes,
                 s.tree.max_hwm_bytes.max(s.tree.largest_rss_bytes),
@@ -290,11 +307,47 @@ impl Sampler {
     /// One sample of the processes `pids` (the job's tree: with a cgroup, its `cgroup.procs`)
     /// and of `cgroup`.
     pub fn sample(&mut self, attempt: u32, pids: &[u32], cgroup: Option<&JobCgroup>) -> Sample {
+        let cgroups: Vec<_> = cgroup.map(|cg| (None, cg)).into_iter().collect();
+        self.sample_scope(
+            attempt,
+            &Scope {
+                pids,
+                gpu_only_pids: &[],
+                cgroups: &cgroups,
+            },
+        )
+    }
+
+    /// One sample of what `scope` says is the job's: its cgroups' counters summed (each
+    /// Slurm node's also kept apart in [`Sample::slurm_parts`]), its processes read from /proc.
+    pub fn sample_scope(&mut self, attempt: u32, scope: &Scope) -> Sample {
+        let Scope {
+            pids,
+            gpu_only_pids,
+            cgroups,
+        } = *scope;
         let unix_time_s = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         let now = Instant::now();
-        let cgroup_mem = cgroup.and_then(JobCgroup::memory);
+        let mut slurm_parts: Vec<SlurmPart> = Vec::new();
+        let mut cgroup_mem: Option<CgroupMem> = None;
+        for (place, cg) in cgroups {
+            let Some(mem) = cg.memory() else {
+                continue;
+            };
+            if let Some(place) = place {
+                let bytes = mem.working_set_bytes.unwrap_or(mem.usage_bytes);
+                match slurm_parts.iter_mut().find(|p| p.place == *place) {
+                    Some(part) => part.bytes = part.bytes.saturating_add(bytes),
+                    None => slurm_parts.push(SlurmPart {
+                        place: place.clone(),
+                        bytes,
+                    }),
+                }
+            }
+            cgroup_mem = Some(cgroup_mem.map_or(mem, |sum| sum.plus(&mem)));
+        }
         let judged_by_cgroup = cgroup_mem.is_some_and(|m| m.working_set_bytes.is_some());
         let mut pss_read = false;
         // With a cgroup counting swap, statm's RSS is all a process adds (its peak comes from
@@ -316,9 +369,10 @@ impl Sampler {
             tree.swap_bytes = cgroup_swap_bytes;
         }
         // The PID set is built only when there is a snapshot to attribute.
-        let gpu = self
-            .gpu_snapshot()
-            .map(|snap| self.shares(&snap, &pids.iter().copied().collect()));
+        let gpu = self.gpu_snapshot().map(|snap| {
+            let job_pids = pids.iter().chain(gpu_only_pids).copied().collect();
+            self.shares(&snap, &job_pids)
+        });
         Sample {
             unix_time_s,
             attempt,
@@ -334,7 +388,7 @@ impl Sampler {
                 .then(|| read_tree_cpu_ticks(&self.procs, pids))
                 .flatten(),
             remote_tasks_bytes: None,
-            slurm_parts: Vec::new(),
+            slurm_parts,
         }
     }
 
@@ -673,5 +727,12 @@ mod tests {
         let mut empty = Peaks::default();
         empty.update(&Sample::default());
         assert_eq!(empty.rss_bytes, None);
+        // Tasks on another node, as sstat sums them: the job's peak holds them.
+        s.remote_tasks_bytes = Some(1000);
+        s.cgroup_bytes = Some(4000);
+        peaks.update(&s);
+        assert_eq!(peaks.rss_bytes, Some(1150));
+        assert_eq!(peaks.cgroup_bytes, Some(5000));
+        assert_eq!(peaks.process_rss_bytes, Some(150), "a process of its own");
     }
 }

@@ -2,14 +2,16 @@
 //! where they run. srun does not forward SIGTERM, SIGHUP or SIGQUIT to its tasks: it prints
 //! `srun: forcing job termination` and Slurm SIGKILLs every task, so no task could save a
 //! checkpoint. This module finds each step (`scontrol show step -o`, whose `SrunHost:Pid` names
-//! the srun that launched it), signals its tasks the way `scancel --signal` does, and finds the
-//! step's memory cgroup on this node, which holds the tasks (the attempt cgroup holds only srun),
-//! or, where there is none to read (tasks on other nodes), asks `sstat` for their memory.
+//! the srun that launched it, and `Nodes=` how many nodes it spans), signals its tasks the way
+//! `scancel --signal` does, finds the step's memory cgroups on this host (one per node whose
+//! slurmd runs here: usually one, several where a host runs several slurmd), which hold the
+//! tasks (the attempt cgroup holds only srun), and asks `sstat` for the memory of all a step's
+//! tasks where some node's cgroup is not here to read.
 //!
-//! It does not decide when to stop (`supervise` does), nor read the cgroup's counters (`cgroup`
-//! does); it knows nothing of steps on other nodes beyond what `scancel` reaches. Finding the
-//! steps runs `scontrol` (a round trip to slurmctld), so callers ask only when a new srun
-//! appears, and again when a step was not found yet.
+//! It does not decide when to stop (`supervise` does), nor read the cgroups' counters (`cgroup`
+//! does), nor choose between cgroups and sstat for a step (`supervise` does, so that no task is
+//! counted twice). Finding the steps runs `scontrol` (a round trip to slurmctld), so callers ask
+//! only when a new srun appears, and again, less and less often, while a step is not found.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -41,9 +43,18 @@ pub fn is_srun_command(program: &std::ffi::OsStr) -> bool {
     Path::new(program).file_name() == Some(std::ffi::OsStr::new("srun"))
 }
 
+/// A step as `scontrol show step -o` lists it: launched by the srun `srun_pid` here, on
+/// `nodes` nodes (`None` where the line does not say).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listed {
+    pub srun_pid: u32,
+    pub step: Step,
+    pub nodes: Option<u32>,
+}
+
 /// The steps launched from this host by the srun processes `srun_pids`, as `scontrol show step
 /// -o` lists them; empty where scontrol is missing or fails (no Slurm, or slurmctld down).
-pub fn steps_of(srun_pids: &[u32]) -> Vec<(u32, Step)> {
+pub fn steps_of(srun_pids: &[u32]) -> Vec<Listed> {
     if srun_pids.is_empty() {
         return Vec::new();
     }
@@ -117,7 +128,7 @@ pub fn parse_steps(
     host: &str,
     pids: &[u32],
     owner_of: &dyn Fn(u32) -> Option<u32>,
-) -> Vec<(u32, Step)> {
+) -> Vec<Listed> {
     let short = |h: &str| h.split('.').next().unwrap_or(h).to_string();
     let host = short(host.trim());
     let mut steps = Vec::new();
@@ -156,7 +167,11 @@ pub fn parse_steps(
         let (Ok(job), Ok(step)) = (job.parse(), step.parse()) else {
             continue;
         };
-        steps.push((srun_pid, Step { job, step }));
+        steps.push(Listed {
+            srun_pid,
+            step: Step { job, step },
+            nodes: field("Nodes=").and_then(|n| n.parse().ok()),
+        });
     }
     steps
 }
@@ -183,29 +198,85 @@ pub fn signal_steps(steps: &[Step], signal: Signal) -> bool {
     ok
 }
 
-/// The memory cgroup of `step` on this node, where slurmstepd put its tasks: on cgroup v1
-/// `memory/slurm*/uid_U/job_J/step_S` (slurm_<node> with several slurmd per host), on v2
-/// `system.slice/slurmstepd.scope/job_J/step_S`. `None` where the step runs no task here or
-/// Slurm does not track tasks with cgroups.
-pub fn step_memory_cgroup(root: &Path, step: Step) -> Option<(PathBuf, bool)> {
+/// One node's memory cgroup of a step, on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepCgroup {
+    /// The node's name: from the tree's name where several slurmd share the host
+    /// (`slurm_n2`, `n2_slurmstepd.scope`), else `here` (the host's short name).
+    pub node: String,
+    pub dir: PathBuf,
+    pub v2: bool,
+}
+
+/// The memory cgroups of `step` on this host, one per node whose slurmd runs here, where
+/// slurmstepd put its tasks: on cgroup v1 `memory/slurm/uid_U/job_J/step_S`
+/// (`memory/slurm_NODE/...` with several slurmd per host), on v2
+/// `system.slice/slurmstepd.scope/job_J/step_S` (`NODE_slurmstepd.scope`). Empty where the step
+/// runs no task here or Slurm does not track tasks with cgroups. `here` names the node of an
+/// unnamed tree.
+pub fn step_memory_cgroups(root: &Path, step: Step, here: &str) -> Vec<StepCgroup> {
     let leaf = format!("job_{}/step_{}", step.job, step.step);
-    let v2 = root.join("system.slice/slurmstepd.scope").join(&leaf);
-    if v2.join("memory.current").exists() {
-        return Some((v2, true));
-    }
-    let memory = root.join("memory");
-    for slurm in std::fs::read_dir(&memory).ok()?.flatten() {
-        if !slurm.file_name().to_string_lossy().starts_with("slurm") {
-            continue;
+    let mut found = Vec::new();
+    let node_of = |name: &str, unnamed: &str, prefix: bool| {
+        let named = if prefix {
+            name.strip_suffix(unnamed).and_then(|n| n.strip_suffix('_'))
+        } else {
+            name.strip_prefix(unnamed).and_then(|n| n.strip_prefix('_'))
+        };
+        match named {
+            Some(node) if !node.is_empty() => Some(node.to_string()),
+            _ => (name == unnamed).then(|| here.to_string()),
         }
-        for uid in std::fs::read_dir(slurm.path()).ok()?.flatten() {
-            let dir = uid.path().join(&leaf);
+    };
+    for scope in subdirs(&root.join("system.slice")) {
+        let Some(node) = node_of(&file_name(&scope), "slurmstepd.scope", true) else {
+            continue;
+        };
+        let dir = scope.join(&leaf);
+        if dir.join("memory.current").exists() {
+            found.push(StepCgroup {
+                node,
+                dir,
+                v2: true,
+            });
+        }
+    }
+    for tree in subdirs(&root.join("memory")) {
+        let Some(node) = node_of(&file_name(&tree), "slurm", false) else {
+            continue;
+        };
+        for uid in subdirs(&tree) {
+            let dir = uid.join(&leaf);
             if dir.join("memory.usage_in_bytes").exists() {
-                return Some((dir, false));
+                found.push(StepCgroup {
+                    node: node.clone(),
+                    dir,
+                    v2: false,
+                });
             }
         }
     }
-    None
+    found.sort_by(|a, b| a.node.cmp(&b.node));
+    found
+}
+
+/// The subdirectories of `dir` (links to one included); none where it cannot be listed.
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// The memory the tasks of `step` use now, summed over them, as `sstat` reports it from Slurm's
@@ -263,19 +334,28 @@ StepId=9.batch UserId=0 State=RUNNING Name=batch
 ";
 
     /// A host, our srun PIDs, and the steps they launched.
-    type Row = (&'static str, &'static [u32], Vec<(u32, Step)>);
+    type Row = (&'static str, &'static [u32], Vec<Listed>);
+
+    /// What `parse_steps` lists for srun `srun_pid`'s step `job.step` on `nodes` nodes.
+    fn listed(srun_pid: u32, job: u64, step: u64, nodes: Option<u32>) -> Listed {
+        Listed {
+            srun_pid,
+            step: Step { job, step },
+            nodes,
+        }
+    }
 
     #[test]
     fn finds_the_steps_of_our_sruns_on_our_host() {
-        let step = |job, step| Step { job, step };
+        let step = |srun_pid, job, step| listed(srun_pid, job, step, Some(1));
         let table: &[Row] = &[
-            ("vm", &[15241], vec![(15241, step(5, 0))]),
+            ("vm", &[15241], vec![step(15241, 5, 0)]),
             (
                 "vm.cluster.local",
                 &[15241, 15300],
-                vec![(15241, step(5, 0)), (15300, step(6, 2))],
+                vec![step(15241, 5, 0), step(15300, 6, 2)],
             ),
-            ("node2", &[15241], vec![(15241, step(7, 0))]),
+            ("node2", &[15241], vec![listed(15241, 7, 0, None)]),
             ("vm", &[15400, 1], vec![]),
             ("vm", &[], vec![]),
             ("other", &[15241], vec![]),
@@ -298,30 +378,109 @@ StepId=9.batch UserId=0 State=RUNNING Name=batch
         let named = SHOW.replace("UserId=0", "UserId=alice(1000)");
         assert_eq!(
             parse_steps(&named, "vm", &[15241], &|_| Some(1000)),
-            vec![(15241, step(5, 0))]
+            vec![step(15241, 5, 0)]
         );
-        assert_eq!(step(42, 3).to_string(), "42.3");
+        let two = SHOW.replace("Nodes=1", "Nodes=2");
+        assert_eq!(
+            parse_steps(&two, "vm", &[15241], &root),
+            vec![listed(15241, 5, 0, Some(2))]
+        );
+        assert_eq!(Step { job: 42, step: 3 }.to_string(), "42.3");
     }
 
     #[test]
-    fn finds_the_step_cgroup_of_either_version() {
+    fn finds_the_step_cgroups_of_every_node_here_in_either_version() {
         let tmp = tempfile::tempdir().unwrap();
         let step = Step { job: 14, step: 0 };
-        assert_eq!(step_memory_cgroup(tmp.path(), step), None);
-        let v1 = tmp.path().join("memory/slurm_vm/uid_0/job_14/step_0");
-        std::fs::create_dir_all(&v1).unwrap();
-        std::fs::write(v1.join("memory.usage_in_bytes"), "1\n").unwrap();
-        assert_eq!(step_memory_cgroup(tmp.path(), step), Some((v1, false)));
+        let found = |step| {
+            step_memory_cgroups(tmp.path(), step, "vm")
+                .into_iter()
+                .map(|c| {
+                    (
+                        c.node,
+                        c.dir.strip_prefix(tmp.path()).unwrap().to_owned(),
+                        c.v2,
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(found(step), vec![]);
+        // (tree, step directory below it, counter file, version 2)
+        let trees = [
+            (
+                "memory/slurm",
+                "uid_0/job_14/step_0",
+                "memory.usage_in_bytes",
+            ),
+            (
+                "memory/slurm_n2",
+                "uid_1000/job_14/step_0",
+                "memory.usage_in_bytes",
+            ),
+            (
+                "memory/slurm_n3",
+                "uid_0/job_14/step_1",
+                "memory.usage_in_bytes",
+            ),
+            ("memory/slurmish", "uid_0/job_14/step_0", ""),
+            (
+                "memory/other",
+                "uid_0/job_14/step_0",
+                "memory.usage_in_bytes",
+            ),
+            (
+                "system.slice/slurmstepd.scope",
+                "job_14/step_0",
+                "memory.current",
+            ),
+            (
+                "system.slice/n4_slurmstepd.scope",
+                "job_14/step_0",
+                "memory.current",
+            ),
+            (
+                "system.slice/cron.service",
+                "job_14/step_0",
+                "memory.current",
+            ),
+        ];
+        for (tree, leaf, counter) in trees {
+            let dir = tmp.path().join(tree).join(leaf);
+            std::fs::create_dir_all(&dir).unwrap();
+            if !counter.is_empty() {
+                std::fs::write(dir.join(counter), "1\n").unwrap();
+            }
+        }
+        let path = |p: &str| PathBuf::from(p);
         assert_eq!(
-            step_memory_cgroup(tmp.path(), Step { job: 14, step: 1 }),
-            None
+            found(step),
+            vec![
+                (
+                    "n2".into(),
+                    path("memory/slurm_n2/uid_1000/job_14/step_0"),
+                    false
+                ),
+                (
+                    "n4".into(),
+                    path("system.slice/n4_slurmstepd.scope/job_14/step_0"),
+                    true
+                ),
+                (
+                    "vm".into(),
+                    path("system.slice/slurmstepd.scope/job_14/step_0"),
+                    true
+                ),
+                ("vm".into(), path("memory/slurm/uid_0/job_14/step_0"), false),
+            ]
         );
-        let v2 = tmp
-            .path()
-            .join("system.slice/slurmstepd.scope/job_14/step_0");
-        std::fs::create_dir_all(&v2).unwrap();
-        std::fs::write(v2.join("memory.current"), "1\n").unwrap();
-        assert_eq!(step_memory_cgroup(tmp.path(), step), Some((v2, true)));
+        assert_eq!(
+            found(Step { job: 14, step: 1 }),
+            vec![(
+                "n3".into(),
+                path("memory/slurm_n3/uid_0/job_14/step_1"),
+                false
+            )]
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! notices go to an [`Observer`] the caller provides); it only asks `classify` whether a silent
 //! job's output shows an out-of-memory error.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,14 +35,17 @@ use crate::mem::tree::ProcTree;
 use crate::outcome::Ending;
 use crate::quiet::{self, QuietStop, QuietWatch};
 use crate::record::attempt_log::AttemptLog;
-use crate::sampler::{Peaks, Sample, Sampler};
+use crate::sampler::{Peaks, Sample, Sampler, Scope};
 use crate::scan;
 use crate::signals::Deliveries;
 use crate::slurm::{self, Step};
+
+mod steps;
 use crate::stream::{self, Sinks, Target};
 use crate::taken::HostReading;
 use crate::terminal::{self, Pty};
 use crate::watch::{self, BoundWatch, Bounds, Crossing, Trend};
+use steps::SrunSteps;
 
 /// Once every process of the tree is gone, how long the job's pipes may stay open with nothing
 /// coming through them before oomguard stops waiting (a process outside our tree may hold a copy
@@ -264,26 +267,6 @@ fn between_attempts(signal: Signal) -> Option<Signal> {
     }
     child::reap_ready();
     None
-}
-
-/// The memory of the steps whose tasks cannot be read here, from `sstat` at most every
-/// [`SSTAT_EVERY`] (the last answer stands in between).
-fn remote_step_bytes(steps: &mut SrunSteps) -> Option<u64> {
-    if steps.remote.is_empty() {
-        return None;
-    }
-    if steps
-        .sstat
-        .is_none_or(|(at, _)| at.elapsed() >= SSTAT_EVERY)
-    {
-        let bytes = steps
-            .remote
-            .iter()
-            .map(|step| slurm::step_memory_bytes(*step))
-            .sum::<Option<u64>>();
-        steps.sstat = Some((Instant::now(), bytes));
-    }
-    steps.sstat.and_then(|(_, bytes)| bytes)
 }
 
 /// `now + d`, or a far-off instant where that would overflow (`--grace 500000000000years`),
@@ -551,44 +534,6 @@ struct AttemptState {
     stop_began: Option<SystemTime>,
 }
 
-/// The Slurm step each of the job's `srun` processes launched, and the steps' memory cgroups on
-/// this node: the tasks run there, under slurmstepd, not below oomguard.
-#[derive(Default)]
-struct SrunSteps {
-    /// srun PIDs seen, with their step once `scontrol` listed it.
-    by_srun: HashMap<u32, Option<Step>>,
-    /// Processes found not to be srun, with when first seen: their name is read again only
-    /// while they are young (a fork execs srun at once) or the attempt's main process (it may
-    /// exec srun at any time), so a tick does not read every process's name.
-    not_srun: HashMap<u32, Instant>,
-    /// When `scontrol` was last asked: a step not listed yet (srun still allocating) is asked
-    /// about again at most every [`STEP_LOOKUP`].
-    asked: Option<Instant>,
-    /// The memory cgroups of the steps that have one here, read like an attempt cgroup.
-    cgroups: Vec<(Step, JobCgroup)>,
-    /// The steps with no cgroup here (tasks on other nodes): `sstat` reports their memory.
-    remote: Vec<Step>,
-    /// When `sstat` was last asked, and what it said, summed over [`SrunSteps::remote`].
-    sstat: Option<(Instant, Option<u64>)>,
-}
-
-/// How often `sstat` is asked about steps whose cgroup cannot be read here: a round trip to
-/// each node's slurmd, whose own figures move every `JobAcctGatherFrequency` (30 s by default).
-const SSTAT_EVERY: Duration = Duration::from_secs(5);
-
-/// How long a new process's name is looked at again for `srun` (see [`SrunSteps::not_srun`]).
-const NAME_SETTLES: Duration = Duration::from_secs(2);
-
-impl SrunSteps {
-    /// The steps found so far, without asking Slurm.
-    fn known(&self) -> Vec<Step> {
-        self.by_srun.values().flatten().copied().collect()
-    }
-}
-
-/// How often `scontrol` is asked again about an srun whose step it did not list.
-const STEP_LOOKUP: Duration = Duration::from_secs(1);
-
 impl AttemptState {
     fn new(setup: &Setup, pgid: u32) -> Self {
         AttemptState {
@@ -725,8 +670,8 @@ impl Supervisor {
         signal_listed(pgid, &self.job_processes(), signal);
     }
 
-    /// The Slurm steps of the job's live `srun`s, asking `scontrol` about sruns not seen before
-    /// (and, at most every [`STEP_LOOKUP`], about those it did not list yet), with the srun PIDs.
+    /// The Slurm steps of the job's live `srun`s (see [`SrunSteps::refresh`]), with the srun
+    /// PIDs.
     fn srun_steps(
         &self,
         state: &mut AttemptState,
@@ -736,65 +681,9 @@ impl Supervisor {
         if !self.slurm {
             return (Vec::new(), Vec::new());
         }
-        let known = &mut state.steps;
-        known.not_srun.retain(|pid, _| pids.contains(pid));
-        let mut sruns = Vec::new();
-        for &pid in pids {
-            let settled = known
-                .not_srun
-                .get(&pid)
-                .is_some_and(|seen| seen.elapsed() >= NAME_SETTLES && pid != main_pid);
-            if settled {
-                continue;
-            }
-            if known.by_srun.contains_key(&pid) || slurm::is_srun(pid) {
-                known.not_srun.remove(&pid);
-                sruns.push(pid);
-            } else {
-                known.not_srun.entry(pid).or_insert_with(Instant::now);
-            }
-        }
-        known.by_srun.retain(|pid, _| sruns.contains(pid));
-        let by_srun = &known.by_srun;
-        known
-            .cgroups
-            .retain(|(step, _)| by_srun.values().any(|s| *s == Some(*step)));
-        known
-            .remote
-            .retain(|step| by_srun.values().any(|s| *s == Some(*step)));
-        let unknown: Vec<u32> = sruns
-            .iter()
-            .copied()
-            .filter(|pid| known.by_srun.get(pid).is_none_or(Option::is_none))
-            .collect();
-        let due = known.asked.is_none_or(|at| at.elapsed() >= STEP_LOOKUP);
-        let new = sruns.iter().any(|pid| !known.by_srun.contains_key(pid));
-        if !unknown.is_empty() && (due || new) {
-            known.asked = Some(Instant::now());
-            for pid in &unknown {
-                known.by_srun.insert(*pid, None);
-            }
-            for (pid, step) in slurm::steps_of(&unknown) {
-                known.by_srun.insert(pid, Some(step));
-                let root = std::env::var_os(cgroup::CGROUP_ROOT_ENV)
-                    .map_or_else(|| PathBuf::from("/sys/fs/cgroup"), PathBuf::from);
-                match slurm::step_memory_cgroup(&root, step) {
-                    Some((dir, v2)) => {
-                        tracing::info!(
-                            "watching the tasks of Slurm step {step} in {}",
-                            dir.display()
-                        );
-                        known.cgroups.push((step, JobCgroup::observed(dir, v2)));
-                    }
-                    None => {
-                        tracing::info!("watching the tasks of Slurm step {step} through sstat");
-                        known.remote.push(step);
-                    }
-                }
-            }
-        }
-        let steps = known.known();
-        (steps, sruns)
+        let sruns =
+            steps::real_slurm(|slurm| state.steps.refresh(pids, main_pid, Instant::now(), slurm));
+        (state.steps.known(), sruns)
     }
 
     /// Asks the job to stop with `signal`, and continues it (a stopped job cannot act on the
@@ -1169,18 +1058,35 @@ impl Supervisor {
         // bounds and peaks judge (the step's counters stand for the attempt cgroup's, which
         // holds srun alone).
         self.srun_steps(state, alive, job.pgid);
-        let steps = &state.steps.cgroups;
-        let mut sample = if steps.is_empty() {
+        let here = state.steps.read_here();
+        let mut sample = if here.cgroups.is_empty() && here.gpu_only_pids.is_empty() {
             self.sampler.sample(job.attempt, alive, job.cgroup.as_ref())
         } else {
-            let mut pids = alive.to_vec();
-            for (_, cg) in steps {
-                pids.extend(cg.tree_pids());
-            }
-            self.sampler
-                .sample(job.attempt, &pids, steps.first().map(|(_, cg)| cg))
+            // The attempt cgroup (srun, and whatever else the job runs here) and each node's
+            // step cgroups hold different processes: their counters add up.
+            let cgroups: Vec<_> = job
+                .cgroup
+                .iter()
+                .map(|cg| (None, cg))
+                .chain(here.cgroups.into_iter().map(|(node, cg)| (Some(node), cg)))
+                .collect();
+            let pids: Vec<u32> = alive.iter().copied().chain(here.pids).collect();
+            self.sampler.sample_scope(
+                job.attempt,
+                &Scope {
+                    pids: &pids,
+                    gpu_only_pids: &here.gpu_only_pids,
+                    cgroups: &cgroups,
+                },
+            )
         };
-        sample.remote_tasks_bytes = remote_step_bytes(&mut state.steps);
+        let sstat = state
+            .steps
+            .sstat_parts(Instant::now(), &slurm::step_memory_bytes);
+        if !sstat.is_empty() {
+            sample.remote_tasks_bytes = Some(sstat.iter().map(|p| p.bytes).sum());
+        }
+        sample.slurm_parts.extend(sstat);
         observer.sample(&sample);
         let stopping =
             state.memory_stop.is_some() || state.user_stop.is_some() || state.quiet_stop.is_some();

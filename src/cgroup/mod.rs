@@ -111,6 +111,22 @@ pub struct CgroupMem {
     pub swap_bytes: Option<u64>,
 }
 
+impl CgroupMem {
+    /// The counters of two cgroups that hold different processes, as one: each sum is known
+    /// only where both are (unknown is not a guess).
+    pub fn plus(&self, other: &CgroupMem) -> CgroupMem {
+        let both = |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| a.saturating_add(b));
+        CgroupMem {
+            usage_bytes: self.usage_bytes.saturating_add(other.usage_bytes),
+            working_set_bytes: both(self.working_set_bytes, other.working_set_bytes),
+            anon_bytes: both(self.anon_bytes, other.anon_bytes),
+            file_bytes: both(self.file_bytes, other.file_bytes),
+            shmem_bytes: both(self.shmem_bytes, other.shmem_bytes),
+            swap_bytes: both(self.swap_bytes, other.swap_bytes),
+        }
+    }
+}
+
 /// Where an attempt cgroup's code picks `v1` or `v2`: its readers, limits and preparation go
 /// through here. ([`Parent::detect`], which finds out the version, asks `v1` and `v2` directly.)
 impl Version {

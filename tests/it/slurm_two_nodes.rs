@@ -350,3 +350,150 @@ fn grace_on_ctrl_c_reaches_the_task_on_each_node() {
     need_two_nodes!("grace_on_ctrl_c_reaches_the_task_on_each_node");
     stop_reaches_both_nodes("og-2n-int", Signal::SIGINT, "int");
 }
+
+/// oomguard (outside an allocation) around `srun -N 2 --ntasks-per-node=1` whose tasks hold
+/// `hold_mb` MiB (slurm_task.py's list: rank 0 on n1, rank 1 on n2) for `for_s` seconds, with
+/// `--max-rss max_rss`; `slurm_cgroups`, where given, is the only cgroup tree oomguard looks in
+/// for the steps' cgroups (`OOMGUARD_SLURM_CGROUP_ROOT`). Returns stderr, summary.json and the
+/// `slurm_parts` cell of each row of samples.csv, parsed (`node:n1` or `step:J.S` → bytes).
+fn two_node_max_rss(
+    name: &str,
+    hold_mb: &str,
+    for_s: &str,
+    max_rss: &str,
+    slurm_cgroups: Option<&Path>,
+) -> (String, serde_json::Value, Vec<BTreeMap<String, u64>>) {
+    let sb = Sandbox::new();
+    let record = sb.path("record.jsonl");
+    let task = fixture("slurm_task.py");
+    let record_arg = record.display().to_string();
+    let job = [
+        "srun",
+        "-N",
+        "2",
+        "--ntasks-per-node=1",
+        "--label",
+        "-J",
+        name,
+        "python3",
+        &task,
+        "--record",
+        &record_arg,
+        "--hold-mb",
+        hold_mb,
+        "--for-s",
+        for_s,
+        "--save-s",
+        "0.5",
+    ];
+    let mut run = sb.run(
+        &[
+            "--max-rss",
+            max_rss,
+            "--grace",
+            "30s",
+            "--max-attempts",
+            "1",
+        ],
+        &job,
+    );
+    if let Some(root) = slurm_cgroups {
+        run.env("OOMGUARD_SLURM_CGROUP_ROOT", root);
+    }
+    let out = run.output().expect("oomguard runs");
+    let stderr = stderr_of(&out);
+    assert_eq!(
+        nodes_up(&record),
+        BTreeSet::from(NODES.map(String::from)),
+        "{stderr}"
+    );
+    let csv = std::fs::read_to_string(sb.run_dir().join("samples.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert!(
+        lines.next().is_some_and(|h| h.ends_with(",slurm_parts")),
+        "samples.csv's last column is slurm_parts"
+    );
+    // The last cell holds no comma (`node:n1=1;node:n2=2`): the row's last comma ends the rest.
+    let parts = lines
+        .map(|row| {
+            let cell = row.rsplit(',').next().unwrap_or_default();
+            cell.split(';')
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    let (place, bytes) = p.split_once('=').expect("PLACE=BYTES");
+                    (place.to_string(), bytes.parse().expect("bytes"))
+                })
+                .collect()
+        })
+        .collect();
+    (stderr, sb.summary(), parts)
+}
+
+/// The largest value `place` had in any sample.
+fn peak_of(parts: &[BTreeMap<String, u64>], place: &str) -> Option<u64> {
+    parts.iter().filter_map(|p| p.get(place)).copied().max()
+}
+
+const MIB: u64 = 1 << 20;
+
+/// 100 MiB on n1 and 200 MiB on n2, `--max-rss 250M`: only both nodes' step cgroups together
+/// cross it (one node's alone, as oomguard read a step before, never does), and samples.csv
+/// keeps each node's memory apart for the report's chart.
+#[test]
+fn max_rss_sums_the_step_cgroups_of_both_nodes_and_the_samples_keep_each_node() {
+    need_two_nodes!("max_rss_sums_the_step_cgroups_of_both_nodes_and_the_samples_keep_each_node");
+    let (stderr, summary, parts) = two_node_max_rss("og-2n-rss", "100,200", "40", "250M", None);
+    assert_eq!(causes(&summary), ["memory_limit"], "{stderr}");
+    assert!(stderr.contains("over --max-rss 250.0 MiB"), "{stderr}");
+    let n1 = peak_of(&parts, "node:n1").expect("n1's memory sampled");
+    let n2 = peak_of(&parts, "node:n2").expect("n2's memory sampled");
+    assert!((100 * MIB..190 * MIB).contains(&n1), "n1 {n1}: {parts:?}");
+    assert!((200 * MIB..290 * MIB).contains(&n2), "n2 {n2}: {parts:?}");
+    assert!(
+        parts
+            .iter()
+            .all(|p| p.keys().all(|k| k.starts_with("node:"))),
+        "both nodes' cgroups are here: no sstat: {parts:?}"
+    );
+    let peak = summary["attempts"][0]["peak_cgroup_bytes"]
+        .as_u64()
+        .expect("the attempt has a cgroup peak");
+    assert!(
+        peak >= 300 * MIB,
+        "peak {peak} is not both nodes': {stderr}"
+    );
+}
+
+/// As on a cluster where the other node is another machine: oomguard sees only n1's cgroup
+/// tree, so the step is read whole from sstat, and its task on n1 is not counted a second time
+/// from n1's cgroup. 200 MiB on n1, 20 on n2, `--max-rss 300M`: sstat's figure reaches the
+/// job's peak (at least 200 MiB), and the bound is not crossed (n1's cgroup plus sstat would be
+/// over 400 MiB). (Slurm 22.05's jobacct_gather/cgroup reports no memory for a step's tasks on
+/// its second node: sstat's total here is n1's task alone, whence the big task on n1.)
+#[test]
+fn where_the_other_nodes_cgroup_is_not_here_sstat_reads_the_whole_step_once() {
+    need_two_nodes!("where_the_other_nodes_cgroup_is_not_here_sstat_reads_the_whole_step_once");
+    let only_n1 = tempfile::tempdir().unwrap();
+    std::fs::create_dir(only_n1.path().join("memory")).unwrap();
+    std::os::unix::fs::symlink(
+        "/sys/fs/cgroup/memory/slurm_n1",
+        only_n1.path().join("memory/slurm_n1"),
+    )
+    .unwrap();
+    let (stderr, summary, parts) =
+        two_node_max_rss("og-2n-sstat", "200,20", "12", "300M", Some(only_n1.path()));
+    assert_eq!(causes(&summary), ["ok"], "{stderr}");
+    let places: BTreeSet<&String> = parts.iter().flat_map(|p| p.keys()).collect();
+    assert_eq!(places.len(), 1, "{places:?}");
+    let step = places.first().unwrap();
+    assert!(step.starts_with("step:") && step.ends_with(".0"), "{step}");
+    let sstat = peak_of(&parts, step).unwrap();
+    assert!(sstat >= 200 * MIB, "sstat {sstat}: {parts:?}");
+    let peak = summary["attempts"][0]["peak_rss_bytes"]
+        .as_u64()
+        .expect("the attempt has a peak RSS");
+    assert!(
+        (200 * MIB..300 * MIB).contains(&peak),
+        "peak {peak}: sstat's tasks counted once: {stderr}"
+    );
+}
