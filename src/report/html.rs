@@ -1,6 +1,6 @@
 //! The HTML page of `oomguard report --html FILE`, and `report.html`, which a run writes into its
-//! run directory when it ends: self-contained (the chart inlined as SVG, then the attempts table),
-//! with no script and no external resource.
+//! run directory when it ends: self-contained (the chart inlined as SVG, then the attempts table,
+//! and for a Slurm job each attempt's peak per node), with no script and no external resource.
 //!
 //! It renders and writes the page only; the report is loaded by [`crate::report`] and the chart
 //! drawn by [`crate::report::chart`].
@@ -61,7 +61,19 @@ impl RunReport {
             }
             let _ = writeln!(out, "<td class=\"t\">{}</td></tr>", escape(&a.evidence));
         }
-        out.push_str("</table>\n</body></html>\n");
+        out.push_str("</table>\n");
+        // A job whose Slurm tasks ran on several nodes: which node held how much at most.
+        for a in &self.attempts {
+            if let Some(peaks) = self.slurm_peaks_text(a.attempt) {
+                let _ = writeln!(
+                    out,
+                    "<p>attempt {}, peak per node: {}</p>",
+                    a.attempt,
+                    escape(&peaks)
+                );
+            }
+        }
+        out.push_str("</body></html>\n");
         out
     }
 }

@@ -160,7 +160,11 @@ impl Places {
             let Some((place, bytes)) = text.rsplit_once('=') else {
                 continue;
             };
-            let (Some(place), Ok(bytes)) = (self.get(place), bytes.parse::<u64>()) else {
+            // The bytes first: a part that is not whole takes no place's room.
+            let Ok(bytes) = bytes.parse::<u64>() else {
+                continue;
+            };
+            let Some(place) = self.get(place) else {
                 continue;
             };
             if parts.iter().all(|p| p.place != place) {
@@ -833,10 +837,9 @@ mod tests {
             ),
             (
                 "a quoted cell, and a column a later version adds after it",
-                format!(
-                    "unix_time,attempt,tree_rss_bytes,slurm_parts,later\n\
-                     1.0,1,5,\"node:a,b=1;node:q\"\"=2\",9\n"
-                ),
+                "unix_time,attempt,tree_rss_bytes,slurm_parts,later\n\
+                 1.0,1,5,\"node:a,b=1;node:q\"\"=2\",9\n"
+                    .into(),
                 vec!["node:a,b=1".into(), "node:q\"=2".into()],
             ),
             (
@@ -890,6 +893,14 @@ mod tests {
             rows[19].point.slurm_bytes(&SlurmPlace::Node("n1".into())),
             Some(19)
         );
+        // Parts that are not whole take no room: the place after them still has it.
+        let mut csv = String::from("unix_time,attempt,slurm_parts\n");
+        for i in 0..20 {
+            csv.push_str(&format!("{i}.0,1,node:bad{i}=x;node:bad{i}\n"));
+        }
+        csv.push_str("20.0,1,node:good=1\n");
+        let rows = parsed(&csv);
+        assert_eq!(parts_text(&rows[20].point), ["node:good=1"]);
     }
 
     #[test]
