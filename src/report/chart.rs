@@ -453,15 +453,22 @@ const SLURM_COLOURS: [plotters::style::RGBColor; SLURM_PLACES_MAX] = [
 ];
 
 /// A Slurm place's legend: `node n1 (Slurm tasks)`, `step 12.0, all nodes (sstat)`. A node's
-/// name is samples.csv's, whoever wrote it: no control character in the page.
+/// name is samples.csv's, whoever wrote it: no control character in the page, and past
+/// [`LEGEND_NAME_MAX_CHARS`] cut with `…`, so the legend keeps to the chart.
 fn slurm_place_label(place: &SlurmPlace) -> String {
     match place {
         SlurmPlace::Node(name) => {
-            format!("node {} (Slurm tasks)", crate::console::printable(name))
+            let name = crate::console::printable(name);
+            let shown: String = name.chars().take(LEGEND_NAME_MAX_CHARS).collect();
+            let cut = if shown.len() < name.len() { "…" } else { "" };
+            format!("node {shown}{cut} (Slurm tasks)")
         }
         SlurmPlace::Step(step) => format!("step {step}, all nodes (sstat)"),
     }
 }
+
+/// The longest node name a legend shows whole: Slurm's are host names, far shorter.
+const LEGEND_NAME_MAX_CHARS: usize = 40;
 
 /// How many columns of the chart's width the timeline is thinned to.
 pub(super) const CHART_COLUMNS: f64 = 1000.0;
@@ -785,7 +792,7 @@ mod tests {
         type Parts = fn(u32, u32) -> Vec<(SlurmPlace, u64)>;
         // (name, parts by (attempt, sample), legends in colour order with their segments)
         type Case = (&'static str, Parts, &'static [(&'static str, usize)]);
-        let table: [Case; 4] = [
+        let table: [Case; 5] = [
             (
                 "two nodes in both attempts: a line each an attempt, one legend each",
                 |_, _| vec![(node("n2"), 3 * GIB), (node("n1"), GIB)],
@@ -814,6 +821,14 @@ mod tests {
                 "a name's control characters are escaped, its markup is text",
                 |_, _| vec![(node("<b>\u{1b}[2J"), GIB)],
                 &[("node &lt;b&gt;\\u{1b}[2J (Slurm tasks)", 2)],
+            ),
+            (
+                "a name longer than a legend shows is cut",
+                |_, _| vec![(node(&"x".repeat(1000)), GIB)],
+                &[(
+                    "node xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx… (Slurm tasks)",
+                    2,
+                )],
             ),
         ];
         let plain = report(Some(80 * GIB), timeline(|_, _| None)).svg();

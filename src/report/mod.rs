@@ -286,6 +286,18 @@ fn build(dir: &Path, summary: SummaryIn, samples: Vec<Row>) -> RunReport {
     }
 }
 
+/// The Slurm places `points` name, sorted (nodes by name, then steps), each once.
+fn places_of<'a>(points: impl Iterator<Item = &'a TimelinePoint>) -> Vec<Arc<SlurmPlace>> {
+    let mut places: Vec<Arc<SlurmPlace>> = Vec::new();
+    for part in points.flat_map(|p| p.slurm_parts.iter()) {
+        if !places.contains(&part.place) {
+            places.push(Arc::clone(&part.place));
+        }
+    }
+    places.sort();
+    places
+}
+
 fn value_text(v: &serde_json::Value) -> String {
     match v {
         serde_json::Value::String(s) => s.clone(),
@@ -455,14 +467,7 @@ impl RunReport {
 
     /// The Slurm places the timeline names, in order (nodes by name, then steps), each once.
     pub(crate) fn slurm_places(&self) -> Vec<Arc<SlurmPlace>> {
-        let mut places: Vec<Arc<SlurmPlace>> = Vec::new();
-        for part in self.timeline.iter().flat_map(|p| p.slurm_parts.iter()) {
-            if !places.contains(&part.place) {
-                places.push(Arc::clone(&part.place));
-            }
-        }
-        places.sort();
-        places
+        places_of(self.timeline.iter())
     }
 
     /// `n1 1.0 GiB, n2 3.0 GiB, step 12.0 (all nodes, sstat) 5.0 GiB`: the highest each Slurm
@@ -477,8 +482,7 @@ impl RunReport {
         if own.is_empty() {
             return None;
         }
-        let peaks: Vec<String> = self
-            .slurm_places()
+        let peaks: Vec<String> = places_of(own.iter().copied())
             .iter()
             .filter_map(|place| {
                 let peak = own.iter().filter_map(|p| p.slurm_bytes(place)).max()?;
