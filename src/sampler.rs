@@ -452,6 +452,51 @@ impl Sampler {
     }
 }
 
+/// `node:NAME` or `step:JOB.STEP`: a place as samples.csv's `slurm_parts` names it (the record
+/// writes it, the report parses it back with `str::parse`).
+impl std::fmt::Display for SlurmPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SlurmPlace::Node(name) => write!(f, "node:{name}"),
+            SlurmPlace::Step(step) => write!(f, "step:{step}"),
+        }
+    }
+}
+
+/// Text that names no [`SlurmPlace`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotASlurmPlace;
+
+impl std::str::FromStr for SlurmPlace {
+    type Err = NotASlurmPlace;
+
+    /// `node:NAME` (a name of at least one character) or `step:JOB.STEP` (two unsigned
+    /// numbers), as [`SlurmPlace`]'s `Display` writes them.
+    fn from_str(text: &str) -> Result<SlurmPlace, NotASlurmPlace> {
+        if let Some(name) = text.strip_prefix("node:") {
+            return (!name.is_empty())
+                .then(|| SlurmPlace::Node(name.to_string()))
+                .ok_or(NotASlurmPlace);
+        }
+        let (job, step) = text
+            .strip_prefix("step:")
+            .and_then(|s| s.split_once('.'))
+            .ok_or(NotASlurmPlace)?;
+        // Digits only: `parse` alone would take a leading `+`.
+        let number = |s: &str| {
+            s.bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| s.parse::<u64>().ok())
+                .flatten()
+                .ok_or(NotASlurmPlace)
+        };
+        Ok(SlurmPlace::Step(crate::slurm::Step {
+            job: number(job)?,
+            step: number(step)?,
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

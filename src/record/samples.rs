@@ -1,14 +1,18 @@
 //! `samples.csv` in the run directory: its columns, created with its header row, and one row
 //! appended (and flushed) per tick of every attempt.
 //!
-//! Every cell is a number or empty (unknown) but the last, `gpu_neighbours`: the other processes
-//! on the job's cards (a shared GPU's other users), each `PID:user:bytes`, joined by `;`
-//! (`999999:alice:42949672960;4242:?:1073741824`, `?` where /proc does not show the user or the
-//! driver the bytes), quoted as CSV quotes a cell where it holds a `,` or a `"`. Beside it,
-//! `gpu_neighbours_bytes` (what they hold), `gpu_driver_bytes` (used memory no listed process
-//! accounts for) and `gpu_total_bytes` (the cards' capacity), all over the cards the job is on
-//! (every card before it touches one); the chart stacks the job's memory under the neighbours'
-//! up to the card.
+//! Every cell is a number or empty (unknown) but two text cells. `gpu_neighbours`: the other
+//! processes on the job's cards (a shared GPU's other users), each `PID:user:bytes`, joined by
+//! `;` (`999999:alice:42949672960;4242:?:1073741824`, `?` where /proc does not show the user or
+//! the driver the bytes). Before it, `gpu_neighbours_bytes` (what they hold),
+//! `gpu_driver_bytes` (used memory no listed process accounts for) and `gpu_total_bytes` (the
+//! cards' capacity), all over the cards the job is on (every card before it touches one); the
+//! chart stacks the job's memory under the neighbours' up to the card. The last column,
+//! `slurm_parts`: where the job's Slurm tasks hold their memory ([`Sample::slurm_parts`]), each
+//! `node:NAME=BYTES` (a node's step cgroups, read here) or `step:JOB.STEP=BYTES` (all of a
+//! step's tasks, as sstat sums them), joined by `;` (`node:n1=123;node:n2=456`,
+//! `step:12.0=789`); empty for a job without srun steps. Both text cells are quoted as CSV quotes
+//! a cell where it holds a `,` or a `"`.
 //!
 //! It writes rows only; the samples are taken by [`crate::sampler`], and `oomguard report` reads
 //! them back ([`crate::report::samples`]).
@@ -19,7 +23,7 @@ use std::path::PathBuf;
 
 use crate::gpu::JobGpu;
 use crate::record::run_dir::{RunDir, RunDirError};
-use crate::sampler::Sample;
+use crate::sampler::{Sample, SlurmPart, SlurmPlace};
 
 /// `samples.csv`: one row per tick of every attempt.
 pub struct SamplesCsv {
@@ -32,7 +36,8 @@ pub const SAMPLE_COLUMNS: &str = concat!(
     "unix_time,attempt,tree_rss_bytes,tree_pss_bytes,tree_swap_bytes,sys_available_bytes,",
     "gpu_used_bytes,cgroup_bytes,sys_swap_free_bytes,psi_some_avg10,",
     "cgroup_working_set_bytes,cgroup_anon_bytes,cgroup_file_bytes,cgroup_shmem_bytes,",
-    "cgroup_swap_bytes,gpu_neighbours_bytes,gpu_driver_bytes,gpu_total_bytes,gpu_neighbours"
+    "cgroup_swap_bytes,gpu_neighbours_bytes,gpu_driver_bytes,gpu_total_bytes,gpu_neighbours,",
+    "slurm_parts"
 );
 
 /// The cgroup columns that end a samples.csv row (working set, anon, file, shmem, swap), each
@@ -110,6 +115,39 @@ fn entry_text(user: &str) -> String {
         .collect()
 }
 
+/// The `slurm_parts` cell: `node:NAME=BYTES` or `step:JOB.STEP=BYTES` for each part, joined by
+/// `;`, in the sample's order; empty without parts.
+fn slurm_parts_cell(parts: &[SlurmPart]) -> String {
+    let text = parts
+        .iter()
+        .map(|part| match &part.place {
+            // A node's name is Slurm's (a host name), but whoever configures Slurm writes it:
+            // one that holds a separator must not split the cell nor the part.
+            SlurmPlace::Node(name) => format!("node:{}={}", part_text(name), part.bytes),
+            SlurmPlace::Step(_) => format!("{}={}", part.place, part.bytes),
+        })
+        .collect::<Vec<_>>()
+        .join(";");
+    csv_cell(&text)
+}
+
+/// A node's name as a `slurm_parts` field: its separators (`;`, `=`) and control characters
+/// as `?`; `?` where empty.
+fn part_text(name: &str) -> String {
+    if name.is_empty() {
+        return "?".to_string();
+    }
+    name.chars()
+        .map(|c| {
+            if c.is_control() || matches!(c, ';' | '=') {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
 /// A text cell as CSV (RFC 4180) writes it: in double quotes, its own doubled, where it holds
 /// a separator or a quote; as it is otherwise.
 fn csv_cell(text: &str) -> String {
@@ -126,7 +164,7 @@ impl SamplesCsv {
         let cell = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
         let rss = (s.tree.processes > 0).then_some(s.tree.rss_bytes);
         let row = format!(
-            "{:.3},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             s.unix_time_s,
             s.attempt,
             cell(rss),
@@ -142,6 +180,7 @@ impl SamplesCsv {
                 .unwrap_or_default(),
             cgroup_cells(s.cgroup.as_ref()),
             gpu_cells(s.gpu.as_ref()),
+            slurm_parts_cell(&s.slurm_parts),
         );
         let written = self
             .out
@@ -297,7 +336,46 @@ mod tests {
     }
 
     #[test]
-    fn rows_keep_every_column_in_its_place_and_add_the_gpu_ones_at_the_end() {
+    fn slurm_parts_cells_name_each_place_and_its_bytes() {
+        let node = |name: &str, bytes| SlurmPart {
+            place: SlurmPlace::Node(name.into()),
+            bytes,
+        };
+        let step = |job, step, bytes| SlurmPart {
+            place: SlurmPlace::Step(crate::slurm::Step { job, step }),
+            bytes,
+        };
+        let table: [(&str, Vec<SlurmPart>, &str); 6] = [
+            ("no srun step: empty", vec![], ""),
+            (
+                "two nodes read here, in the sample's order",
+                vec![node("n2", 456), node("n1", 123)],
+                "node:n2=456;node:n1=123",
+            ),
+            ("a step sstat sums", vec![step(12, 0, 789)], "step:12.0=789"),
+            (
+                "a node and a step",
+                vec![node("gpu-07", 1), step(4_294_967_296, 3, 0)],
+                "node:gpu-07=1;step:4294967296.3=0",
+            ),
+            (
+                "a name's separators and control characters cannot split a part; empty is ?",
+                vec![node("a;b=c\n", 1), node("", 2)],
+                "node:a?b?c?=1;node:?=2",
+            ),
+            (
+                "a comma or a quote is quoted as CSV quotes it",
+                vec![node("x,y", 1), node("q\"", 2)],
+                "\"node:x,y=1;node:q\"\"=2\"",
+            ),
+        ];
+        for (name, parts, want) in table {
+            assert_eq!(slurm_parts_cell(&parts), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn rows_keep_every_column_in_its_place_and_add_new_ones_at_the_end() {
         let names: Vec<&str> = SAMPLE_COLUMNS.split(',').collect();
         // What readers index by position (tests, scripts) stays where it was.
         assert_eq!(names[..2], ["unix_time", "attempt"]);
@@ -309,7 +387,8 @@ mod tests {
                 "gpu_neighbours_bytes",
                 "gpu_driver_bytes",
                 "gpu_total_bytes",
-                "gpu_neighbours"
+                "gpu_neighbours",
+                "slurm_parts"
             ]
         );
         let dir = tempfile::tempdir().unwrap();
@@ -329,6 +408,17 @@ mod tests {
         csv.write(&shared).unwrap();
         shared.gpu = None;
         csv.write(&shared).unwrap();
+        shared.slurm_parts = vec![
+            SlurmPart {
+                place: SlurmPlace::Node("n1".into()),
+                bytes: GIB,
+            },
+            SlurmPart {
+                place: SlurmPlace::Step(crate::slurm::Step { job: 12, step: 0 }),
+                bytes: 2 * GIB,
+            },
+        ];
+        csv.write(&shared).unwrap();
         let text = std::fs::read_to_string(run.path().join("samples.csv")).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], SAMPLE_COLUMNS);
@@ -343,9 +433,15 @@ mod tests {
                 &*GIB.to_string(),
                 "0",
                 &*(80 * GIB).to_string(),
-                &*format!("9:dave:{GIB}")
+                &*format!("9:dave:{GIB}"),
+                ""
             ]
         );
-        assert!(lines[2].ends_with(",,,,"), "{}", lines[2]);
+        assert!(lines[2].ends_with(",,,,,"), "{}", lines[2]);
+        assert!(
+            lines[3].ends_with(&format!(",,,,,node:n1={GIB};step:12.0={}", 2 * GIB)),
+            "{}",
+            lines[3]
+        );
     }
 }

@@ -3,15 +3,19 @@
 //! relaunch; its axis units, and a long timeline thinned to the chart's columns. On a shared
 //! GPU, the other processes' memory (samples.csv's `gpu_neighbours_bytes`) is a band stacked on
 //! the job's GPU line, up to the card's capacity drawn as a limit; a run without neighbours
-//! draws exactly the chart it did before the band was.
+//! draws exactly the chart it did before the band was. A job whose Slurm tasks' memory was read
+//! place by place (samples.csv's `slurm_parts`) gets a thinner line per place in a colour of its
+//! own: one per node (`node n1 (Slurm tasks)`) and one per step sstat sums (`step 12.0, all
+//! nodes (sstat)`); a run without Slurm parts draws exactly the chart it did before them.
 //!
 //! It draws only; the report it draws from is [`crate::report`]'s, and the page around it is
 //! [`crate::report::html`].
 
 use std::fmt::Write as _;
 
-use crate::report::samples::TimelinePoint;
+use crate::report::samples::{TimelinePoint, SLURM_PLACES_MAX};
 use crate::report::RunReport;
+use crate::sampler::SlurmPlace;
 use crate::units::human_bytes;
 
 impl RunReport {
@@ -68,6 +72,10 @@ impl RunReport {
         })
         .chain(self.cards_line())
         .collect();
+        let mut places = self.slurm_places();
+        // A report read from samples.csv names at most this many; one from elsewhere (JSON)
+        // is drawn as far as the legend has room.
+        places.truncate(SLURM_PLACES_MAX);
         let peak_seen = self
             .timeline
             .iter()
@@ -77,6 +85,12 @@ impl RunReport {
                     .iter()
                     .filter_map(TimelinePoint::gpu_stacked_bytes),
             )
+            .chain(self.timeline.iter().flat_map(|p| {
+                p.slurm_parts
+                    .iter()
+                    .filter(|part| places.contains(&part.place))
+                    .map(|part| part.bytes)
+            }))
             .chain(limits.iter().map(|l| l.1))
             .chain(self.attempts.iter().filter_map(|a| a.peaks.memory_bytes()))
             .max()
@@ -115,6 +129,7 @@ impl RunReport {
             };
             self.draw_neighbours(&mut chart, &scale)?;
             self.draw_series(&mut chart, &series, &scale)?;
+            self.draw_slurm_places(&mut chart, &places, &scale)?;
             draw_limits(&mut chart, &limits, &scale)?;
             self.draw_markers(&mut chart, &scale)?;
             chart
@@ -159,40 +174,72 @@ impl RunReport {
         series: &[(&str, plotters::style::RGBColor, Reading)],
         scale: &Scale,
     ) -> Result<(), DrawError> {
-        use plotters::prelude::*;
         for &(name, colour, value) in series {
-            let mut labelled = false;
-            for a in &self.attempts {
-                let line: Vec<(f64, f64)> = self
-                    .timeline
-                    .iter()
-                    .filter(|p| p.attempt == a.attempt)
-                    .filter_map(|p| {
-                        value(p).map(|v| (p.t_s / scale.per_unit, v as f64 / scale.per_y_unit))
-                    })
-                    .collect();
-                if line.is_empty() {
-                    continue;
-                }
-                // A day at 1s is 86,400 samples an attempt: keep what a pixel column shows.
-                let line = thin(line, scale.x_max / CHART_COLUMNS);
-                let dots = line.len() <= MAX_DOTS;
-                let drawn =
-                    chart.draw_series(LineSeries::new(line.clone(), colour.stroke_width(2)))?;
-                if !labelled {
-                    drawn.label(name).legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
-                    });
-                    labelled = true;
-                }
-                if dots {
-                    chart.draw_series(PointSeries::of_element(
-                        line,
-                        2,
-                        colour.filled(),
-                        &|c, s, st| Circle::new(c, s, st),
-                    ))?;
-                }
+            self.draw_line(chart, name, colour, 2, value, scale)?;
+        }
+        Ok(())
+    }
+
+    /// A line for each Slurm place in `places`, thinner than the job's own series (each is a
+    /// part of the job's memory, not all of it), in a colour of its own. Nothing for a run
+    /// without Slurm parts.
+    fn draw_slurm_places(
+        &self,
+        chart: &mut Chart,
+        places: &[std::sync::Arc<SlurmPlace>],
+        scale: &Scale,
+    ) -> Result<(), DrawError> {
+        for (place, colour) in places.iter().zip(SLURM_COLOURS.iter()) {
+            let name = slurm_place_label(place);
+            self.draw_line(chart, &name, *colour, 1, |p| p.slurm_bytes(place), scale)?;
+        }
+        Ok(())
+    }
+
+    /// One series, `width` pixels wide: a segment per attempt (no line across a death and
+    /// relaunch), thinned to the chart's columns, with dots where the segment is short enough
+    /// to show them, and one legend entry.
+    fn draw_line(
+        &self,
+        chart: &mut Chart,
+        name: &str,
+        colour: plotters::style::RGBColor,
+        width: u32,
+        value: impl Fn(&TimelinePoint) -> Option<u64>,
+        scale: &Scale,
+    ) -> Result<(), DrawError> {
+        use plotters::prelude::*;
+        let mut labelled = false;
+        for a in &self.attempts {
+            let line: Vec<(f64, f64)> = self
+                .timeline
+                .iter()
+                .filter(|p| p.attempt == a.attempt)
+                .filter_map(|p| {
+                    value(p).map(|v| (p.t_s / scale.per_unit, v as f64 / scale.per_y_unit))
+                })
+                .collect();
+            if line.is_empty() {
+                continue;
+            }
+            // A day at 1s is 86,400 samples an attempt: keep what a pixel column shows.
+            let line = thin(line, scale.x_max / CHART_COLUMNS);
+            let dots = line.len() <= MAX_DOTS;
+            let drawn =
+                chart.draw_series(LineSeries::new(line.clone(), colour.stroke_width(width)))?;
+            if !labelled {
+                drawn.label(name).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(width))
+                });
+                labelled = true;
+            }
+            if dots {
+                chart.draw_series(PointSeries::of_element(
+                    line,
+                    2,
+                    colour.filled(),
+                    &|c, s, st| Circle::new(c, s, st),
+                ))?;
             }
         }
         Ok(())
@@ -391,6 +438,38 @@ fn size_unit(peak_bytes: u64) -> (&'static str, f64) {
 /// The neighbours' band: apart from the job's GPU line (purple) and the limits (red).
 const NEIGHBOURS_COLOUR: plotters::style::RGBColor = plotters::style::RGBColor(140, 86, 75);
 
+/// The Slurm places' lines, in [`RunReport::slurm_places`]' order: apart from the job's series
+/// (blue, green, orange, purple), the limits (red), the neighbours (brown) and the markers
+/// (grey), and from each other.
+const SLURM_COLOURS: [plotters::style::RGBColor; SLURM_PLACES_MAX] = [
+    plotters::style::RGBColor(23, 190, 207),  // cyan
+    plotters::style::RGBColor(227, 119, 194), // pink
+    plotters::style::RGBColor(188, 189, 34),  // olive
+    plotters::style::RGBColor(0, 110, 110),   // teal
+    plotters::style::RGBColor(170, 0, 120),   // magenta
+    plotters::style::RGBColor(200, 150, 0),   // gold
+    plotters::style::RGBColor(60, 60, 160),   // indigo
+    plotters::style::RGBColor(150, 150, 255), // periwinkle
+];
+
+/// A Slurm place's legend: `node n1 (Slurm tasks)`, `step 12.0, all nodes (sstat)`. A node's
+/// name is samples.csv's, whoever wrote it: no control character in the page, and past
+/// [`LEGEND_NAME_MAX_CHARS`] cut with `…`, so the legend keeps to the chart.
+fn slurm_place_label(place: &SlurmPlace) -> String {
+    match place {
+        SlurmPlace::Node(name) => {
+            let name = crate::console::printable(name);
+            let shown: String = name.chars().take(LEGEND_NAME_MAX_CHARS).collect();
+            let cut = if shown.len() < name.len() { "…" } else { "" };
+            format!("node {shown}{cut} (Slurm tasks)")
+        }
+        SlurmPlace::Step(step) => format!("step {step}, all nodes (sstat)"),
+    }
+}
+
+/// The longest node name a legend shows whole: Slurm's are host names, far shorter.
+const LEGEND_NAME_MAX_CHARS: usize = 40;
+
 /// How many columns of the chart's width the timeline is thinned to.
 pub(super) const CHART_COLUMNS: f64 = 1000.0;
 
@@ -452,6 +531,7 @@ mod tests {
             gpu_neighbours_bytes: neighbours,
             gpu_driver_bytes: neighbours.map(|_| 0),
             gpu_total_bytes: neighbours.map(|_| 80 * GIB),
+            slurm_parts: Box::default(),
         }
     }
 
@@ -598,6 +678,218 @@ mod tests {
         for (capacity, neighbours, want) in table {
             assert_eq!(with(capacity, neighbours), want, "{capacity:?}");
         }
+    }
+
+    /// `timeline` with the Slurm parts `parts` gives for each (attempt, sample).
+    fn with_parts(
+        mut timeline: Vec<TimelinePoint>,
+        parts: impl Fn(u32, u32) -> Vec<(SlurmPlace, u64)>,
+    ) -> Vec<TimelinePoint> {
+        // Interned as a read of samples.csv interns them: one allocation a place.
+        let mut places: Vec<std::sync::Arc<SlurmPlace>> = Vec::new();
+        for (n, p) in timeline.iter_mut().enumerate() {
+            let i = n as u32 % 10;
+            p.slurm_parts = parts(p.attempt, i)
+                .into_iter()
+                .map(|(place, bytes)| {
+                    let place = match places.iter().find(|known| ***known == place) {
+                        Some(known) => known.clone(),
+                        None => {
+                            places.push(std::sync::Arc::new(place));
+                            places[places.len() - 1].clone()
+                        }
+                    };
+                    crate::report::samples::PlaceBytes { place, bytes }
+                })
+                .collect();
+        }
+        timeline
+    }
+
+    fn node(name: &str) -> SlurmPlace {
+        SlurmPlace::Node(name.into())
+    }
+
+    fn step(job: u64, step: u64) -> SlurmPlace {
+        SlurmPlace::Step(crate::slurm::Step { job, step })
+    }
+
+    /// The `<polyline>`s drawn in `colour` (`#17BECF`) `width` wide: a place's segments and
+    /// its legend entry.
+    fn lines_in(svg: &str, colour: &str, width: u32) -> usize {
+        svg.matches(&format!(
+            "stroke=\"{colour}\" stroke-width=\"{width}\" points="
+        ))
+        .count()
+    }
+
+    #[test]
+    fn a_run_without_slurm_parts_draws_the_chart_it_always_did() {
+        // samples.csv from before the column, with it empty, and with only parts that do not
+        // parse: the same chart, with no Slurm line nor legend.
+        let summary = serde_json::json!({
+            "outcome": "succeeded",
+            "command": ["srun", "python3"],
+            "limits": {"memory_max_bytes": 8 * GIB},
+            "attempts": [
+                {"attempt": 1, "cause": "host_oom", "exit_code": 1, "signal": null,
+                 "duration_s": 3.0},
+                {"attempt": 2, "cause": "ok", "exit_code": 0, "signal": null,
+                 "duration_s": 3.0},
+            ],
+        });
+        let rows = |last: &dyn Fn(u32) -> String| -> String {
+            (0..6u32)
+                .map(|i| {
+                    format!(
+                        "{}.5,{},{},{}{}\n",
+                        100 + i,
+                        1 + i / 3,
+                        (u64::from(i) + 1) * GIB,
+                        u64::from(i) * GIB / 2,
+                        last(i)
+                    )
+                })
+                .collect()
+        };
+        let files = [
+            format!(
+                "unix_time,attempt,tree_rss_bytes,cgroup_bytes\n{}",
+                rows(&|_| String::new())
+            ),
+            format!(
+                "unix_time,attempt,tree_rss_bytes,cgroup_bytes,slurm_parts\n{}",
+                rows(&|_| ",".into())
+            ),
+            format!(
+                "unix_time,attempt,tree_rss_bytes,cgroup_bytes,slurm_parts\n{}",
+                rows(&|i| format!(",node:=1;step:1=2;moon:n1=3;node:n{i}=x;;"))
+            ),
+        ];
+        let svgs: Vec<String> = files
+            .iter()
+            .map(|csv| {
+                let dir = tempfile::tempdir().unwrap();
+                std::fs::write(dir.path().join("summary.json"), summary.to_string()).unwrap();
+                std::fs::write(dir.path().join("samples.csv"), csv).unwrap();
+                let report = crate::report::load(dir.path()).unwrap();
+                assert_eq!(report.timeline.len(), 6);
+                assert!(report.slurm_places().is_empty());
+                report.svg()
+            })
+            .collect();
+        assert_eq!(svgs[0], svgs[1], "an empty column");
+        assert_eq!(svgs[0], svgs[2], "parts that do not parse");
+        assert!(!svgs[0].contains("Slurm") && !svgs[0].contains("sstat"));
+        for colour in SLURM_COLOURS {
+            let hex = format!("#{:02X}{:02X}{:02X}", colour.0, colour.1, colour.2);
+            assert!(!svgs[0].contains(&hex), "{hex}");
+        }
+    }
+
+    #[test]
+    fn each_slurm_place_is_a_line_of_its_own_with_its_legend() {
+        type Parts = fn(u32, u32) -> Vec<(SlurmPlace, u64)>;
+        // (name, parts by (attempt, sample), legends in colour order with their segments)
+        type Case = (&'static str, Parts, &'static [(&'static str, usize)]);
+        let table: [Case; 5] = [
+            (
+                "two nodes in both attempts: a line each an attempt, one legend each",
+                |_, _| vec![(node("n2"), 3 * GIB), (node("n1"), GIB)],
+                &[("node n1 (Slurm tasks)", 2), ("node n2 (Slurm tasks)", 2)],
+            ),
+            (
+                "a node read here and a step sstat sums",
+                |_, _| vec![(node("n1"), GIB), (step(12, 0), 5 * GIB)],
+                &[
+                    ("node n1 (Slurm tasks)", 2),
+                    ("step 12.0, all nodes (sstat)", 2),
+                ],
+            ),
+            (
+                "a node read only in attempt 2, from its third sample",
+                |a, i| {
+                    if a == 2 && i >= 3 {
+                        vec![(node("late"), GIB)]
+                    } else {
+                        vec![]
+                    }
+                },
+                &[("node late (Slurm tasks)", 1)],
+            ),
+            (
+                "a name's control characters are escaped, its markup is text",
+                |_, _| vec![(node("<b>\u{1b}[2J"), GIB)],
+                &[("node &lt;b&gt;\\u{1b}[2J (Slurm tasks)", 2)],
+            ),
+            (
+                "a name longer than a legend shows is cut",
+                |_, _| vec![(node(&"x".repeat(1000)), GIB)],
+                &[(
+                    "node xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx… (Slurm tasks)",
+                    2,
+                )],
+            ),
+        ];
+        let plain = report(Some(80 * GIB), timeline(|_, _| None)).svg();
+        for (name, parts, want) in table {
+            let r = report(Some(80 * GIB), with_parts(timeline(|_, _| None), parts));
+            let svg = r.svg();
+            for (&(legend, segments), colour) in want.iter().zip(SLURM_COLOURS) {
+                let hex = format!("#{:02X}{:02X}{:02X}", colour.0, colour.1, colour.2);
+                assert_eq!(svg.matches(legend).count(), 1, "{name}: {legend}\n{svg}");
+                assert_eq!(lines_in(&svg, &hex, 1), segments + 1, "{name}: {legend}");
+            }
+            // No more places than named, and the job's own lines as they were.
+            assert_eq!(
+                svg.matches("(Slurm tasks)").count() + svg.matches("(sstat)").count(),
+                want.len(),
+                "{name}"
+            );
+            for colour in ["#1F77B4", "#9467BD"] {
+                assert_eq!(
+                    lines_in(&svg, colour, 2),
+                    lines_in(&plain, colour, 2),
+                    "{name}: {colour}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_memory_axis_reaches_the_highest_slurm_place() {
+        // The job's own lines at 20 GiB and the card at 80: a node at 100 GiB sets the axis.
+        let high = with_parts(timeline(|_, _| None), |_, _| vec![(node("n1"), 100 * GIB)]);
+        let svg = report(Some(80 * GIB), high).svg();
+        let plain = report(Some(80 * GIB), timeline(|_, _| None)).svg();
+        assert!(svg.contains("\n120 GiB\n"), "{svg}");
+        assert!(!plain.contains("\n120 GiB\n"));
+    }
+
+    #[test]
+    fn a_long_slurm_line_is_thinned_like_the_others() {
+        // Two attempts of 5,000 samples each: each node's segments keep at most two points a
+        // column, however many samples.
+        let long: Vec<TimelinePoint> = (0..10_000u32)
+            .map(|i| point(f64::from(i) * 0.002, 1 + i / 5_000, GIB, None))
+            .collect();
+        let long = with_parts(long, |_, _| vec![(node("n1"), GIB), (node("n2"), 2 * GIB)]);
+        let r = report(None, long);
+        let svg = r.svg();
+        let cyan = svg
+            .split("<polyline")
+            .find(|l| l.contains("stroke=\"#17BECF\" stroke-width=\"1\""))
+            .unwrap();
+        let points = cyan
+            .split("points=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap();
+        let n = points.split_whitespace().count();
+        assert!(n <= 2 * CHART_COLUMNS as usize + 2, "{n}");
+        assert!(n > 2, "{n}");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The HTML page of `oomguard report --html FILE`, and `report.html`, which a run writes into its
-//! run directory when it ends: self-contained (the chart inlined as SVG, then the attempts table),
-//! with no script and no external resource.
+//! run directory when it ends: self-contained (the chart inlined as SVG, then the attempts table,
+//! and for a Slurm job each attempt's peak per node), with no script and no external resource.
 //!
 //! It renders and writes the page only; the report is loaded by [`crate::report`] and the chart
 //! drawn by [`crate::report::chart`].
@@ -61,7 +61,19 @@ impl RunReport {
             }
             let _ = writeln!(out, "<td class=\"t\">{}</td></tr>", escape(&a.evidence));
         }
-        out.push_str("</table>\n</body></html>\n");
+        out.push_str("</table>\n");
+        // A job whose Slurm tasks ran on several nodes: which node held how much at most.
+        for a in &self.attempts {
+            if let Some(peaks) = self.slurm_peaks_text(a.attempt) {
+                let _ = writeln!(
+                    out,
+                    "<p>attempt {}, peak per node: {}</p>",
+                    a.attempt,
+                    escape(&peaks)
+                );
+            }
+        }
+        out.push_str("</body></html>\n");
         out
     }
 }
@@ -143,5 +155,50 @@ mod tests {
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
         assert_eq!(escape("a\u{1b}[2J\u{7}"), "a\\u{1b}[2J\\u{7}");
+    }
+
+    #[test]
+    fn the_page_a_run_writes_at_its_end_draws_each_node_of_a_long_run() {
+        // A day at 1 s of a two-node job, each node peaking once: the page keeps only the rows
+        // its chart shows, and with them each node's line, legend and peak.
+        let dir = tempfile::tempdir().unwrap();
+        let summary = serde_json::json!({
+            "outcome": "succeeded",
+            "command": ["srun", "python3"],
+            "attempts": [{"attempt": 1, "cause": "ok", "exit_code": 0, "signal": null,
+                          "started_at": "2025-01-01T00:00:00Z", "duration_s": 86_400.0}],
+        });
+        let mib = 1u64 << 20;
+        let mut csv = String::from("unix_time,attempt,tree_rss_bytes,slurm_parts\n");
+        for t in 0..86_400u64 {
+            let n1 = if t == 40_000 {
+                3 * 1024 * mib
+            } else {
+                100 * mib
+            };
+            let n2 = if t == 70_001 {
+                2 * 1024 * mib
+            } else {
+                200 * mib
+            };
+            csv.push_str(&format!(
+                "{}.000,1,{},node:n1={n1};node:n2={n2}\n",
+                1_735_689_600 + t,
+                mib
+            ));
+        }
+        std::fs::write(dir.path().join("samples.csv"), csv).unwrap();
+        let summary = summary.to_string();
+        let page = write_html(dir.path(), dir.path(), summary.as_bytes()).unwrap();
+        let html = std::fs::read_to_string(page).unwrap();
+        for legend in ["node n1 (Slurm tasks)", "node n2 (Slurm tasks)"] {
+            assert_eq!(html.matches(legend).count(), 1, "{legend}");
+        }
+        assert!(
+            html.contains("<p>attempt 1, peak per node: n1 3.0 GiB, n2 2.0 GiB</p>"),
+            "each node's peak survives the thinning"
+        );
+        let report = for_chart(dir.path(), &summary).unwrap();
+        assert!(report.timeline.len() < 10_000, "{}", report.timeline.len());
     }
 }

@@ -3,7 +3,9 @@
 //! document (`--json`), or a self-contained HTML page (`--html FILE`, [`html`]) with an SVG chart
 //! of memory over time ([`chart`]). `oomguard run` writes the same page as `report.html` into the
 //! run directory when it ends. This file loads a run directory into a [`RunReport`] and renders
-//! its text and JSON; samples.csv is read by [`samples`].
+//! its text and JSON; samples.csv is read by [`samples`]. A job whose Slurm tasks ran on several
+//! nodes gets each attempt's peak per node (and per step sstat sums) under its evidence, from
+//! the timeline's Slurm parts.
 //!
 //! It reads and formats only: what the run directory holds is written by [`crate::record`], and
 //! the causes and knob values are the ones the attempt loop recorded.
@@ -14,11 +16,13 @@ pub mod samples;
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::record::summary::{KnobValues, PeakRecord, RunLimits};
 use crate::report::samples::{read_samples, Row, TimelinePoint};
+use crate::sampler::SlurmPlace;
 use crate::units::human_bytes;
 
 /// Why a run directory cannot be reported on. Each message names the directory and the fix.
@@ -155,7 +159,8 @@ pub fn load(dir: &Path) -> Result<RunReport, ReportError> {
 }
 
 /// The most samples.csv rows a report holds (its `--json` timeline lists each): two weeks at
-/// `--interval 1s`, about 175 MiB in memory (152 bytes a row). Past it the timeline stops, with a note.
+/// `--interval 1s`, about 190 MiB in memory (168 bytes a row, and 16 more for each Slurm part,
+/// at most [`samples::SLURM_PLACES_MAX`] a row). Past it the timeline stops, with a note.
 pub const TIMELINE_ROWS_MAX: usize = 1_200_000;
 
 /// A report from summary.json's text (read from `dir` or handed over by the run that holds it)
@@ -281,6 +286,18 @@ fn build(dir: &Path, summary: SummaryIn, samples: Vec<Row>) -> RunReport {
     }
 }
 
+/// The Slurm places `points` name, sorted (nodes by name, then steps), each once.
+fn places_of<'a>(points: impl Iterator<Item = &'a TimelinePoint>) -> Vec<Arc<SlurmPlace>> {
+    let mut places: Vec<Arc<SlurmPlace>> = Vec::new();
+    for part in points.flat_map(|p| p.slurm_parts.iter()) {
+        if !places.contains(&part.place) {
+            places.push(Arc::clone(&part.place));
+        }
+    }
+    places.sort();
+    places
+}
+
 fn value_text(v: &serde_json::Value) -> String {
     match v {
         serde_json::Value::String(s) => s.clone(),
@@ -381,7 +398,8 @@ impl RunReport {
     }
 
     /// The terminal report: a heading, the attempts table with peaks (PSS/RSS of the process
-    /// tree, swap, GPU, the cgroup's high-water mark), each attempt's evidence, the result.
+    /// tree, swap, GPU, the cgroup's high-water mark), each attempt's evidence (and its peak
+    /// per Slurm node where its tasks' memory was read per node), the result.
     pub fn text(&self) -> String {
         use crate::console::printable;
         let mut out = String::new();
@@ -435,6 +453,9 @@ impl RunReport {
                 a.cause,
                 a.evidence
             ));
+            if let Some(peaks) = self.slurm_peaks_text(a.attempt) {
+                line(format!("  peak per node: {peaks}"));
+            }
         }
         line(String::new());
         if let Some(note) = &self.samples_note {
@@ -442,6 +463,38 @@ impl RunReport {
         }
         line(self.result_line());
         out
+    }
+
+    /// The Slurm places the timeline names, in order (nodes by name, then steps), each once.
+    pub(crate) fn slurm_places(&self) -> Vec<Arc<SlurmPlace>> {
+        places_of(self.timeline.iter())
+    }
+
+    /// `n1 1.0 GiB, n2 3.0 GiB, step 12.0 (all nodes, sstat) 5.0 GiB`: the highest each Slurm
+    /// place held in `attempt`'s samples, in [`RunReport::slurm_places`]' order; `None` for an
+    /// attempt without Slurm parts.
+    pub(crate) fn slurm_peaks_text(&self, attempt: u32) -> Option<String> {
+        let own: Vec<&TimelinePoint> = self
+            .timeline
+            .iter()
+            .filter(|p| p.attempt == attempt && !p.slurm_parts.is_empty())
+            .collect();
+        if own.is_empty() {
+            return None;
+        }
+        let peaks: Vec<String> = places_of(own.iter().copied())
+            .iter()
+            .filter_map(|place| {
+                let peak = own.iter().filter_map(|p| p.slurm_bytes(place)).max()?;
+                Some(match &**place {
+                    SlurmPlace::Node(name) => format!("{name} {}", human_bytes(peak)),
+                    SlurmPlace::Step(step) => {
+                        format!("step {step} (all nodes, sstat) {}", human_bytes(peak))
+                    }
+                })
+            })
+            .collect();
+        Some(peaks.join(", "))
     }
 
     /// The `--json` document.
@@ -491,6 +544,69 @@ mod tests {
         let json = crate::console::json_printable(&report.json()).into_owned();
         assert!(!json.chars().any(|c| c.is_control() && c != '\n'), "{json}");
         assert!(!json.contains('\u{9b}'), "{json}");
+    }
+
+    #[test]
+    fn each_attempt_of_a_slurm_job_shows_its_peak_per_node() {
+        let summary = serde_json::json!({
+            "outcome": "succeeded",
+            "command": ["srun", "-N", "2", "python3"],
+            "attempts": [
+                {"attempt": 1, "cause": "host_oom", "exit_code": 1, "signal": null},
+                {"attempt": 2, "cause": "ok", "exit_code": 0, "signal": null},
+                {"attempt": 3, "cause": "ok", "exit_code": 0, "signal": null},
+            ],
+        });
+        let gib = 1u64 << 30;
+        let csv = format!(
+            "unix_time,attempt,tree_rss_bytes,slurm_parts\n\
+             1.0,1,5,node:n2={};node:n1={}\n\
+             2.0,1,5,node:n2={};node:n1={};step:12.0={}\n\
+             3.0,2,5,node:n1={gib}\n\
+             4.0,3,5,\n",
+            3 * gib,
+            gib / 2,
+            gib,
+            gib,
+            5 * gib,
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("samples.csv"), csv).unwrap();
+        let report = from_summary(dir.path(), &summary.to_string()).unwrap();
+        // (attempt, its peaks: each place's highest, nodes by name, then steps)
+        let table: [(u32, Option<&str>); 3] = [
+            (
+                1,
+                Some("n1 1.0 GiB, n2 3.0 GiB, step 12.0 (all nodes, sstat) 5.0 GiB"),
+            ),
+            (2, Some("n1 1.0 GiB")),
+            (3, None),
+        ];
+        let text = report.text();
+        let html = report.html();
+        for (attempt, want) in table {
+            assert_eq!(
+                report.slurm_peaks_text(attempt).as_deref(),
+                want,
+                "{attempt}"
+            );
+            if let Some(want) = want {
+                assert!(
+                    text.contains(&format!("\n  peak per node: {want}\n")),
+                    "{text}"
+                );
+                assert!(
+                    html.contains(&format!("<p>attempt {attempt}, peak per node: {want}</p>")),
+                    "{html}"
+                );
+            }
+        }
+        assert_eq!(text.matches("peak per node").count(), 2, "{text}");
+        // A run without Slurm parts: no such line.
+        std::fs::write(dir.path().join("samples.csv"), "unix_time,attempt\n1.0,1\n").unwrap();
+        let plain = from_summary(dir.path(), &summary.to_string()).unwrap();
+        assert!(!plain.text().contains("peak per node"));
+        assert!(!plain.html().contains("peak per node"));
     }
 
     #[test]

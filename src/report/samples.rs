@@ -1,7 +1,10 @@
 //! samples.csv read back for `oomguard report`: its rows parsed by the header's column names
 //! into [`TimelinePoint`]s (a column an older samples.csv lacks is unknown in every row; a
-//! quoted text cell, `gpu_neighbours`, is one cell), streamed so a long run's file is never held whole, and thinned to
-//! what a chart can show (`ChartRows`) for the page a run writes at its end.
+//! quoted text cell, `gpu_neighbours` or `slurm_parts`, is one cell), streamed so a long run's
+//! file is never held whole, and thinned to what a chart can show (`ChartRows`) for the page a
+//! run writes at its end. `slurm_parts` becomes each point's [`PlaceBytes`]: a part that does
+//! not parse is skipped, never the row, and each place is allocated once per read (a point holds
+//! a pointer to it), at most [`SLURM_PLACES_MAX`] of them.
 //!
 //! It reads only; the file is written by [`crate::record::samples`], and the report built from
 //! the rows is [`crate::report`]'s.
@@ -9,11 +12,14 @@
 use std::io::{BufRead, Read};
 use std::ops::ControlFlow;
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::sampler::SlurmPlace;
+
 /// One row of samples.csv, in seconds since the run's first attempt started.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TimelinePoint {
     pub t_s: f64,
     pub attempt: u32,
@@ -32,6 +38,61 @@ pub struct TimelinePoint {
     /// The capacity of those cards.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_total_bytes: Option<u64>,
+    /// Where the job's Slurm tasks held their memory, place by place (samples.csv's
+    /// `slurm_parts`); empty for a job without srun steps and a samples.csv from before the
+    /// column. A box, not a `Vec`: 8 bytes less in every row of every run.
+    #[serde(default, skip_serializing_if = "no_parts")]
+    pub slurm_parts: Box<[PlaceBytes]>,
+}
+
+/// What one Slurm place (a node's step cgroups, or a step's tasks as sstat sums them) held at
+/// one tick. In `--json`, `{"place": "node:n1", "bytes": 123}`, the place as samples.csv names
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "PlaceBytesJson", into = "PlaceBytesJson")]
+pub struct PlaceBytes {
+    /// Shared by every point of the read that names the place: one allocation per place, not
+    /// per row.
+    pub place: Arc<SlurmPlace>,
+    pub bytes: u64,
+}
+
+/// [`PlaceBytes`] as JSON has it.
+#[derive(Serialize, Deserialize)]
+struct PlaceBytesJson {
+    place: String,
+    bytes: u64,
+}
+
+impl From<PlaceBytes> for PlaceBytesJson {
+    fn from(part: PlaceBytes) -> PlaceBytesJson {
+        PlaceBytesJson {
+            place: part.place.to_string(),
+            bytes: part.bytes,
+        }
+    }
+}
+
+impl TryFrom<PlaceBytesJson> for PlaceBytes {
+    type Error = String;
+
+    fn try_from(json: PlaceBytesJson) -> Result<PlaceBytes, String> {
+        let place = json.place.parse().map_err(|_| {
+            format!(
+                "{:?} is no Slurm place (node:NAME or step:JOB.STEP)",
+                json.place
+            )
+        })?;
+        Ok(PlaceBytes {
+            place: Arc::new(place),
+            bytes: json.bytes,
+        })
+    }
+}
+
+/// Whether a point has no Slurm parts (left out of its JSON, as a samples.csv without them).
+fn no_parts(parts: &[PlaceBytes]) -> bool {
+    parts.is_empty()
 }
 
 impl TimelinePoint {
@@ -45,6 +106,72 @@ impl TimelinePoint {
     pub(super) fn gpu_stacked_bytes(&self) -> Option<u64> {
         let neighbours = self.gpu_neighbours_bytes.filter(|b| *b > 0)?;
         Some(self.gpu_bytes.unwrap_or(0).saturating_add(neighbours))
+    }
+
+    /// What the Slurm tasks at `place` held at this tick; `None` where the row does not name it.
+    pub(super) fn slurm_bytes(&self, place: &SlurmPlace) -> Option<u64> {
+        self.slurm_parts
+            .iter()
+            .find(|p| *p.place == *place)
+            .map(|p| p.bytes)
+    }
+}
+
+/// The most Slurm places one read of samples.csv keeps. A job's parts are a few (its node read
+/// here, a step or two sstat sums, a node per slurmd of a host that runs several); past this
+/// many (a samples.csv someone wrote) parts naming another place are skipped, so a point holds
+/// at most this many parts (16 bytes each) and the chart draws at most this many lines.
+pub const SLURM_PLACES_MAX: usize = 8;
+
+/// The places one read of samples.csv has met, each allocated once and shared by the points
+/// that name it.
+#[derive(Default)]
+struct Places {
+    /// Each place with the text that first named it.
+    known: Vec<(String, Arc<SlurmPlace>)>,
+}
+
+impl Places {
+    /// The place `text` names; `None` where it names none, or a new one past
+    /// [`SLURM_PLACES_MAX`].
+    fn get(&mut self, text: &str) -> Option<Arc<SlurmPlace>> {
+        // By text first: the rows of a run name their places the same way every tick.
+        if let Some((_, place)) = self.known.iter().find(|(t, _)| t == text) {
+            return Some(Arc::clone(place));
+        }
+        let parsed: SlurmPlace = text.parse().ok()?;
+        if let Some((_, place)) = self.known.iter().find(|(_, p)| **p == parsed) {
+            return Some(Arc::clone(place));
+        }
+        if self.known.len() >= SLURM_PLACES_MAX {
+            return None;
+        }
+        let place = Arc::new(parsed);
+        self.known.push((text.to_string(), Arc::clone(&place)));
+        Some(place)
+    }
+
+    /// A `slurm_parts` cell's parts (`node:n1=123;step:12.0=789`), in its order. A part that
+    /// does not parse (no `=`, no place, bytes that are no number) is skipped, and so is a
+    /// place the cell already named: the rest of the cell and the row still count.
+    fn parts(&mut self, cell: &str) -> Box<[PlaceBytes]> {
+        let mut parts: Vec<PlaceBytes> = Vec::new();
+        for text in cell.split(';') {
+            let Some((place, bytes)) = text.rsplit_once('=') else {
+                continue;
+            };
+            // The bytes first: a part that is not whole takes no place's room.
+            let Ok(bytes) = bytes.parse::<u64>() else {
+                continue;
+            };
+            let Some(place) = self.get(place) else {
+                continue;
+            };
+            if parts.iter().all(|p| p.place != place) {
+                parts.push(PlaceBytes { place, bytes });
+            }
+        }
+        parts.into_boxed_slice()
     }
 }
 
@@ -125,7 +252,7 @@ fn read_samples_within(
 }
 
 /// A samples.csv row: unix time and the columns the chart uses.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) struct Row {
     pub(super) unix_time_s: f64,
     pub(super) point: TimelinePoint,
@@ -207,6 +334,8 @@ fn parse_samples(
         "gpu_total_bytes",
     ]
     .map(col);
+    let slurm_parts = col("slurm_parts");
+    let mut places = Places::default();
     let mut taken = 0u64;
     loop {
         match bounded_line(&mut csv, &mut line, LINE_MAX_BYTES) {
@@ -238,6 +367,10 @@ fn parse_samples(
                     gpu_neighbours_bytes: num(neighbours),
                     gpu_driver_bytes: num(driver),
                     gpu_total_bytes: num(total),
+                    slurm_parts: slurm_parts
+                        .and_then(|i| cells.get(i))
+                        .map(|cell| places.parts(cell))
+                        .unwrap_or_default(),
                 },
             })
         })();
@@ -251,8 +384,8 @@ fn parse_samples(
     }
 }
 
-/// A samples.csv line's cells. Numbers need no quoting, but a text cell (`gpu_neighbours`) is
-/// quoted as CSV quotes it where it holds a `,` or a `"`: such a cell is one cell, unquoted, so
+/// A samples.csv line's cells. Numbers need no quoting, but a text cell (`gpu_neighbours`,
+/// `slurm_parts`) is quoted as CSV quotes it where it holds a `,` or a `"`: such a cell is one cell, unquoted, so
 /// the columns after it keep their places. Rows are single lines (no cell holds a newline).
 fn cells(line: &str) -> Vec<std::borrow::Cow<'_, str>> {
     use std::borrow::Cow;
@@ -355,13 +488,32 @@ impl ChartRows {
                 .max_by_key(|&(bytes, _)| bytes)
                 .map(|(_, i)| i),
         );
+        // Each Slurm place's peak, so every node's line keeps its peaks too; a run without
+        // Slurm parts has no place and keeps the rows it always did.
+        let mut places: Vec<&Arc<SlurmPlace>> = Vec::new();
+        for part in self.pending.iter().flat_map(|r| r.point.slurm_parts.iter()) {
+            if !places.iter().any(|p| **p == part.place) {
+                places.push(&part.place);
+            }
+        }
+        chosen.extend(places.iter().filter_map(|place| {
+            (0..self.pending.len())
+                .filter_map(|i| Some((self.pending[i].point.slurm_bytes(place)?, i)))
+                .max_by_key(|&(bytes, _)| bytes)
+                .map(|(_, i)| i)
+        }));
         if !self.pending.is_empty() {
             chosen.push(0);
         }
         chosen.sort_unstable();
         chosen.dedup();
         let pending = std::mem::take(&mut self.pending);
-        self.pending = chosen.into_iter().map(|i| pending[i]).collect();
+        self.pending = pending
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| chosen.binary_search(i).is_ok())
+            .map(|(_, row)| row)
+            .collect();
     }
 
     fn flush(&mut self) {
@@ -427,7 +579,7 @@ mod tests {
                 rows.push(row);
                 ControlFlow::Continue(())
             });
-            let p = rows[i].point;
+            let p = &rows[i].point;
             let got = (
                 p.gpu_bytes,
                 p.gpu_neighbours_bytes,
@@ -540,6 +692,7 @@ mod tests {
                     gpu_neighbours_bytes: None,
                     gpu_driver_bytes: None,
                     gpu_total_bytes: None,
+                    slurm_parts: Box::default(),
                 },
             };
             if rows.push(row).is_break() {
@@ -602,6 +755,16 @@ mod tests {
                 ..JobGpu::default()
             }),
             cgroup_bytes: Some(3),
+            slurm_parts: vec![
+                crate::sampler::SlurmPart {
+                    place: SlurmPlace::Node("n,1".into()),
+                    bytes: 123,
+                },
+                crate::sampler::SlurmPart {
+                    place: SlurmPlace::Step(crate::slurm::Step { job: 12, step: 0 }),
+                    bytes: 789,
+                },
+            ],
             ..crate::sampler::Sample::default()
         };
         csv.write(&sample).unwrap();
@@ -611,7 +774,7 @@ mod tests {
             ControlFlow::Continue(())
         });
         assert_eq!(rows.len(), 1);
-        let p = rows[0].point;
+        let p = &rows[0].point;
         assert_eq!(
             (p.attempt, p.gpu_bytes, p.cgroup_bytes),
             (2, Some(20), Some(3))
@@ -624,6 +787,191 @@ mod tests {
             ),
             (Some(45), Some(5), Some(80))
         );
+        assert_eq!(
+            parts_text(p),
+            ["node:n,1=123", "step:12.0=789"],
+            "the quoted cell read whole"
+        );
+    }
+
+    /// A point's Slurm parts as samples.csv writes them.
+    fn parts_text(p: &TimelinePoint) -> Vec<String> {
+        p.slurm_parts
+            .iter()
+            .map(|part| format!("{}={}", part.place, part.bytes))
+            .collect()
+    }
+
+    /// The rows of a samples.csv text.
+    fn parsed(csv: &str) -> Vec<Row> {
+        let mut rows = Vec::new();
+        parse_samples(csv.as_bytes(), |row| {
+            rows.push(row);
+            ControlFlow::Continue(())
+        });
+        rows
+    }
+
+    #[test]
+    fn slurm_parts_are_read_where_present_and_a_part_that_does_not_parse_is_skipped() {
+        let header = "unix_time,attempt,tree_rss_bytes,slurm_parts\n";
+        let many: Vec<String> = (0..SLURM_PLACES_MAX + 2)
+            .map(|i| format!("node:n{i}={i}"))
+            .collect();
+        let table: [(&str, String, Vec<String>); 9] = [
+            (
+                "a samples.csv from before the column",
+                "unix_time,attempt,tree_rss_bytes\n1.0,1,5\n".into(),
+                vec![],
+            ),
+            ("no srun step", format!("{header}1.0,1,5,\n"), vec![]),
+            (
+                "two nodes",
+                format!("{header}1.0,1,5,node:n1=123;node:n2=456\n"),
+                vec!["node:n1=123".into(), "node:n2=456".into()],
+            ),
+            (
+                "a step sstat sums",
+                format!("{header}1.0,1,5,step:12.0=789\n"),
+                vec!["step:12.0=789".into()],
+            ),
+            (
+                "a quoted cell, and a column a later version adds after it",
+                "unix_time,attempt,tree_rss_bytes,slurm_parts,later\n\
+                 1.0,1,5,\"node:a,b=1;node:q\"\"=2\",9\n"
+                    .into(),
+                vec!["node:a,b=1".into(), "node:q\"=2".into()],
+            ),
+            (
+                "garbage around a good part: each bad one skipped, never the row",
+                format!(
+                    "{header}1.0,1,5,node:n1=12x;bogus;=5;node:=3;step:1=2;step:a.b=1;\
+                     step:+1.0=1;host:n3=1;node:n2=-1;node:n2=7;;\n"
+                ),
+                vec!["node:n2=7".into()],
+            ),
+            (
+                "a place named twice in a row: the first",
+                format!("{header}1.0,1,5,node:n1=1;node:n1=2;step:3.1=4;step:003.1=5\n"),
+                vec!["node:n1=1".into(), "step:3.1=4".into()],
+            ),
+            (
+                "a name with = in it: the bytes follow the last",
+                format!("{header}1.0,1,5,node:a=b=3\n"),
+                vec!["node:a=b=3".into()],
+            ),
+            (
+                "more places than a read keeps: the first ones",
+                format!("{header}1.0,1,5,{}\n", many.join(";")),
+                many[..SLURM_PLACES_MAX].to_vec(),
+            ),
+        ];
+        for (name, csv, want) in table {
+            let rows = parsed(&csv);
+            assert_eq!(rows.len(), 1, "{name}: the row is read");
+            assert_eq!(rows[0].point.rss_bytes, Some(5), "{name}");
+            assert_eq!(parts_text(&rows[0].point), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_place_is_allocated_once_per_read_and_the_cap_holds_across_rows() {
+        let mut csv = String::from("unix_time,attempt,slurm_parts\n");
+        for i in 0..20 {
+            csv.push_str(&format!("{i}.0,1,node:n1={i};node:extra{i}=1\n"));
+        }
+        let rows = parsed(&csv);
+        assert_eq!(rows.len(), 20);
+        let first = &rows[0].point.slurm_parts[0].place;
+        assert!(rows
+            .iter()
+            .all(|r| Arc::ptr_eq(&r.point.slurm_parts[0].place, first)));
+        // n1 and the first SLURM_PLACES_MAX - 1 others; later rows keep n1 alone.
+        let places: usize = rows.iter().map(|r| r.point.slurm_parts.len() - 1).sum();
+        assert_eq!(places, SLURM_PLACES_MAX - 1);
+        assert_eq!(
+            rows[19].point.slurm_bytes(&SlurmPlace::Node("n1".into())),
+            Some(19)
+        );
+        // Parts that are not whole take no room: the place after them still has it.
+        let mut csv = String::from("unix_time,attempt,slurm_parts\n");
+        for i in 0..20 {
+            csv.push_str(&format!("{i}.0,1,node:bad{i}=x;node:bad{i}\n"));
+        }
+        csv.push_str("20.0,1,node:good=1\n");
+        let rows = parsed(&csv);
+        assert_eq!(parts_text(&rows[20].point), ["node:good=1"]);
+    }
+
+    #[test]
+    fn slurm_parts_round_trip_through_json_as_their_samples_csv_names() {
+        let rows = parsed("unix_time,attempt,slurm_parts\n1.0,1,node:n1=3;step:12.0=4\n");
+        let point = &rows[0].point;
+        let json = serde_json::to_value(point).unwrap();
+        assert_eq!(
+            json["slurm_parts"],
+            serde_json::json!([
+                {"place": "node:n1", "bytes": 3},
+                {"place": "step:12.0", "bytes": 4},
+            ])
+        );
+        let back: TimelinePoint = serde_json::from_value(json).unwrap();
+        assert_eq!(&back, point);
+        // None, and no key: the JSON of a run without Slurm parts is what it was.
+        let none = &parsed("unix_time,attempt\n1.0,1\n")[0].point;
+        let json = serde_json::to_value(none).unwrap();
+        assert!(json.get("slurm_parts").is_none(), "{json}");
+        assert_eq!(
+            &serde_json::from_value::<TimelinePoint>(json).unwrap(),
+            none
+        );
+        let bad = serde_json::json!({
+            "t_s": 0.0, "attempt": 1, "rss_bytes": null, "pss_bytes": null, "swap_bytes": null,
+            "gpu_bytes": null, "cgroup_bytes": null,
+            "slurm_parts": [{"place": "moon:1", "bytes": 1}],
+        });
+        let err = serde_json::from_value::<TimelinePoint>(bad).unwrap_err();
+        assert!(err.to_string().contains("moon:1"), "{err}");
+    }
+
+    #[test]
+    fn chart_rows_keep_each_slurm_places_peak() {
+        let n1 = Arc::new(SlurmPlace::Node("n1".into()));
+        let n2 = Arc::new(SlurmPlace::Node("n2".into()));
+        let row = |t: u32, parts: Vec<(&Arc<SlurmPlace>, u64)>| Row {
+            unix_time_s: f64::from(t),
+            point: TimelinePoint {
+                t_s: 0.0,
+                attempt: 1,
+                rss_bytes: Some(10),
+                pss_bytes: None,
+                swap_bytes: None,
+                gpu_bytes: None,
+                cgroup_bytes: None,
+                gpu_neighbours_bytes: None,
+                gpu_driver_bytes: None,
+                gpu_total_bytes: None,
+                slurm_parts: parts
+                    .into_iter()
+                    .map(|(place, bytes)| PlaceBytes {
+                        place: Arc::clone(place),
+                        bytes,
+                    })
+                    .collect(),
+            },
+        };
+        // Each node peaks at a different second of one 100 s column; n2 is read only later.
+        let mut rows = ChartRows::new(0.0, 100.0);
+        for t in 0..100u32 {
+            let mut parts = vec![(&n1, u64::from(t == 30) * 50 + 1)];
+            if t >= 50 {
+                parts.push((&n2, u64::from(t == 70) * 90 + 1));
+            }
+            assert!(rows.push(row(t, parts)).is_continue());
+        }
+        let kept: Vec<f64> = rows.finish().iter().map(|r| r.unix_time_s).collect();
+        // The first row, the flat series' last, and each node's peak.
+        assert_eq!(kept, [0.0, 30.0, 70.0, 99.0]);
     }
 
     #[test]
@@ -641,6 +989,7 @@ mod tests {
                 gpu_neighbours_bytes: neighbours,
                 gpu_driver_bytes: None,
                 gpu_total_bytes: None,
+                slurm_parts: Box::default(),
             },
         };
         // (neighbours by second, in one column of 100 s; the times kept)
@@ -677,6 +1026,7 @@ mod tests {
                 gpu_neighbours_bytes: None,
                 gpu_driver_bytes: None,
                 gpu_total_bytes: None,
+                slurm_parts: Box::default(),
             },
         };
         // Two days at 1s in 1,000 columns of 172.8 s; a host spike and a GPU spike.

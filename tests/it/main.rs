@@ -30,6 +30,7 @@ mod metrics;
 mod output;
 mod patching;
 mod report_cmd;
+mod report_slurm_parts;
 mod resume;
 mod run;
 mod rundir;

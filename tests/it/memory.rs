@@ -33,13 +33,14 @@ fn samples(sb: &Sandbox) -> Vec<Vec<Option<f64>>> {
             "gpu_used_bytes,cgroup_bytes,sys_swap_free_bytes,psi_some_avg10,",
             "cgroup_working_set_bytes,cgroup_anon_bytes,cgroup_file_bytes,cgroup_shmem_bytes,",
             "cgroup_swap_bytes,gpu_neighbours_bytes,gpu_driver_bytes,gpu_total_bytes,",
-            "gpu_neighbours"
+            "gpu_neighbours,slurm_parts"
         ))
     );
     lines
         .map(|l| {
-            // The last cell, who the GPU's neighbours are, is text (quoted where it holds a
-            // comma): the numbers are the 18 before it.
+            // The last two cells, who the GPU's neighbours are and where the Slurm tasks'
+            // memory is, are text (quoted where they hold a comma): the numbers are the 18
+            // before them.
             let cells: Vec<Option<f64>> = l
                 .splitn(19, ',')
                 .take(18)
