@@ -2,8 +2,9 @@
 //! Python's exception lines and the ones that only wrap another, a program's `error:` / `fatal:`
 //! last words, a peer's collateral errors and a failed load's aftermath (neither an error of the
 //! job's own), chained-exception banners, teardown frames of the standard library, a job's own
-//! report that it skipped a batch after an out-of-memory error, and the command that sent a
-//! shell's SIGKILL; and quotes a line for evidence. Pure functions of text.
+//! report that it skipped a batch after an out-of-memory error, the command that sent a
+//! shell's SIGKILL, and Slurm's word that someone cancelled the job; and quotes a line for
+//! evidence. Pure functions of text.
 //!
 //! It decides nothing: which of these lines settles why an attempt ended is `classify`'s
 //! judgement. Signatures themselves are the parent module's (`scan`, over `table`).
@@ -11,6 +12,7 @@
 use regex::Regex;
 use std::sync::OnceLock;
 
+use super::table::{SLURM_CANCELLED, SLURM_DUE_TO, SRUN_STEP_ABORTED};
 use super::{rank_of, scan, split_lines, strip_prefixes, Finding};
 
 /// Longest quoted output in an evidence line, in characters.
@@ -235,10 +237,115 @@ pub(crate) fn skipped_and_went_on(lines: &[&str], at: usize, rank: Option<u32>) 
     skipped && !own.any(|line| line.starts_with("Traceback (most recent call last)"))
 }
 
+/// slurmstepd's CANCELLED banner, where the output shows that someone cancelled the job or
+/// step through Slurm (`scancel`): a banner without "DUE TO" (a time limit, a preemption, a
+/// node failure are Slurm's own stops), no banner with it, and srun's "Job step aborted" (the
+/// end came from slurmctld: srun ending the step itself after a task failed, under
+/// `--kill-on-bad-exit`, prints the same banner without it). Returns the banner, for evidence.
+/// Where oomguard runs inside the allocation, scancel signals oomguard itself; this is how the
+/// cancel shows where it runs outside one (`srun` from a login node makes its own).
+pub(crate) fn slurm_cancel(text: &str) -> Option<String> {
+    // Every attempt's output is asked, its successes' too: most never saw Slurm.
+    if !text.contains("CANCELLED AT") {
+        return None;
+    }
+    static RE: OnceLock<[Regex; 3]> = OnceLock::new();
+    let [banner, due_to, aborted] = RE.get_or_init(|| {
+        [SLURM_CANCELLED, SLURM_DUE_TO, SRUN_STEP_ABORTED]
+            .map(|p| Regex::new(p).expect("Slurm cancel pattern compiles"))
+    });
+    let lines = split_lines(text);
+    let mut cancelled = None;
+    let mut by_slurm = false;
+    let mut srun_aborted = false;
+    for (i, raw) in lines.iter().enumerate() {
+        let line = strip_prefixes(raw).trim();
+        srun_aborted |= aborted.is_match(line);
+        let Some(m) = banner.find(line) else {
+            continue;
+        };
+        let rest = &line[m.end()..];
+        // A banner cut by a terminal's hard-wrap goes on, with its "DUE TO", on the next line.
+        let next = if rest.contains("***") {
+            ""
+        } else {
+            lines.get(i + 1).copied().unwrap_or_default()
+        };
+        if due_to.is_match(rest) || due_to.is_match(next) {
+            by_slurm = true;
+        } else {
+            cancelled = Some(line.to_string());
+        }
+    }
+    cancelled.filter(|_| srun_aborted && !by_slurm)
+}
+
 /// The last non-blank line of the output, for the evidence of an ordinary failure.
 pub(crate) fn last_line(tail: &str) -> Option<&str> {
     split_lines(tail)
         .into_iter()
         .map(|l| strip_prefixes(l).trim())
         .rfind(|l| !l.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What srun printed on Slurm 22.05 (tests/slurm's two nodes) for `srun -N 2 --label`, the
+    /// tasks up, then `scancel JOB` from another shell.
+    const SCANCEL_JOB: &str = "1: up\n0: up\nsrun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n0: slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT 2026-11-28T13:46:11 ***\nsrun: error: n2: task 1: Terminated\nsrun: error: n1: task 0: Terminated\n";
+    /// The same after `scancel JOB.STEP`: the tasks are SIGKILLed.
+    const SCANCEL_STEP: &str = "srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n0: slurmstepd-n1: error: *** STEP 3.0 ON n1 CANCELLED AT 2026-11-28T13:46:43 ***\nsrun: error: n1: task 0: Killed\nsrun: error: n2: task 1: Killed\n";
+    /// srun ending the step itself under `--kill-on-bad-exit=1` after task 1 exited 1: the
+    /// same banner, no "Job step aborted".
+    const KILL_ON_BAD_EXIT: &str = "srun: error: n2: task 1: Exited with exit code 1\nsrun: launch/slurm: _step_signal: Terminating StepId=5.0\n0: slurmstepd-n1: error: *** STEP 5.0 ON n1 CANCELLED AT 2026-11-28T13:47:03 ***\nsrun: error: n1: task 0: Terminated\nsrun: Force Terminated StepId=5.0\n";
+
+    #[test]
+    fn a_cancel_through_slurm_is_told_from_slurms_own_stops() {
+        // (what, output, the banner returned)
+        let table: &[(&str, &str, Option<&str>)] = &[
+            (
+                "scancel of the job",
+                SCANCEL_JOB,
+                Some("slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT 2026-11-28T13:46:11 ***"),
+            ),
+            (
+                "scancel of the step",
+                SCANCEL_STEP,
+                Some("slurmstepd-n1: error: *** STEP 3.0 ON n1 CANCELLED AT 2026-11-28T13:46:43 ***"),
+            ),
+            (
+                "the job's banner",
+                "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\nslurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-01-02T03:04:05 ***\n",
+                Some("slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-01-02T03:04:05 ***"),
+            ),
+            ("srun ended the step after a task failed", KILL_ON_BAD_EXIT, None),
+            (
+                "a time limit",
+                "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\nslurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2026-01-02T03:04:05 DUE TO TIME LIMIT ***\n",
+                None,
+            ),
+            (
+                "a preemption, on two nodes",
+                "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n0: slurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2026-01-02T03:04:05 DUE TO PREEMPTION ***\n1: slurmstepd: error: *** STEP 12.0 ON n2 CANCELLED AT 2026-01-02T03:04:05 ***\n",
+                None,
+            ),
+            (
+                "a node failure, hard-wrapped",
+                "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\nslurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-01-02T03:04:05\nDUE TO NODE FAILURE ***\n",
+                None,
+            ),
+            (
+                "an aborted step with no banner (a node lost)",
+                "srun: error: Node failure on n2\nsrun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n",
+                None,
+            ),
+            ("nothing of Slurm", "Traceback (most recent call last):\nValueError: x\n", None),
+            ("", "", None),
+        ];
+        for (what, text, want) in table {
+            assert_eq!(slurm_cancel(text).as_deref(), *want, "{what}");
+        }
+    }
 }
