@@ -715,11 +715,14 @@ pub(super) const SLURM_CANCELLED: &str = r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCEL
 /// stop.
 pub(super) const SLURM_DUE_TO: &str = r"\bDUE TO\b";
 
-/// srun's line where slurmctld, not srun, ended its step (a `scancel`, a time limit): "srun: Job
-/// step aborted: Waiting up to 32 seconds for job step to finish." srun does not print it where
-/// it ends the step itself (`--kill-on-bad-exit`: "srun: launch/slurm: _step_signal: Terminating
-/// StepId=12.0" instead), measured on Slurm 22.05.
+/// srun's line where slurmctld, not srun, ended its step (a `scancel`, a time limit, a lost
+/// node): "srun: Job step aborted: Waiting up to 32 seconds for job step to finish." srun does
+/// not print it where it ends the step itself (`--kill-on-bad-exit`: "srun: launch/slurm:
+/// _step_signal: Terminating StepId=12.0" instead), measured on Slurm 22.05.
 pub(super) const SRUN_STEP_ABORTED: &str = r"\bsrun: Job step aborted\b";
+
+/// srun's line where a node of its step was lost: "srun: error: Node failure on n2".
+pub(super) const SRUN_NODE_FAILURE: &str = r"\bsrun: error: Node failure on\b";
 
 /// A shell's job-status line for a job killed by SIGKILL, the line alone: bash's "Killed" (or its
 /// translation), job control's "[1]+  Killed   python train.py", zsh's "zsh: killed  python
