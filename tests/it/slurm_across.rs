@@ -7,7 +7,8 @@
 //! login node makes its own), which reaches no signal to oomguard: the run must end
 //! `interrupted`, not `failed`. Against the Slurm 22.05 that tests/slurm/start.sh starts (nodes
 //! n1 and n2, two slurmd on this machine); where `SLURM_CONF` is unset, each test prints
-//! `SKIPPED <name>: <reason>`. Every job is named for its test and this process, and cancelled
+//! `SKIPPED <name>: <reason>`; the refusal of `--memory-max` around srun in a shell script
+//! needs no Slurm. Every job is named for its test and this process, and cancelled
 //! when its test ends however it ends, so a failing test leaves no allocation behind on a
 //! cluster other people's tests share.
 
@@ -441,4 +442,49 @@ fn scancel_outside_an_allocation_ends_the_run_interrupted_when_the_tasks_save_an
         "scancel_outside_an_allocation_ends_the_run_interrupted_when_the_tasks_save_and_exit_0"
     );
     scancel_outside_an_allocation("scancel-save", &["--save-s", "1"]);
+}
+
+/// `--memory-max` around srun that a shell's `-c` script runs is refused as around srun itself:
+/// the attempt cgroup would hold the shell and srun, the tasks being in Slurm's cgroups on
+/// their nodes. One line, exit 2, nothing started (the script would have written `started`).
+/// No Slurm needed: the command's words decide.
+#[test]
+fn memory_max_around_srun_in_a_shell_script_is_refused_before_anything_starts() {
+    let sb = Sandbox::new();
+    let started = sb.path("started");
+    for script in [
+        format!("touch {} && srun -N 2 python3 t.py", started.display()),
+        format!(
+            "touch {}; cd /tmp && OMP_NUM_THREADS=1 exec /usr/bin/srun python3 t.py",
+            started.display()
+        ),
+    ] {
+        let out = sb
+            .run(&["--memory-max", "1G"], &["bash", "-c", &script])
+            .output()
+            .expect("oomguard runs");
+        let stderr = stderr_of(&out);
+        assert_eq!(out.status.code(), Some(2), "{script}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{script}: {stderr}");
+        assert!(
+            stderr.contains("--memory-max around srun would cap srun alone"),
+            "{script}: {stderr}"
+        );
+        assert!(!started.exists(), "{script}: the script ran");
+    }
+    // srun only as a word of the job's own: not refused for it (it runs where a memory cgroup
+    // can be made; elsewhere --memory-max is refused for that, as for any job).
+    let out = sb
+        .run(
+            &["--memory-max", "1G", "--max-attempts", "1"],
+            &["bash", "-c", &format!("touch {} # srun", started.display())],
+        )
+        .output()
+        .expect("oomguard runs");
+    let stderr = stderr_of(&out);
+    assert!(!stderr.contains("around srun"), "{stderr}");
+    assert!(
+        started.exists() || stderr.contains("--memory-max needs a memory cgroup"),
+        "{stderr}"
+    );
 }
