@@ -298,12 +298,12 @@ pub fn classify(facts: &AttemptFacts) -> Verdict {
     // Someone cancelled the job through Slurm (`scancel`) where no signal reached oomguard
     // (srun made its own allocation): the user's stop, as a Ctrl-C is.
     let cancelled = || {
-        slurm_cancel(facts.tail).map(|banner| {
+        slurm_cancel(facts.tail).map(|line| {
             Verdict::new(
                 Cause::Interrupted,
                 format!(
                     "{ending}; cancelled through Slurm; output: {}",
-                    quote(&banner)
+                    quote(&line)
                 ),
             )
         })
@@ -929,8 +929,9 @@ mod tests {
         Row { what: "exit 137 alone and a moved chain counter", ending: Ending::Exited(137), chain: true, want: Cause::Failed, ..BASE },
         Row { what: "exit 1 and a moved chain counter", chain: true, tail: "ValueError: x", want: Cause::Failed, ..BASE },
         // A cancel through Slurm where no signal reached oomguard (srun outside an allocation):
-        // the user's stop, unless the output says memory ran out; srun ending the step itself
-        // after a task failed (--kill-on-bad-exit) prints the banner too, and stays a failure.
+        // the user's stop, unless the output says memory ran out or Slurm gives a reason of its
+        // own; srun ending the step itself after a task failed (--kill-on-bad-exit) prints the
+        // CANCELLED banner too, but not "Job step aborted", and stays a failure.
         Row { what: "scancel of srun's own job", ending: Ending::Exited(143), tail: SCANCEL, want: Cause::Interrupted, evidence_has: "exit 143; cancelled through Slurm; output: \"slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT", ..BASE },
         Row { what: "scancel of srun's step, tasks SIGKILLed", ending: Ending::Exited(137), tail: "srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n0: slurmstepd-n1: error: *** STEP 3.0 ON n1 CANCELLED AT 2026-11-28T13:46:43 ***\nsrun: error: n1: task 0: Killed\nsrun: error: n2: task 1: Killed", want: Cause::Interrupted, ..BASE },
         Row { what: "scancel, the tasks saved and exited 0", ending: Ending::Exited(0), tail: SCANCEL, want: Cause::Interrupted, evidence_has: "exit 0; cancelled through Slurm", ..BASE },
