@@ -13,7 +13,7 @@ use crate::cgroup_chain::ChainKill;
 use crate::outcome::{Cause, Ending};
 use crate::quiet::QuietStop;
 use crate::scan::lines::{
-    kill_sent_by_someone, last_line, later_fatal_error, quote, skipped_and_went_on,
+    kill_sent_by_someone, last_line, later_fatal_error, quote, skipped_and_went_on, slurm_cancel,
 };
 use crate::scan::table::Family;
 use crate::scan::{self, Finding};
@@ -272,16 +272,18 @@ fn caught_evidence(oom: &Finding, later: &str) -> String {
 /// Decides why one attempt ended.
 ///
 /// In order: a user stop is [`Cause::Interrupted`]; oomguard's own memory bound is
-/// [`Cause::MemoryLimit`]; exit 0 is [`Cause::Ok`]; kernel evidence naming the job is
+/// [`Cause::MemoryLimit`]; exit 0 is [`Cause::Ok`] (but [`Cause::Interrupted`] after a cancel
+/// through Slurm); kernel evidence naming the job is
 /// [`Cause::OomKilled`] (or [`Cause::WorkerKilled`] when the output shows a DataLoader worker
 /// killed and the main process exited with an error itself); a death by SIGKILL while the
 /// OOM-kill counter of a cgroup the job lives in moved is [`Cause::OomKilled`]; then what the
-/// output says, read as [`classify_text`] reads it (a survived OOM followed by a fatal error of
-/// the job's own is [`Cause::Failed`]); then a death by SIGKILL is [`Cause::Killed`] (exit
-/// status 137 only when a shell's report or a reaped process shows the SIGKILL); anything else
-/// is [`Cause::Failed`]. A shell's `Killed` line alone is [`Cause::Killed`] here, not
-/// [`Cause::OomKilled`] as from text alone: with the kernel's counters at hand, oomguard does
-/// not guess.
+/// output says, read as [`classify_text`] reads it: an out-of-memory error or kill, else a
+/// cancel through Slurm (`scancel`, see `scan::lines::slurm_cancel`) is [`Cause::Interrupted`],
+/// else a survived OOM followed by a fatal error of the job's own is [`Cause::Failed`]; then a
+/// death by SIGKILL is [`Cause::Killed`] (exit status 137 only when a shell's report or a
+/// reaped process shows the SIGKILL); anything else is [`Cause::Failed`]. A shell's `Killed`
+/// line alone is [`Cause::Killed`] here, not [`Cause::OomKilled`] as from text alone: with the
+/// kernel's counters at hand, oomguard does not guess.
 pub fn classify(facts: &AttemptFacts) -> Verdict {
     let ending = facts.ending;
     if facts.user_stopped {
@@ -293,10 +295,25 @@ pub fn classify(facts: &AttemptFacts) -> Verdict {
     if let Some(stop) = facts.quiet_stop {
         return quiet_verdict(ending, stop);
     }
+    // Someone cancelled the job through Slurm (`scancel`) where no signal reached oomguard
+    // (srun made its own allocation): the user's stop, as a Ctrl-C is.
+    let cancelled = || {
+        slurm_cancel(facts.tail).map(|line| {
+            Verdict::new(
+                Cause::Interrupted,
+                format!(
+                    "{ending}; cancelled through Slurm; output: {}",
+                    quote(&line)
+                ),
+            )
+        })
+    };
     if ending.is_success() {
         // Frameworks catch OOMs and carry on (accelerate, fairseq, TF's BFC warnings): a clean
-        // exit is a success whatever the output said on the way.
-        return Verdict::new(Cause::Ok, ending.to_string());
+        // exit is a success whatever the output said on the way. Not a trainer that saved and
+        // exited 0 when a cancel stopped it: it did not finish, as under sbatch, where the
+        // cancel reaches oomguard as SIGTERM.
+        return cancelled().unwrap_or_else(|| Verdict::new(Cause::Ok, ending.to_string()));
     }
 
     let reading = read_text(facts.tail);
@@ -332,13 +349,17 @@ pub fn classify(facts: &AttemptFacts) -> Verdict {
         Some(Sign::Memory(cause, f)) => {
             return Verdict::new(*cause, format!("{ending}; {}", output(f)))
         }
-        Some(Sign::CaughtOom { oom, later, .. }) => {
-            return Verdict::new(
-                Cause::Failed,
-                format!("{ending}; {}", caught_evidence(oom, later)),
-            )
-        }
         _ => {}
+    }
+    // No memory ran out: a cancel is why the job died.
+    if let Some(verdict) = cancelled() {
+        return verdict;
+    }
+    if let Some(Sign::CaughtOom { oom, later, .. }) = &reading.sign {
+        return Verdict::new(
+            Cause::Failed,
+            format!("{ending}; {}", caught_evidence(oom, later)),
+        );
     }
     if let Some(how) = sigkill {
         return Verdict::new(
@@ -836,6 +857,13 @@ mod tests {
     };
     const CUDA_OOM: &str = "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n    loss.backward()\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.69 GiB of which 115.69 MiB is free.";
     const WORKER: &str = "RuntimeError: DataLoader worker (pid 1817) is killed by signal: Killed. \n\nRuntimeError: DataLoader worker (pid(s) 1817) exited unexpectedly";
+    /// srun's last lines after `scancel` of the job it allocated (Slurm 22.05, two nodes).
+    macro_rules! scancel_tail {
+        () => {
+            "srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n0: slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT 2026-11-28T13:46:11 ***\nsrun: error: n2: task 1: Terminated\nsrun: error: n1: task 0: Terminated\n"
+        };
+    }
+    const SCANCEL: &str = concat!("1: up\n0: up\n", scancel_tail!());
     const VICTIM: &str = "Memory cgroup out of memory: Killed process 4242 (python3) total-vm:11892kB, anon-rss:4292kB";
 
     struct Row {
@@ -900,6 +928,21 @@ mod tests {
         Row { what: "exit 137 with a shell's report and a moved chain counter", ending: Ending::Exited(137), tail: "Killed", chain: true, want: Cause::OomKilled, evidence_has: "output: \"Killed\"; cgroup /user.slice", ..BASE },
         Row { what: "exit 137 alone and a moved chain counter", ending: Ending::Exited(137), chain: true, want: Cause::Failed, ..BASE },
         Row { what: "exit 1 and a moved chain counter", chain: true, tail: "ValueError: x", want: Cause::Failed, ..BASE },
+        // A cancel through Slurm where no signal reached oomguard (srun outside an allocation):
+        // the user's stop, unless the output says memory ran out or Slurm gives a reason of its
+        // own; srun ending the step itself after a task failed (--kill-on-bad-exit) prints the
+        // CANCELLED banner too, but not "Job step aborted", and stays a failure.
+        Row { what: "scancel of srun's own job", ending: Ending::Exited(143), tail: SCANCEL, want: Cause::Interrupted, evidence_has: "exit 143; cancelled through Slurm; output: \"slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT", ..BASE },
+        Row { what: "scancel of srun's step, tasks SIGKILLed", ending: Ending::Exited(137), tail: "srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n0: slurmstepd-n1: error: *** STEP 3.0 ON n1 CANCELLED AT 2026-11-28T13:46:43 ***\nsrun: error: n1: task 0: Killed\nsrun: error: n2: task 1: Killed", want: Cause::Interrupted, ..BASE },
+        Row { what: "scancel, the tasks saved and exited 0", ending: Ending::Exited(0), tail: SCANCEL, want: Cause::Interrupted, evidence_has: "exit 0; cancelled through Slurm", ..BASE },
+        Row { what: "scancel after a CUDA OOM", ending: Ending::Exited(143), tail: concat!("1: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n", scancel_tail!()), want: Cause::DeviceOom, ..BASE },
+        Row { what: "scancel after Slurm's OOM kill", ending: Ending::Exited(143), tail: concat!("slurmstepd-n2: error: Detected 1 oom_kill event in StepId=2.0. Some of the step tasks have been OOM Killed.\n", scancel_tail!()), want: Cause::OomKilled, ..BASE },
+        Row { what: "scancel, kernel evidence", ending: Ending::Exited(143), tail: SCANCEL, cgroup: Some(1), want: Cause::OomKilled, ..BASE },
+        Row { what: "scancel after a caught OOM and an error", ending: Ending::Exited(143), tail: concat!("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB -- skipping batch\nValueError: x\n", scancel_tail!()), want: Cause::Interrupted, ..BASE },
+        Row { what: "srun's --kill-on-bad-exit after a task failed", ending: Ending::Exited(143), tail: "0: ValueError: x\nsrun: error: n2: task 1: Exited with exit code 1\nsrun: launch/slurm: _step_signal: Terminating StepId=5.0\n0: slurmstepd-n1: error: *** STEP 5.0 ON n1 CANCELLED AT 2026-11-28T13:47:03 ***\nsrun: error: n1: task 0: Terminated\nsrun: Force Terminated StepId=5.0", want: Cause::Failed, evidence_has: "exit 143; last output", ..BASE },
+        Row { what: "scancel, the banner lost", ending: Ending::Exited(143), tail: "srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\nsrun: error: n2: task 1: Terminated\nsrun: error: n1: task 0: Terminated", want: Cause::Interrupted, evidence_has: "exit 143; cancelled through Slurm; output: \"srun: Job step aborted", ..BASE },
+        Row { what: "a node lost", ending: Ending::Exited(1), tail: "srun: error: Node failure on n2\nsrun: Job step aborted: Waiting up to 32 seconds for job step to finish.", want: Cause::Failed, ..BASE },
+        Row { what: "a time limit", ending: Ending::Exited(143), tail: "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\nslurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2026-01-02T03:04:05 DUE TO TIME LIMIT ***", want: Cause::Failed, ..BASE },
         // Item 6's two reproductions.
         Row { what: "caught OOM, then sys.exit(\"error: ...\")", tail: "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB -- skipping batch\nerror: checkpoint dir /ckpt is not writable", want: Cause::Failed, evidence_has: "exit 1; output: \"error: checkpoint dir /ckpt is not writable\" (after a caught OOM: \"torch.OutOfMemoryError", ..BASE },
         Row { what: "rank 0 OOM, rank 1 connection closed, launcher", tail: "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1 GiB\n[rank1]: RuntimeError: Connection closed by peer [127.0.0.1]:29500\ntorch.distributed.elastic.multiprocessing.errors.ChildFailedError:", want: Cause::DeviceOom, ..BASE },

@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
+pub mod shell;
+
 /// One job step: `JOB.STEP` in Slurm's words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Step {

@@ -316,8 +316,11 @@ fn exit_code(outcome: Outcome, end: &AttemptEnd) -> i32 {
         Outcome::Succeeded => 0,
         Outcome::GaveUp => EXIT_GAVE_UP,
         Outcome::Failed => end.ending.shell_code(),
+        // With no signal to oomguard, the stop was a cancel through Slurm (see
+        // `classify::classify`): SIGTERM, as scancel stops tasks and as oomguard inside sbatch
+        // would have got it, so a run ends 143 however scancel reached it.
         Outcome::Interrupted => {
-            128 + end.user_stop.map_or(Signal::SIGINT, |stop| stop.signal) as i32
+            128 + end.user_stop.map_or(Signal::SIGTERM, |stop| stop.signal) as i32
         }
     }
 }

@@ -2,8 +2,9 @@
 //! Python's exception lines and the ones that only wrap another, a program's `error:` / `fatal:`
 //! last words, a peer's collateral errors and a failed load's aftermath (neither an error of the
 //! job's own), chained-exception banners, teardown frames of the standard library, a job's own
-//! report that it skipped a batch after an out-of-memory error, and the command that sent a
-//! shell's SIGKILL; and quotes a line for evidence. Pure functions of text.
+//! report that it skipped a batch after an out-of-memory error, the command that sent a
+//! shell's SIGKILL, and Slurm's word that someone cancelled the job; and quotes a line for
+//! evidence. Pure functions of text.
 //!
 //! It decides nothing: which of these lines settles why an attempt ended is `classify`'s
 //! judgement. Signatures themselves are the parent module's (`scan`, over `table`).
@@ -11,6 +12,7 @@
 use regex::Regex;
 use std::sync::OnceLock;
 
+use super::table::{SLURM_CANCELLED, SLURM_DUE_TO, SRUN_NODE_FAILURE, SRUN_STEP_ABORTED};
 use super::{rank_of, scan, split_lines, strip_prefixes, Finding};
 
 /// Longest quoted output in an evidence line, in characters.
@@ -235,10 +237,134 @@ pub(crate) fn skipped_and_went_on(lines: &[&str], at: usize, rank: Option<u32>) 
     skipped && !own.any(|line| line.starts_with("Traceback (most recent call last)"))
 }
 
+/// srun's word that someone cancelled its job or step through Slurm (`scancel`): its "Job step
+/// aborted" line (slurmctld ended the step; srun ending it itself after a task failed, under
+/// `--kill-on-bad-exit`, prints no such line) with nothing that gives Slurm's own reason: a
+/// CANCELLED banner with "DUE TO" (a time limit, a preemption, a node failure) or srun's "Node
+/// failure on". Returns the line to show: slurmstepd's CANCELLED banner where it reached srun's
+/// output (it does not always: on Slurm 22.05, tasks that die of the cancel at once can take
+/// it with them), else srun's own line. Where oomguard runs inside the allocation, scancel
+/// signals oomguard itself; this is how the cancel shows where it runs outside one (`srun` from
+/// a login node makes its own allocation). A time limit whose banner was lost reads as a
+/// cancel too: srun's output says nothing else of it.
+pub(crate) fn slurm_cancel(text: &str) -> Option<String> {
+    // Every attempt's output is asked, its successes' too: most never saw Slurm.
+    if !text.contains("Job step aborted") {
+        return None;
+    }
+    static RE: OnceLock<[Regex; 4]> = OnceLock::new();
+    let [banner, due_to, aborted, node_failure] = RE.get_or_init(|| {
+        [
+            SLURM_CANCELLED,
+            SLURM_DUE_TO,
+            SRUN_STEP_ABORTED,
+            SRUN_NODE_FAILURE,
+        ]
+        .map(|p| Regex::new(p).expect("Slurm cancel pattern compiles"))
+    });
+    let lines = split_lines(text);
+    let mut cancelled = None;
+    let mut srun_aborted = None;
+    for (i, raw) in lines.iter().enumerate() {
+        let line = strip_prefixes(raw).trim();
+        if node_failure.is_match(line) {
+            return None;
+        }
+        if aborted.is_match(line) {
+            srun_aborted = Some(line);
+        }
+        let Some(m) = banner.find(line) else {
+            continue;
+        };
+        let rest = &line[m.end()..];
+        // A banner cut by a terminal's hard-wrap goes on, with its "DUE TO", on the next line.
+        let next = if rest.contains("***") {
+            ""
+        } else {
+            lines.get(i + 1).copied().unwrap_or_default()
+        };
+        if due_to.is_match(rest) || due_to.is_match(next) {
+            return None;
+        }
+        cancelled = Some(line);
+    }
+    srun_aborted.map(|aborted| cancelled.unwrap_or(aborted).to_string())
+}
+
 /// The last non-blank line of the output, for the evidence of an ordinary failure.
 pub(crate) fn last_line(tail: &str) -> Option<&str> {
     split_lines(tail)
         .into_iter()
         .map(|l| strip_prefixes(l).trim())
         .rfind(|l| !l.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What srun printed on Slurm 22.05 (tests/slurm's two nodes) for `srun -N 2 --label`, the
+    /// tasks up, then `scancel JOB` from another shell.
+    const SCANCEL_JOB: &str = "1: up\n0: up\nsrun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n0: slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT 2026-11-28T13:46:11 ***\nsrun: error: n2: task 1: Terminated\nsrun: error: n1: task 0: Terminated\n";
+    /// The same, once in a few runs with tasks that die of the SIGTERM at once (and on a loaded
+    /// machine): slurmstepd's banner never reaches srun's output.
+    const SCANCEL_JOB_NO_BANNER: &str = "srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\nsrun: error: n2: task 1: Terminated\nsrun: error: n1: task 0: Terminated\n";
+    /// The same after `scancel JOB.STEP`: the tasks are SIGKILLed.
+    const SCANCEL_STEP: &str = "srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n0: slurmstepd-n1: error: *** STEP 3.0 ON n1 CANCELLED AT 2026-11-28T13:46:43 ***\nsrun: error: n1: task 0: Killed\nsrun: error: n2: task 1: Killed\n";
+    /// srun ending the step itself under `--kill-on-bad-exit=1` after task 1 exited 1: the
+    /// same banner, no "Job step aborted".
+    const KILL_ON_BAD_EXIT: &str = "srun: error: n2: task 1: Exited with exit code 1\nsrun: launch/slurm: _step_signal: Terminating StepId=5.0\n0: slurmstepd-n1: error: *** STEP 5.0 ON n1 CANCELLED AT 2026-11-28T13:47:03 ***\nsrun: error: n1: task 0: Terminated\nsrun: Force Terminated StepId=5.0\n";
+
+    #[test]
+    fn a_cancel_through_slurm_is_told_from_slurms_own_stops() {
+        // (what, output, the banner returned)
+        let table: &[(&str, &str, Option<&str>)] = &[
+            (
+                "scancel of the job",
+                SCANCEL_JOB,
+                Some("slurmstepd-n1: error: *** STEP 2.0 ON n1 CANCELLED AT 2026-11-28T13:46:11 ***"),
+            ),
+            (
+                "scancel of the step",
+                SCANCEL_STEP,
+                Some("slurmstepd-n1: error: *** STEP 3.0 ON n1 CANCELLED AT 2026-11-28T13:46:43 ***"),
+            ),
+            (
+                "the job's banner",
+                "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\nslurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-01-02T03:04:05 ***\n",
+                Some("slurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-01-02T03:04:05 ***"),
+            ),
+            ("srun ended the step after a task failed", KILL_ON_BAD_EXIT, None),
+            (
+                "a time limit",
+                "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\nslurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2026-01-02T03:04:05 DUE TO TIME LIMIT ***\n",
+                None,
+            ),
+            (
+                "a preemption, on two nodes",
+                "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n0: slurmstepd: error: *** STEP 12.0 ON n1 CANCELLED AT 2026-01-02T03:04:05 DUE TO PREEMPTION ***\n1: slurmstepd: error: *** STEP 12.0 ON n2 CANCELLED AT 2026-01-02T03:04:05 ***\n",
+                None,
+            ),
+            (
+                "a node failure, hard-wrapped",
+                "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.\nslurmstepd: error: *** JOB 12 ON n1 CANCELLED AT 2026-01-02T03:04:05\nDUE TO NODE FAILURE ***\n",
+                None,
+            ),
+            (
+                "scancel of the job, the banner lost with the tasks",
+                SCANCEL_JOB_NO_BANNER,
+                Some("srun: Job step aborted: Waiting up to 7 seconds for job step to finish."),
+            ),
+            (
+                "an aborted step with no banner (a node lost)",
+                "srun: error: Node failure on n2\nsrun: Job step aborted: Waiting up to 32 seconds for job step to finish.\n",
+                None,
+            ),
+            ("nothing of Slurm", "Traceback (most recent call last):\nValueError: x\n", None),
+            ("", "", None),
+        ];
+        for (what, text, want) in table {
+            assert_eq!(slurm_cancel(text).as_deref(), *want, "{what}");
+        }
+    }
 }

@@ -648,9 +648,10 @@ pub(crate) const SIGNATURES: &[Signature] = &[
             "slurm_stopped",
             SlurmOom,
             &[
-                r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT\b|srun: error: [^:]+: tasks? [\d,\-\[\]]+: Killed",
+                SLURM_CANCELLED,
+                r"srun: error: [^:]+: tasks? [\d,\-\[\]]+: Killed",
             ],
-            r"\bDUE TO\b",
+            SLURM_DUE_TO,
         )
     },
     // ---------------------------------------------------------------- SIGKILL, sender unknown
@@ -702,6 +703,26 @@ pub(crate) const SIGNATURES: &[Signature] = &[
         ],
     ),
 ];
+
+/// slurmstepd's banner for a job or step Slurm cancelled: "slurmstepd: error: *** STEP 12.0 ON
+/// n1 CANCELLED AT 2026-11-28T13:46:11 ***" (or "*** JOB 12 ..."). Printed for a person's
+/// `scancel`, and also where srun ends the step itself (`--kill-on-bad-exit` after a task
+/// failed), so alone it says neither who nor why.
+pub(super) const SLURM_CANCELLED: &str = r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT\b";
+
+/// What follows the banner where Slurm ended the job for a reason of its own ("DUE TO TIME
+/// LIMIT", "DUE TO PREEMPTION", "DUE TO NODE FAILURE", "DUE TO JOB REQUEUE"): not a person's
+/// stop.
+pub(super) const SLURM_DUE_TO: &str = r"\bDUE TO\b";
+
+/// srun's line where slurmctld, not srun, ended its step (a `scancel`, a time limit, a lost
+/// node): "srun: Job step aborted: Waiting up to 32 seconds for job step to finish." srun does
+/// not print it where it ends the step itself (`--kill-on-bad-exit`: "srun: launch/slurm:
+/// _step_signal: Terminating StepId=12.0" instead), measured on Slurm 22.05.
+pub(super) const SRUN_STEP_ABORTED: &str = r"\bsrun: Job step aborted\b";
+
+/// srun's line where a node of its step was lost: "srun: error: Node failure on n2".
+pub(super) const SRUN_NODE_FAILURE: &str = r"\bsrun: error: Node failure on\b";
 
 /// A shell's job-status line for a job killed by SIGKILL, the line alone: bash's "Killed" (or its
 /// translation), job control's "[1]+  Killed   python train.py", zsh's "zsh: killed  python

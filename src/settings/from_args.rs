@@ -4,7 +4,6 @@
 //! before anything is created or started. Parsing the flags themselves (their syntax, units and
 //! bounds) is clap's and `cli`'s; what the settings mean to the run is the run's.
 
-use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
 
@@ -314,8 +313,9 @@ impl RunArgs {
         if let Some(bytes) = self.memory_max.filter(|b| *b < MIN_MEMORY_MAX_BYTES) {
             return Err(UsageError::MemoryMaxTooSmall(bytes));
         }
-        let program = self.command.first().map(OsString::as_os_str);
-        if self.memory_max.is_some() && program.is_some_and(crate::slurm::is_srun_command) {
+        // srun behind `env`, `nohup` or in a `bash -c` script too: the cgroup would hold the
+        // shell and srun alone all the same.
+        if self.memory_max.is_some() && crate::slurm::shell::runs_srun(&self.command) {
             return Err(UsageError::MemoryMaxAroundSrun);
         }
         if self.backoff_max < self.backoff {
@@ -378,6 +378,7 @@ mod tests {
     use crate::cli::{Cli, Command};
     use crate::watch::Available;
     use clap::Parser;
+    use std::ffi::OsString;
     use std::path::PathBuf;
 
     #[test]
@@ -479,6 +480,21 @@ mod tests {
                 matches!(got, Err(UsageError::MemoryMaxAroundSrun)),
                 refused,
                 "{line}"
+            );
+        }
+        // A shell's script, one word the test's whitespace split would cut.
+        for (command, refused) in [
+            (["bash", "-c", "srun python t.py"], true),
+            (["sh", "-c", "cd /x && exec srun python t.py"], true),
+            (["bash", "-c", "python t.py srun"], false),
+        ] {
+            let mut run = run_args("run --memory-max 1G -- x");
+            run.command = command.iter().map(OsString::from).collect();
+            let got = run.validate();
+            assert_eq!(
+                matches!(got, Err(UsageError::MemoryMaxAroundSrun)),
+                refused,
+                "{command:?}"
             );
         }
         let run = run_args("run --min-available 2G --no-cgroup -- python t.py");

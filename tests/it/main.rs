@@ -40,6 +40,7 @@ mod security_patch;
 mod security_reads;
 mod shared_gpu;
 mod situations;
+mod slurm_across;
 mod slurm_real;
 mod slurm_two_nodes;
 mod status;

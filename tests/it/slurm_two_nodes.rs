@@ -18,7 +18,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use util::{alive, bin, causes, fixture, flag_value, kill, stderr_of, wait_until, Sandbox};
 
-const NODES: [&str; 2] = ["n1", "n2"];
+pub(crate) const NODES: [&str; 2] = ["n1", "n2"];
 
 /// Skips (returns) where no Slurm was started; otherwise waits up to 30 s for both nodes to take
 /// jobs ("comp" counts: an earlier test's job still cleaning up; srun waits for it), and fails
@@ -36,7 +36,9 @@ macro_rules! need_two_nodes {
     };
 }
 
-fn wait_for_both_nodes() {
+pub(crate) use need_two_nodes;
+
+pub(crate) fn wait_for_both_nodes() {
     let mut states = String::new();
     let up = wait_until(Duration::from_secs(30), || {
         let out = Command::new("sinfo")
@@ -63,7 +65,7 @@ fn wait_for_both_nodes() {
 }
 
 /// The JSON lines a fixture appended to `record`; none before its first task starts.
-fn records(record: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn records(record: &Path) -> Vec<serde_json::Value> {
     if record.exists() {
         util::records(record)
     } else {
@@ -74,7 +76,13 @@ fn records(record: &Path) -> Vec<serde_json::Value> {
 /// Submits `body` as an sbatch script of two nodes, one task each, its output in `output`.
 /// With `wait`, sbatch returns when the job ended (and fails where the job failed). Returns
 /// sbatch's success and the job ID (empty with `wait`).
-fn sbatch(sb: &Sandbox, name: &str, body: &str, output: &Path, wait: bool) -> (bool, String) {
+pub(crate) fn sbatch(
+    sb: &Sandbox,
+    name: &str,
+    body: &str,
+    output: &Path,
+    wait: bool,
+) -> (bool, String) {
     let script = sb.path("job.sbatch");
     std::fs::write(
         &script,
@@ -108,7 +116,7 @@ fn sbatch(sb: &Sandbox, name: &str, body: &str, output: &Path, wait: bool) -> (b
 
 /// The cgroups of job `job` left on either node (memory:/slurm_NODE/uid_0/job_JOB), and the
 /// fixture's tasks (`pids`) still alive, once Slurm has had 30 s to clean up.
-fn leftovers(job: &str, pids: &[u32]) -> Vec<String> {
+pub(crate) fn leftovers(job: &str, pids: &[u32]) -> Vec<String> {
     let dirs: Vec<PathBuf> = NODES
         .iter()
         .map(|node| {
@@ -218,7 +226,7 @@ fn events_by_node(record: &Path) -> BTreeMap<String, Vec<String>> {
     by_node
 }
 
-fn nodes_up(record: &Path) -> BTreeSet<String> {
+pub(crate) fn nodes_up(record: &Path) -> BTreeSet<String> {
     records(record)
         .iter()
         .filter(|r| r["event"] == "up")
@@ -227,7 +235,7 @@ fn nodes_up(record: &Path) -> BTreeSet<String> {
 }
 
 /// The job ID and task PIDs slurm_task.py recorded.
-fn job_and_pids(record: &Path) -> (String, Vec<u32>) {
+pub(crate) fn job_and_pids(record: &Path) -> (String, Vec<u32>) {
     let recs = records(record);
     let job = recs[0]["job"].as_str().expect("SLURM_JOB_ID").to_string();
     let pids = recs
