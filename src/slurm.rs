@@ -62,7 +62,7 @@ pub fn steps_of(srun_pids: &[u32]) -> Vec<Listed> {
     }
     let mut scontrol = Command::new("scontrol");
     scontrol.args(["show", "step", "-o"]);
-    let Some((_, out)) = run_bounded(scontrol) else {
+    let Some((_, out)) = run_bounded(scontrol, false) else {
         return Vec::new();
     };
     let host = crate::liveness::Here::read().host.unwrap_or_default();
@@ -82,21 +82,29 @@ fn owner_of(pid: u32) -> Option<u32> {
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs a Slurm client command to its end or [`CLIENT_TIMEOUT`], whichever comes first (then it
-/// is killed): whether it succeeded and what it printed; `None` where it could not start or
-/// timed out.
-fn run_bounded(mut command: Command) -> Option<(bool, Vec<u8>)> {
+/// is killed): whether it succeeded and what it printed on stdout (and on stderr, in order, with
+/// `stderr_too`); `None` where it could not start or timed out.
+fn run_bounded(mut command: Command, stderr_too: bool) -> Option<(bool, Vec<u8>)> {
+    let program = command.get_program().to_owned();
+    let (mut output, writer) = std::io::pipe().ok()?;
+    let stderr = if stderr_too {
+        Stdio::from(writer.try_clone().ok()?)
+    } else {
+        Stdio::null()
+    };
     let mut child = command
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stdout(writer)
+        .stderr(stderr)
         .spawn()
         .ok()?;
-    let mut stdout = child.stdout.take()?;
+    // Our copies of the pipe's write end go with the command: the read ends when the child's do.
+    drop(command);
     // Read on a thread: a long listing fills the pipe before the command can exit.
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut bytes = Vec::new();
-        let _ = stdout.read_to_end(&mut bytes);
+        let _ = output.read_to_end(&mut bytes);
         let _ = tx.send(bytes);
     });
     match rx.recv_timeout(CLIENT_TIMEOUT) {
@@ -105,8 +113,7 @@ fn run_bounded(mut command: Command) -> Option<(bool, Vec<u8>)> {
             let _ = child.kill();
             let _ = child.wait();
             tracing::warn!(
-                "{:?} gave no answer within {}s: Slurm left out this time",
-                command.get_program(),
+                "{program:?} gave no answer within {}s: Slurm left out this time",
                 CLIENT_TIMEOUT.as_secs()
             );
             None
@@ -179,7 +186,8 @@ pub fn parse_steps(
 }
 
 /// Sends `signal` to every task of `steps` as `scancel --signal` does (slurmstepd delivers it on
-/// each node). Returns whether scancel accepted all of them.
+/// each node). Returns whether scancel accepted all of them, or failed only for tasks that had
+/// ended.
 pub fn signal_steps(steps: &[Step], signal: Signal) -> bool {
     if steps.is_empty() {
         return true;
@@ -188,16 +196,31 @@ pub fn signal_steps(steps: &[Step], signal: Signal) -> bool {
     let ids: Vec<String> = steps.iter().map(Step::to_string).collect();
     let mut scancel = Command::new("scancel");
     scancel.arg(format!("--signal={name}")).args(&ids);
-    let ok = run_bounded(scancel).is_some_and(|(ok, _)| ok);
+    let answer = run_bounded(scancel, true);
+    let ok = answer.as_ref().is_some_and(|(ok, _)| *ok);
+    let said = answer.map(|(_, out)| String::from_utf8_lossy(&out).trim().to_string());
+    let ended = !ok && said.as_deref().is_some_and(some_tasks_ended);
     if ok {
         tracing::info!(
             "sent {signal} to the tasks of Slurm step(s) {}",
             ids.join(" ")
         );
+    } else if ended {
+        // A step whose tasks ended on one node: scancel still signals the others, and fails.
+        tracing::info!(
+            "sent {signal} to the tasks of Slurm step(s) {} still running ({})",
+            ids.join(" "),
+            said.unwrap_or_default()
+        );
     } else {
-        tracing::warn!("scancel --signal={name} {} failed", ids.join(" "));
+        tracing::warn!(
+            "scancel --signal={name} {} failed{}",
+            ids.join(" "),
+            said.filter(|s| !s.is_empty())
+                .map_or(String::new(), |s| format!(": {s}"))
+        );
     }
-    ok
+    ok || ended
 }
 
 /// One node's memory cgroup of a step, on this host.
@@ -208,6 +231,15 @@ pub struct StepCgroup {
     pub node: String,
     pub dir: PathBuf,
     pub v2: bool,
+}
+
+/// Whether scancel's complaint `said` is only that some of the steps' tasks had ended
+/// (`scancel: error: Kill job error on job step id 12.0: Invalid job id specified`).
+fn some_tasks_ended(said: &str) -> bool {
+    !said.is_empty()
+        && said
+            .lines()
+            .all(|line| line.contains("Invalid job id specified") || line.trim().is_empty())
 }
 
 /// The memory cgroups of `step` on this host, one per node whose slurmd runs here, where
@@ -288,7 +320,7 @@ pub fn step_memory_bytes(step: Step) -> Option<u64> {
     sstat
         .args(["-n", "-P", "--noconvert", "-o", "TRESUsageInTot", "-j"])
         .arg(step.to_string());
-    let (_, out) = run_bounded(sstat)?;
+    let (_, out) = run_bounded(sstat, false)?;
     parse_tres_mem(&String::from_utf8_lossy(&out))
 }
 
@@ -499,6 +531,25 @@ StepId=9.batch UserId=0 State=RUNNING Name=batch
             ("", None),
         ] {
             assert_eq!(parse_tres_mem(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn scancel_failing_only_for_ended_tasks_is_told_from_a_failure() {
+        for (said, want) in [
+            ("scancel: error: Kill job error on job step id 12.0: Invalid job id specified", true),
+            (
+                "scancel: error: Kill job error on job id 12.0: Invalid job id specified\n\n",
+                true,
+            ),
+            ("scancel: error: Unable to contact slurm controller", false),
+            (
+                "scancel: error: Kill job error on job id 12.0: Invalid job id specified\nscancel: error: Access/permission denied",
+                false,
+            ),
+            ("", false),
+        ] {
+            assert_eq!(some_tasks_ended(said), want, "{said}");
         }
     }
 
