@@ -86,7 +86,8 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `stderr_too`); `None` where it could not start or timed out.
 fn run_bounded(mut command: Command, stderr_too: bool) -> Option<(bool, Vec<u8>)> {
     let program = command.get_program().to_owned();
-    let (mut output, writer) = std::io::pipe().ok()?;
+    let (output, writer) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
+    let mut output = std::fs::File::from(output);
     let stderr = if stderr_too {
         Stdio::from(writer.try_clone().ok()?)
     } else {
