@@ -11,7 +11,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, BufRead, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -144,6 +144,9 @@ pub struct Launch {
     pub env: Vec<(String, OsString)>,
     /// Another user to run the job as (a job file's `user`); oomguard keeps its own identity.
     pub run_as: Option<RunAs>,
+    /// The write end of the probe's pipe (see [`crate::probe`]), which the job inherits at
+    /// [`crate::probe::PROBE_FD`].
+    pub probe_fd: Option<std::sync::Arc<OwnedFd>>,
 }
 
 /// Between fork and exec: drops root for `who`, groups first (setgroups, setgid) and uid last,
@@ -176,6 +179,24 @@ pub(crate) fn close_other_fds() -> io::Result<()> {
         _ if io::Error::last_os_error().raw_os_error() == Some(nix::libc::ENOSYS) => Ok(()),
         _ => Err(io::Error::last_os_error()),
     }
+}
+
+/// Between fork and exec: the probe's pipe `fd` at [`crate::probe::PROBE_FD`], open across
+/// exec (dup2 makes the copy so; a pipe already there keeps its close-on-exec flag, cleared).
+fn give_probe_fd(fd: std::os::fd::RawFd) -> io::Result<()> {
+    let target = crate::probe::PROBE_FD;
+    // SAFETY: system calls on integers only.
+    let rc = unsafe {
+        if fd == target {
+            nix::libc::fcntl(fd, nix::libc::F_SETFD, 0)
+        } else {
+            nix::libc::dup2(fd, target)
+        }
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// A started job: its PID (also its process group id) and its output.
@@ -250,8 +271,10 @@ pub fn spawn(
         }
     };
     let parent = Pid::this();
+    let probe_fd = launch.probe_fd.as_ref().map(|fd| fd.as_raw_fd());
     // SAFETY: the closure runs between fork and exec and only makes async-signal-safe calls
-    // (setsid, setgroups, setgid, setuid, close_range, prctl, getppid, write); it allocates nothing.
+    // (setsid, setgroups, setgid, setuid, close_range, dup2, fcntl, prctl, getppid, write); it
+    // allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             if let Some(fd) = &cgroup_procs {
@@ -265,6 +288,9 @@ pub fn spawn(
             if let Some(who) = &run_as {
                 close_other_fds()?;
                 become_user(who)?;
+            }
+            if let Some(fd) = probe_fd {
+                give_probe_fd(fd)?;
             }
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             // If oomguard died between fork and prctl, the signal will never come: stop here.

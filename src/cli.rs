@@ -185,6 +185,11 @@ pub struct RunArgs {
     /// default the job then gets a pseudo-terminal, so progress bars draw as without oomguard).
     #[arg(long)]
     pub no_pty: bool,
+    /// Do not look inside a Python job: by default oomguard puts a small sitecustomize.py
+    /// first on its PYTHONPATH that reports each optimizer step (count, pace, peak memory) on a
+    /// pipe of its own, never the job's output (see README, "The probe").
+    #[arg(long)]
+    pub no_probe: bool,
     /// The job this run belongs to: runs of one job remember what worked, and the next starts
     /// from it [default: derived from the command without its knob values, and the working
     /// directory]. Letters, digits, '.', '_' and '-'.

@@ -44,6 +44,7 @@ mod knobs;
 mod resume;
 // run
 mod child;
+mod probe;
 mod quiet;
 mod run;
 mod signals;

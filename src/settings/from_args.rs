@@ -210,6 +210,7 @@ impl RunArgs {
             gpus: self.gpus,
             trend_window: self.trend_window,
             pty: !self.no_pty,
+            probe: !self.no_probe,
             job,
             resume,
             hooks,

@@ -53,6 +53,8 @@ pub struct RunSettings {
     /// Give the job a pseudo-terminal when oomguard's stdout and stderr are terminals (not
     /// `--no-pty`).
     pub pty: bool,
+    /// Look inside a Python job with the probe (not `--no-probe`).
+    pub probe: bool,
     /// The job this run belongs to, and where its memory is kept (`--name`, `--state-dir`,
     /// `--fresh`).
     pub job: crate::jobs::name::JobSettings,

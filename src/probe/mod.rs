@@ -1,0 +1,518 @@
+//! The probe: how oomguard sees a Python job's training steps from inside without changing the
+//! job. For a Python command, each attempt gets a pipe whose write end the job inherits at
+//! [`PROBE_FD`], and a `sitecustomize.py` ([`SITECUSTOMIZE`]) first on its `PYTHONPATH`. That
+//! file chains to the user's own `sitecustomize`, and once the job itself imports
+//! `torch.optim.optimizer` it registers PyTorch's global optimizer-step hook: each step (a few,
+//! then at most two a second) it writes one JSON line on the pipe (steps done, the process's
+//! peak RSS, and on a GPU the allocator's peaks and retries), and at a CUDA out-of-memory error
+//! the allocator's figures. This module makes the pipe and the environment, reads the lines on
+//! a thread of their own, and sums them into an attempt's [`ProbeSummary`].
+//!
+//! It decides nothing: the run carries the summary into the record, the console, the report
+//! and the fit ([`crate::fit`] reads an out-of-memory event's figures). Anything the probe
+//! writes that does not parse is ignored; nothing the job does waits on the pipe (the probe
+//! drops an event rather than block).
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, BufReader};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The probe's Python half, written into the run directory for each run.
+pub const SITECUSTOMIZE: &str = include_str!("sitecustomize.py");
+
+/// The descriptor number the job finds the pipe at (`OOMGUARD_PROBE_FD`): above stdio and the
+/// few a shell script opens by hand (`exec 3>log`), below what programs open early.
+pub const PROBE_FD: i32 = 7;
+
+/// The longest line read from the probe: its events are under 4 KiB (one atomic pipe write).
+const LINE_MAX_BYTES: u64 = 4096;
+
+/// At most this many processes are followed (a job's ranks and its workers that step).
+const PROCESSES_MAX: usize = 1024;
+
+/// Whether `argv` runs Python, so the probe can see its steps: a Python interpreter, one of
+/// the Python launchers oomguard knows (torchrun, accelerate, deepspeed, `python -m
+/// torch.distributed.run`, behind uv, poetry or conda), or a script whose `#!` line names
+/// Python. Not behind srun: its tasks are Slurm's children, and on other nodes, where no
+/// descriptor of oomguard's reaches.
+pub fn runs_python(argv: &[OsString]) -> bool {
+    let launch = crate::knobs::argv::launch(argv);
+    if launch.launchers.iter().any(|l| l == "srun") {
+        return false;
+    }
+    let Some(program) = argv.first() else {
+        return false;
+    };
+    let name = Path::new(program)
+        .file_name()
+        .map(OsStr::to_string_lossy)
+        .unwrap_or_default();
+    let python = |name: &str| {
+        name.strip_prefix("python")
+            .is_some_and(|rest| rest.chars().all(|c| c.is_ascii_digit() || c == '.'))
+    };
+    if python(&name) || ["torchrun", "accelerate", "deepspeed"].contains(&name.as_ref()) {
+        return true;
+    }
+    if launch.script.is_some() && launch.launchers.iter().any(|l| l != "srun") {
+        return true;
+    }
+    shebang_names_python(Path::new(program))
+}
+
+/// Whether the file at `path` (where it is a path) starts with a `#!` line naming Python.
+fn shebang_names_python(path: &Path) -> bool {
+    use std::io::Read;
+    if path.components().count() < 2 {
+        return false;
+    }
+    let mut head = [0u8; 128];
+    let Ok(read) = std::fs::File::open(path).and_then(|mut f| f.read(&mut head)) else {
+        return false;
+    };
+    let line = head[..read].split(|b| *b == b'\n').next().unwrap_or_default();
+    line.starts_with(b"#!") && line.windows(6).any(|w| w == b"python")
+}
+
+/// One attempt's pipe, as oomguard reads it.
+pub struct Channel {
+    /// The pipe's inode, which the probe checks before it writes on a descriptor.
+    pub inode: u64,
+    state: Arc<Shared>,
+}
+
+/// The reader's state, and a signal for when the pipe closed.
+#[derive(Default)]
+struct Shared {
+    state: Mutex<ProbeState>,
+    closed: Condvar,
+}
+
+impl Channel {
+    /// Opens the pipe and starts reading it on a thread of its own, which ends when every
+    /// write end is closed: the write end returned goes to the job at [`PROBE_FD`], and
+    /// oomguard drops its copy once the job is spawned.
+    pub fn open() -> std::io::Result<(Channel, OwnedFd)> {
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let inode = nix::sys::stat::fstat(read.as_raw_fd())?.st_ino;
+        let state = Arc::new(Shared::default());
+        let filled = Arc::clone(&state);
+        std::thread::Builder::new()
+            .name("probe".into())
+            .spawn(move || {
+                read_events(std::fs::File::from(read), &filled.state);
+                if let Ok(mut state) = filled.state.lock() {
+                    state.closed = true;
+                }
+                filled.closed.notify_all();
+            })?;
+        Ok((Channel { inode, state }, write))
+    }
+
+    /// The job's variables: the probe directory first on `PYTHONPATH` (before `pythonpath`,
+    /// the job's own), the descriptor and the pipe's inode.
+    pub fn env(&self, dir: &Path, pythonpath: Option<&OsStr>) -> Vec<(String, OsString)> {
+        let mut path = dir.as_os_str().to_owned();
+        if let Some(theirs) = pythonpath.filter(|p| !p.is_empty()) {
+            path.push(":");
+            path.push(theirs);
+        }
+        vec![
+            ("PYTHONPATH".into(), path),
+            ("OOMGUARD_PROBE_FD".into(), PROBE_FD.to_string().into()),
+            ("OOMGUARD_PROBE_PIPE".into(), self.inode.to_string().into()),
+            ("OOMGUARD_PROBE_DIR".into(), dir.as_os_str().to_owned()),
+        ]
+    }
+
+    /// What the probe said so far.
+    pub fn summary(&self) -> ProbeSummary {
+        self.state
+            .state
+            .lock()
+            .map(|s| s.summary())
+            .unwrap_or_default()
+    }
+
+    /// The steps done so far (the furthest rank's).
+    pub fn steps(&self) -> Option<u64> {
+        self.state.state.lock().ok().and_then(|s| s.steps())
+    }
+
+    /// Waits up to `timeout` for every write end to close (the job's processes gone, and
+    /// oomguard's copy dropped), so the last lines are read: whether they did. A process of the
+    /// job that outlives the attempt keeps the pipe open; the summary then holds what came
+    /// before.
+    pub fn wait_closed(&self, timeout: Duration) -> bool {
+        let Ok(state) = self.state.state.lock() else {
+            return false;
+        };
+        self.state
+            .closed
+            .wait_timeout_while(state, timeout, |s| !s.closed)
+            .is_ok_and(|(s, _)| s.closed)
+    }
+}
+
+/// Reads the probe's lines into `state` until every write end is closed.
+fn read_events(read: std::fs::File, state: &Mutex<ProbeState>) {
+    use std::io::Read;
+    let mut lines = BufReader::new(read);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match (&mut lines)
+            .take(LINE_MAX_BYTES)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if !line.ends_with(b"\n") {
+            // Longer than any event: the rest of it is skipped.
+            let _ = lines.skip_until(b'\n');
+            continue;
+        }
+        if let Ok(event) = serde_json::from_slice::<Event>(&line) {
+            if let Ok(mut state) = state.lock() {
+                state.take(event);
+            }
+        }
+    }
+}
+
+/// One line of the probe (see `sitecustomize.py` for what each carries).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    Hooked {
+        pid: u32,
+        #[serde(default)]
+        rank: u32,
+        #[serde(default)]
+        torch: String,
+        #[serde(default)]
+        cuda: bool,
+    },
+    Step {
+        pid: u32,
+        #[serde(default)]
+        rank: u32,
+        t: f64,
+        step: u64,
+        rss_peak_bytes: Option<u64>,
+        cuda_peak_allocated_bytes: Option<u64>,
+        cuda_peak_reserved_bytes: Option<u64>,
+        cuda_alloc_retries: Option<u64>,
+    },
+    Oom {
+        pid: u32,
+        #[serde(default)]
+        rank: u32,
+        requested_bytes: Option<u64>,
+        cuda_reserved_bytes: Option<u64>,
+        cuda_allocated_bytes: Option<u64>,
+        device_free_bytes: Option<u64>,
+        largest_free_block_bytes: Option<u64>,
+    },
+    ProbeError {
+        pid: u32,
+        #[serde(rename = "where", default)]
+        place: String,
+        #[serde(default)]
+        error: String,
+    },
+}
+
+/// Each process's steps, as the events came.
+#[derive(Debug, Default)]
+struct ProbeState {
+    /// Whether every write end closed (the reader ended).
+    closed: bool,
+    processes: HashMap<u32, Steps>,
+    /// The first out-of-memory event.
+    oom: Option<OomFigures>,
+    /// The first failure the probe reported.
+    error: Option<String>,
+    torch: Option<String>,
+}
+
+/// One process's steps.
+#[derive(Debug, Clone, Copy, Default)]
+struct Steps {
+    rank: u32,
+    first: Option<(f64, u64)>,
+    last: Option<(f64, u64)>,
+    rss_peak_bytes: Option<u64>,
+    cuda_peak_allocated_bytes: Option<u64>,
+    cuda_peak_reserved_bytes: Option<u64>,
+    cuda_alloc_retries: Option<u64>,
+}
+
+impl ProbeState {
+    fn take(&mut self, event: Event) {
+        match event {
+            Event::Hooked { torch, .. } => {
+                self.torch.get_or_insert(torch);
+            }
+            Event::Step {
+                pid,
+                rank,
+                t,
+                step,
+                rss_peak_bytes,
+                cuda_peak_allocated_bytes,
+                cuda_peak_reserved_bytes,
+                cuda_alloc_retries,
+            } => {
+                if !self.processes.contains_key(&pid) && self.processes.len() >= PROCESSES_MAX {
+                    return;
+                }
+                let steps = self.processes.entry(pid).or_default();
+                steps.rank = rank;
+                steps.first.get_or_insert((t, step));
+                if steps.last.is_none_or(|(_, n)| step >= n) {
+                    steps.last = Some((t, step));
+                }
+                raise(&mut steps.rss_peak_bytes, rss_peak_bytes);
+                raise(&mut steps.cuda_peak_allocated_bytes, cuda_peak_allocated_bytes);
+                raise(&mut steps.cuda_peak_reserved_bytes, cuda_peak_reserved_bytes);
+                raise(&mut steps.cuda_alloc_retries, cuda_alloc_retries);
+            }
+            Event::Oom {
+                requested_bytes,
+                cuda_reserved_bytes,
+                cuda_allocated_bytes,
+                device_free_bytes,
+                largest_free_block_bytes,
+                rank,
+                ..
+            } => {
+                self.oom.get_or_insert(OomFigures {
+                    rank,
+                    requested_bytes,
+                    reserved_bytes: cuda_reserved_bytes,
+                    allocated_bytes: cuda_allocated_bytes,
+                    device_free_bytes,
+                    largest_free_block_bytes,
+                });
+            }
+            Event::ProbeError { place, error, .. } => {
+                self.error.get_or_insert(format!("{place}: {error}"));
+            }
+        }
+    }
+
+    /// The furthest process's steps.
+    fn steps(&self) -> Option<u64> {
+        self.processes
+            .values()
+            .filter_map(|s| s.last.map(|(_, n)| n))
+            .max()
+    }
+
+    fn summary(&self) -> ProbeSummary {
+        // The furthest process stands for the job (ranks step together; a DataLoader worker
+        // never steps).
+        let lead = self
+            .processes
+            .values()
+            .filter(|s| s.last.is_some())
+            .max_by_key(|s| s.last.map(|(_, n)| n));
+        let seconds_per_step = lead.and_then(|s| {
+            let ((t0, n0), (t1, n1)) = (s.first?, s.last?);
+            (n1 > n0 && t1 > t0).then(|| (t1 - t0) / (n1 - n0) as f64)
+        });
+        let max = |f: fn(&Steps) -> Option<u64>| self.processes.values().filter_map(f).max();
+        ProbeSummary {
+            steps: self.steps(),
+            seconds_per_step,
+            ranks: u32::try_from(
+                self.processes
+                    .values()
+                    .map(|s| s.rank)
+                    .collect::<std::collections::HashSet<_>>()
+                    .len(),
+            )
+            .unwrap_or(u32::MAX),
+            rss_peak_bytes: max(|s| s.rss_peak_bytes),
+            cuda_peak_allocated_bytes: max(|s| s.cuda_peak_allocated_bytes),
+            cuda_peak_reserved_bytes: max(|s| s.cuda_peak_reserved_bytes),
+            cuda_alloc_retries: max(|s| s.cuda_alloc_retries),
+            oom: self.oom,
+            error: self.error.clone(),
+            torch: self.torch.clone(),
+        }
+    }
+}
+
+fn raise(peak: &mut Option<u64>, value: Option<u64>) {
+    if let Some(v) = value {
+        *peak = Some(peak.map_or(v, |p| p.max(v)));
+    }
+}
+
+/// The allocator's figures at a CUDA out-of-memory error, from PyTorch's observer (before the
+/// allocator unwinds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomFigures {
+    pub rank: u32,
+    pub requested_bytes: Option<u64>,
+    pub reserved_bytes: Option<u64>,
+    pub allocated_bytes: Option<u64>,
+    pub device_free_bytes: Option<u64>,
+    pub largest_free_block_bytes: Option<u64>,
+}
+
+impl OomFigures {
+    /// PyTorch's reserved-but-unallocated memory and the allocation that failed, where the
+    /// first is at least the second: the memory was there, in pieces too small (fragmentation).
+    pub fn fragmented(&self) -> Option<(u64, u64)> {
+        let free = self.reserved_bytes?.checked_sub(self.allocated_bytes?)?;
+        let requested = self.requested_bytes?;
+        (free >= requested && requested > 0).then_some((free, requested))
+    }
+}
+
+/// What the probe saw of one attempt.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProbeSummary {
+    /// Optimizer steps done (the furthest process's); `None` where none was seen.
+    pub steps: Option<u64>,
+    /// Seconds per step over the steps seen (the furthest process's).
+    pub seconds_per_step: Option<f64>,
+    /// How many ranks reported steps.
+    pub ranks: u32,
+    /// The largest peak RSS of a process that stepped.
+    pub rss_peak_bytes: Option<u64>,
+    pub cuda_peak_allocated_bytes: Option<u64>,
+    pub cuda_peak_reserved_bytes: Option<u64>,
+    pub cuda_alloc_retries: Option<u64>,
+    pub oom: Option<OomFigures>,
+    /// The first failure the probe reported (after which it went quiet in that process).
+    pub error: Option<String>,
+    /// torch's version, where the probe hooked it.
+    pub torch: Option<String>,
+}
+
+impl ProbeSummary {
+    /// Samples a second at `batch × accum` per step (per rank, as the knobs are).
+    pub fn samples_per_second(&self, batch_times_accum: Option<u64>) -> Option<f64> {
+        let per_step = self.seconds_per_step.filter(|s| *s > 0.0)?;
+        Some(batch_times_accum? as f64 / per_step)
+    }
+
+    /// Whether the probe saw anything at all.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_none() && self.oom.is_none() && self.error.is_none() && self.torch.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(line: &str) -> Vec<OsString> {
+        line.split_whitespace().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn python_commands_are_told_from_others() {
+        for (line, want) in [
+            ("python train.py", true),
+            ("python3 -m pkg.train", true),
+            ("/usr/bin/python3.11 train.py", true),
+            ("torchrun --nproc_per_node 2 train.py", true),
+            ("accelerate launch train.py", true),
+            ("deepspeed train.py", true),
+            ("uv run python train.py", true),
+            ("srun python train.py", false),
+            ("bash run.sh", false),
+            ("pythonic", false),
+            ("./train", false),
+        ] {
+            assert_eq!(runs_python(&argv(line)), want, "{line}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("train");
+        std::fs::write(&script, "#!/usr/bin/env python3\nprint(1)\n").unwrap();
+        assert!(runs_python(&[script.clone().into_os_string()]));
+        std::fs::write(&script, "#!/bin/sh\necho python\n").unwrap();
+        assert!(!runs_python(&[script.into_os_string()]));
+    }
+
+    /// Events as the probe writes them, one per line.
+    fn state_of(lines: &[&str]) -> ProbeState {
+        let mut state = ProbeState::default();
+        for line in lines {
+            if let Ok(event) = serde_json::from_str::<Event>(line) {
+                state.take(event);
+            }
+        }
+        state
+    }
+
+    #[test]
+    fn the_furthest_process_gives_the_steps_and_their_pace() {
+        let state = state_of(&[
+            r#"{"event":"hooked","pid":10,"rank":0,"t":1.0,"torch":"2.5.1","cuda":false}"#,
+            r#"{"event":"step","pid":10,"rank":0,"t":10.0,"step":1,"rss_peak_bytes":100}"#,
+            r#"{"event":"step","pid":11,"rank":1,"t":10.1,"step":1,"rss_peak_bytes":300}"#,
+            r#"{"event":"step","pid":10,"rank":0,"t":12.0,"step":5,"rss_peak_bytes":200}"#,
+            r#"{"event":"step","pid":11,"rank":1,"t":11.0,"step":3}"#,
+            r#"not json"#,
+            r#"{"event":"unknown","pid":1}"#,
+            r#"{"event":"probe_error","pid":12,"rank":0,"t":1,"where":"hook","error":"no global hook"}"#,
+        ]);
+        let summary = state.summary();
+        assert_eq!(summary.steps, Some(5));
+        assert_eq!(summary.seconds_per_step, Some(0.5));
+        assert_eq!(summary.ranks, 2);
+        assert_eq!(summary.rss_peak_bytes, Some(300));
+        assert_eq!(summary.torch.as_deref(), Some("2.5.1"));
+        assert_eq!(summary.error.as_deref(), Some("hook: no global hook"));
+        assert_eq!(summary.samples_per_second(Some(64)), Some(128.0));
+        assert_eq!(summary.samples_per_second(None), None);
+        assert!(ProbeState::default().summary().is_empty());
+    }
+
+    #[test]
+    fn an_oom_event_with_more_free_reserved_than_requested_is_fragmentation() {
+        let gib = 1u64 << 30;
+        let state = state_of(&[&format!(
+            r#"{{"event":"oom","pid":10,"rank":0,"t":1,"device":0,"requested_bytes":{},"cuda_reserved_bytes":{},"cuda_allocated_bytes":{},"device_free_bytes":0}}"#,
+            2 * gib,
+            40 * gib,
+            35 * gib
+        )]);
+        let oom = state.summary().oom.expect("the oom event");
+        assert_eq!(oom.fragmented(), Some((5 * gib, 2 * gib)));
+        let tight = OomFigures {
+            requested_bytes: Some(6 * gib),
+            ..oom
+        };
+        assert_eq!(tight.fragmented(), None);
+        assert_eq!(OomFigures::default().fragmented(), None);
+    }
+
+    #[test]
+    fn the_pipe_carries_lines_to_the_summary_and_a_long_line_is_skipped() {
+        use std::io::Write;
+        let (channel, write) = Channel::open().unwrap();
+        let env = channel.env(Path::new("/probe"), Some(OsStr::new("/theirs")));
+        assert_eq!(env[0].1, OsString::from("/probe:/theirs"));
+        assert!(!channel.wait_closed(Duration::ZERO), "a write end is open");
+        let mut write = std::fs::File::from(write);
+        writeln!(write, "{}", "x".repeat(5000)).unwrap();
+        writeln!(write, r#"{{"event":"step","pid":10,"rank":0,"t":1.0,"step":2}}"#).unwrap();
+        drop(write);
+        assert!(channel.wait_closed(Duration::from_secs(60)));
+        assert_eq!(channel.steps(), Some(2));
+    }
+}
