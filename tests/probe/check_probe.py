@@ -523,6 +523,18 @@ class ProbeTest(unittest.TestCase):
         self.assertRan(run)
         self.assertStepEvents(run, run.pid, 2)
 
+    def test_16_torch_compile(self):
+        """The optimizer step compiled with torch.compile: every step still counted, torch's
+        own messages the same (but for their time and pid)."""
+        argv = [PY, fixture("compiled_step.py"), "eager"]
+        run = self.job(argv)
+        without = self.job(argv, probe=False)
+        self.assertRan(run)
+        self.assertStepEvents(run, run.pid, 5)
+        glog = re.compile(rb"^([IWE])\d{4} [\d:.]+ +\d+ ", re.M)
+        self.assertEqual(glog.sub(rb"\1 ", run.err), glog.sub(rb"\1 ", without.err))
+        self.assertEqual(run.out, without.out)
+
 
 def interpreters():
     """(executable, version) of each distinct Python found: on PATH by name, pyenv's, and
