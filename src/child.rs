@@ -136,7 +136,7 @@ fn may_execute(path: &Path) -> bool {
 }
 
 /// What to start for one attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Launch {
     /// Bytes, passed to execve as they are: not necessarily UTF-8.
     pub argv: Vec<OsString>,

@@ -171,6 +171,8 @@ pub struct AttemptEnd {
     /// The machine's memory and the job's share at the same two moments.
     pub host_at_start: Option<HostReading>,
     pub host_at_end: Option<HostReading>,
+    /// What the probe saw of the job's steps (set by the run, which holds the probe's pipe).
+    pub probe: Option<crate::probe::ProbeSummary>,
 }
 
 /// The files (device, inode) that `pids` hold open for writing, from `/proc/PID/fd` and the
@@ -1189,6 +1191,7 @@ impl Supervisor {
             stop_began: state.stop_began,
             gpu_at_start: state.watch.gpu_first,
             gpu_at_end: state.watch.gpu_last,
+            probe: None,
             host_at_start: state.watch.host_first,
             host_at_end: state.watch.host_last,
         }

@@ -27,9 +27,34 @@ pub fn human_bytes(bytes: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
+/// `n` with a comma between each group of three digits: `1,204`, `3,000,000`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thousands_are_grouped() {
+        for (n, want) in [
+            (0, "0"),
+            (999, "999"),
+            (1204, "1,204"),
+            (3_000_000, "3,000,000"),
+        ] {
+            assert_eq!(thousands(n), want);
+        }
+    }
 
     #[test]
     fn sizes_parse_in_binary_units() {

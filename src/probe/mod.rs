@@ -76,11 +76,15 @@ fn shebang_names_python(path: &Path) -> bool {
     let Ok(read) = std::fs::File::open(path).and_then(|mut f| f.read(&mut head)) else {
         return false;
     };
-    let line = head[..read].split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = head[..read]
+        .split(|b| *b == b'\n')
+        .next()
+        .unwrap_or_default();
     line.starts_with(b"#!") && line.windows(6).any(|w| w == b"python")
 }
 
 /// One attempt's pipe, as oomguard reads it.
+#[derive(Clone)]
 pub struct Channel {
     /// The pipe's inode, which the probe checks before it writes on a descriptor.
     pub inode: u64,
@@ -101,6 +105,11 @@ impl Channel {
     pub fn open() -> std::io::Result<(Channel, OwnedFd)> {
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let inode = nix::sys::stat::fstat(read.as_raw_fd())?.st_ino;
+        // The job's end never blocks: a full pipe drops the probe's event instead.
+        nix::fcntl::fcntl(
+            write.as_raw_fd(),
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        )?;
         let state = Arc::new(Shared::default());
         let filled = Arc::clone(&state);
         std::thread::Builder::new()
@@ -281,8 +290,14 @@ impl ProbeState {
                     steps.last = Some((t, step));
                 }
                 raise(&mut steps.rss_peak_bytes, rss_peak_bytes);
-                raise(&mut steps.cuda_peak_allocated_bytes, cuda_peak_allocated_bytes);
-                raise(&mut steps.cuda_peak_reserved_bytes, cuda_peak_reserved_bytes);
+                raise(
+                    &mut steps.cuda_peak_allocated_bytes,
+                    cuda_peak_allocated_bytes,
+                );
+                raise(
+                    &mut steps.cuda_peak_reserved_bytes,
+                    cuda_peak_reserved_bytes,
+                );
                 raise(&mut steps.cuda_alloc_retries, cuda_alloc_retries);
             }
             Event::Oom {
@@ -412,6 +427,45 @@ impl ProbeSummary {
     pub fn is_empty(&self) -> bool {
         self.steps.is_none() && self.oom.is_none() && self.error.is_none() && self.torch.is_none()
     }
+
+    /// How far the attempt got, for the line that says how it ended: `died at step 1,204
+    /// (0.41 s/step, 156 samples/s)`, `no optimizer step`; `None` where the probe saw nothing.
+    pub fn clause(&self, ok: bool, batch_times_accum: Option<u64>) -> Option<String> {
+        if self.is_empty() {
+            return None;
+        }
+        let Some(steps) = self.steps else {
+            return Some("no optimizer step seen".to_string());
+        };
+        let mut pace = Vec::new();
+        if let Some(s) = self.seconds_per_step {
+            pace.push(format!("{s:.2} s/step"));
+        }
+        if let Some(rate) = self.samples_per_second(batch_times_accum) {
+            pace.push(format!("{rate:.0} samples/s"));
+        }
+        let pace = if pace.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", pace.join(", "))
+        };
+        let verb = if ok { "ran" } else { "died at step" };
+        let steps = crate::units::thousands(steps);
+        Some(if ok {
+            format!("{verb} {steps} step(s){pace}")
+        } else {
+            format!("{verb} {steps}{pace}")
+        })
+    }
+}
+
+/// [`ProbeSummary`] as summary.json records it, with the attempt's samples a second.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProbeRecord {
+    #[serde(flatten)]
+    pub seen: ProbeSummary,
+    /// Steps a second × batch × accumulation (per rank).
+    pub samples_per_second: Option<f64>,
 }
 
 #[cfg(test)]
@@ -510,7 +564,11 @@ mod tests {
         assert!(!channel.wait_closed(Duration::ZERO), "a write end is open");
         let mut write = std::fs::File::from(write);
         writeln!(write, "{}", "x".repeat(5000)).unwrap();
-        writeln!(write, r#"{{"event":"step","pid":10,"rank":0,"t":1.0,"step":2}}"#).unwrap();
+        writeln!(
+            write,
+            r#"{{"event":"step","pid":10,"rank":0,"t":1.0,"step":2}}"#
+        )
+        .unwrap();
         drop(write);
         assert!(channel.wait_closed(Duration::from_secs(60)));
         assert_eq!(channel.steps(), Some(2));

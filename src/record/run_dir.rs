@@ -249,6 +249,33 @@ impl RunDir {
         self.files().join(name)
     }
 
+    /// Writes the probe's `sitecustomize.py` (`text`) into `probe/` in the run directory, as
+    /// the run directory's owner, whole or not at all (a temporary file renamed into place: a
+    /// half-written one would make Python print an error at start): the directory to put on
+    /// the job's `PYTHONPATH`.
+    pub fn write_probe(&self, text: &str) -> io::Result<PathBuf> {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let dir = self.at("probe");
+        crate::principal::as_user_if(self.as_user, || {
+            match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
+            let tmp = dir.join(".sitecustomize.py.tmp");
+            let _ = std::fs::remove_file(&tmp);
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(&tmp)?;
+            file.write_all(text.as_bytes())?;
+            std::fs::rename(&tmp, dir.join("sitecustomize.py"))
+        })?;
+        Ok(self.path.join("probe"))
+    }
+
     /// Creates `attempt-N.log`, capped at `max_bytes` ([`AttemptLog`]). `None` if it cannot:
     /// the job runs regardless, and the run's last warning says the log is missing
     /// ([`unsaved`]).

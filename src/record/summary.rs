@@ -45,6 +45,9 @@ pub struct AttemptRecord {
     /// job's own size (this attempt or an earlier one of the run): what the job alone runs at.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub room_cut: Option<RoomCut>,
+    /// What the probe saw of the job's steps (Python jobs, not `--no-probe`); absent if none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<crate::probe::ProbeRecord>,
 }
 
 /// A cut made for room on a shared card: the values the job would run at alone, what it needs
@@ -324,6 +327,7 @@ pub(crate) mod tests {
             room_cut: None,
             resumed_from: None,
             hint: None,
+            probe: None,
         }
     }
 

@@ -316,6 +316,16 @@ impl<'a> Observers<'a> {
                         .flat_map(|g| g.job_bytes_by_device.iter().map(|(i, _)| *i))
                         .collect(),
                     room_cut: room_cut.cloned(),
+                    probe: end.probe.as_ref().filter(|p| !p.is_empty()).map(|seen| {
+                        crate::probe::ProbeRecord {
+                            seen: seen.clone(),
+                            samples_per_second: seen.samples_per_second(
+                                knobs
+                                    .batch_of(values)
+                                    .map(|b| b * knobs.accum_of(values).unwrap_or(1)),
+                            ),
+                        }
+                    }),
                 });
                 self.summary.final_sizes = at.sizes();
                 // Not saved now (a full disk) is tried again with the next attempt: the run goes
@@ -378,13 +388,21 @@ impl<'a> Observers<'a> {
                         "duration_s": last.duration_s,
                         "knobs": last.knobs,
                         "peaks": last.peaks,
+                        "probe": last.probe,
                     }),
                     &format!(
-                        "attempt {attempt} ended after {}: {} ({}){}",
+                        "attempt {attempt} ended after {}: {} ({}){}{}",
                         console::short_duration(end.duration),
                         verdict.cause.as_str(),
                         verdict.evidence,
-                        console::peaks_clause(&end.peaks)
+                        console::peaks_clause(&end.peaks),
+                        end.probe
+                            .as_ref()
+                            .and_then(|p| p.clause(
+                                false,
+                                last.batch_size.map(|b| b * last.accum.unwrap_or(1))
+                            ))
+                            .map_or(String::new(), |c| format!("; {c}"))
                     ),
                 );
             }

@@ -4,6 +4,8 @@
 //! ([`crate::supervise`] does).
 
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use crate::child::Launch;
 use crate::{policy, Error};
@@ -70,6 +72,7 @@ impl super::Run<'_> {
         if std::env::var_os("PYTHONUNBUFFERED").is_none() && !in_job_env("PYTHONUNBUFFERED") {
             env.push(("PYTHONUNBUFFERED".into(), "1".into()));
         }
+        let probe_fd = self.open_probe(&mut env);
         // The job file's `[env]` first: the attempt's own variables above are oomguard's to set.
         let mut env_all = settings.job_context.env.clone();
         env_all.extend(env);
@@ -77,6 +80,41 @@ impl super::Run<'_> {
             argv: input.argv,
             env: env_all,
             run_as: settings.job_context.run_as.clone(),
+            probe_fd,
         })
+    }
+
+    /// The probe's pipe for the next attempt, its variables added to `env`; `None` without a
+    /// probe, or where the pipe cannot be made (the attempt runs without one, said once).
+    fn open_probe(&mut self, env: &mut Vec<(String, OsString)>) -> Option<Arc<OwnedFd>> {
+        let dir = self.probe_dir.as_ref()?;
+        let (channel, write) = match crate::probe::Channel::open() {
+            Ok(opened) => opened,
+            Err(e) => {
+                self.observers.console().warn(&format!(
+                    "probe off for this attempt: cannot open its pipe: {e}"
+                ));
+                return None;
+            }
+        };
+        // The job's own PYTHONPATH follows the probe's directory: its job file's, or (run as
+        // oomguard's own user) the one oomguard was given.
+        let context = &self.settings.job_context;
+        let theirs = context
+            .env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PYTHONPATH")
+            .map(|(_, v)| v.clone())
+            .or_else(|| {
+                context
+                    .run_as
+                    .is_none()
+                    .then(|| std::env::var_os("PYTHONPATH"))
+                    .flatten()
+            });
+        env.extend(channel.env(dir, theirs.as_deref()));
+        self.probe = Some(channel);
+        Some(Arc::new(write))
     }
 }

@@ -149,6 +149,10 @@ struct Run<'a> {
     shared: room::Shared,
     /// When attempt 1 started, and the last setting aside of an attempt's leftovers.
     aside: aside::Aside,
+    /// Where the probe's `sitecustomize.py` is, for a Python job (not `--no-probe`).
+    probe_dir: Option<std::path::PathBuf>,
+    /// The probe's pipe of the attempt under way.
+    probe: Option<crate::probe::Channel>,
 }
 
 /// How the run ends: its outcome and exit status, or oomguard's own error.
@@ -165,6 +169,7 @@ impl<'a> Run<'a> {
             supervisor.guard_files(&files.journal_paths());
         }
         let ladder = Ladder::for_job(settings, observers.job());
+        let probe_dir = probe_dir(settings, &observers);
         Run {
             settings,
             supervisor,
@@ -173,6 +178,8 @@ impl<'a> Run<'a> {
             observers,
             shared: room::Shared::default(),
             aside: aside::Aside::default(),
+            probe_dir,
+            probe: None,
         }
     }
 
@@ -194,17 +201,18 @@ impl<'a> Run<'a> {
         if let Some(signal) = self.before_attempt().await {
             return Ok(Some(interrupted(signal)));
         }
-        let launch = self.launch()?;
+        let mut launch = self.launch()?;
         self.observers.tell(&RunEvent::AttemptStarted {
             attempt,
             values: &self.ladder.values,
         });
         let log = self.observers.open_log(attempt);
         self.aside.attempt_starts();
-        let end = self
+        let mut end = self
             .supervisor
             .run_attempt(attempt, &launch, log, &mut self.observers)
             .await?;
+        end.probe = self.probe_heard(&mut launch);
         let verdict = self.judge_taken(&end, judge(&end));
         let (verdict, refusal) = aside::judge_refusal(attempt, &end, verdict);
         self.tell_ended(attempt, &launch, &verdict, &end);
@@ -284,6 +292,43 @@ impl<'a> Run<'a> {
         self.supervisor.finish();
         self.observers.stopping();
         ended.map(|(_, code)| code)
+    }
+}
+
+impl Run<'_> {
+    /// What the probe said of the attempt that ended: oomguard's write end dropped, then the
+    /// job's last lines read where its processes closed theirs within a moment.
+    fn probe_heard(&mut self, launch: &mut Launch) -> Option<crate::probe::ProbeSummary> {
+        launch.probe_fd = None;
+        let channel = self.probe.take()?;
+        channel.wait_closed(PROBE_LAST_LINES);
+        Some(channel.summary())
+    }
+}
+
+/// How long the probe's last lines (a process's final step, written at exit) are waited for
+/// once the attempt's main process ended: its leftovers are gone by then, or holding the pipe.
+const PROBE_LAST_LINES: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Where the probe lives for this run: `probe/` in the run directory, for a Python command
+/// unless `--no-probe`; `None` (said once) where it cannot be written.
+fn probe_dir(settings: &RunSettings, observers: &Observers) -> Option<std::path::PathBuf> {
+    if !settings.probe || !crate::probe::runs_python(&settings.command) {
+        return None;
+    }
+    match observers.run_dir().write_probe(crate::probe::SITECUSTOMIZE) {
+        Ok(dir) => {
+            observers.console().say(
+                "probe: on, the job's optimizer steps are seen from inside (--no-probe turns it off)",
+            );
+            Some(dir)
+        }
+        Err(e) => {
+            observers.console().warn(&format!(
+                "probe off: cannot write it into the run directory: {e}"
+            ));
+            None
+        }
     }
 }
 
