@@ -40,6 +40,7 @@ fn record(attempt: u32) -> AttemptRecord {
         started_at: rfc3339(SystemTime::now()),
         gpu_devices: Vec::new(),
         room_cut: None,
+        probe: None,
         duration_s: 0.0123,
         peaks: PeakRecord {
             peak_rss_bytes: Some(123 << 20),

@@ -258,6 +258,13 @@ pub fn table(attempts: &[AttemptRecord]) -> Vec<String> {
     let mut header: Vec<String> = ["attempt", BATCH, ACCUM].map(String::from).to_vec();
     header.extend(moved.iter().map(|n| n.to_string()));
     header.extend(["cause", "exit", "duration", "peak mem", "peak gpu"].map(String::from));
+    // The probe's columns where it saw steps in some attempt.
+    let probed = attempts
+        .iter()
+        .any(|a| a.probe.as_ref().is_some_and(|p| p.seen.steps.is_some()));
+    if probed {
+        header.extend(["steps", "samples/s"].map(String::from));
+    }
     // Text columns are left-aligned, numbers right-aligned.
     let text_columns = [3 + moved.len(), 4 + moved.len()];
     let mut rows = vec![header];
@@ -290,6 +297,21 @@ pub fn table(attempts: &[AttemptRecord]) -> Vec<String> {
             or_dash(a.peaks.memory_bytes().map(human_bytes)),
             or_dash(a.peaks.peak_gpu_bytes.map(human_bytes)),
         ]);
+        if probed {
+            let probe = a.probe.as_ref();
+            row.extend([
+                or_dash(
+                    probe
+                        .and_then(|p| p.seen.steps)
+                        .map(crate::units::thousands),
+                ),
+                or_dash(
+                    probe
+                        .and_then(|p| p.samples_per_second)
+                        .map(|r| format!("{r:.0}")),
+                ),
+            ]);
+        }
         rows.push(
             row.into_iter()
                 .map(|c| printable(&c).into_owned())

@@ -79,6 +79,10 @@ pub struct Observed<'a> {
     pub max_gpu_bytes: Option<u64>,
     /// The soft bound that stopped the attempt: its flag, the value seen, the bound.
     pub memory_stop: Option<(&'a str, u64, u64)>,
+    /// The allocator's figures at a CUDA out-of-memory error, from the probe (PyTorch's
+    /// observer, before the allocator unwinds): used where the message gives no sizes, and
+    /// for fragmentation before the message's own reading.
+    pub probe_oom: Option<crate::probe::OomFigures>,
 }
 
 /// What the attempt's numbers say, or `None` when they say nothing about its memory need (a
@@ -120,7 +124,9 @@ pub fn observe(o: &Observed) -> Option<Evidence> {
         // wait) shows the same message, sizes and all.
         // A death the neighbours caused still bounds what the job needs from below.
         (Cause::DeviceOom | Cause::GpuTaken | Cause::HungAfterOom, _) => {
-            let numbers = oom_numbers::parse(o.tail)?;
+            let Some(numbers) = oom_numbers::parse(o.tail) else {
+                return from_probe(o);
+            };
             let need = numbers.need_bytes()?;
             // The card as the job would have it alone: another process's memory on it is room
             // taken (`gpu_taken`, a wait and a cut kept apart), not the job's size.
@@ -132,11 +138,13 @@ pub fn observe(o: &Observed) -> Option<Evidence> {
                 (None, None) => return None,
             };
             let mut evidence = failure(Memory::Gpu, need, limit)?;
-            evidence.fragmented = numbers.fragmented().then(|| {
-                (
-                    numbers.reserved_unallocated_bytes.unwrap_or(0),
-                    numbers.tried_bytes.unwrap_or(0),
-                )
+            evidence.fragmented = o.probe_oom.and_then(|oom| oom.fragmented()).or_else(|| {
+                numbers.fragmented().then(|| {
+                    (
+                        numbers.reserved_unallocated_bytes.unwrap_or(0),
+                        numbers.tried_bytes.unwrap_or(0),
+                    )
+                })
             });
             Some(evidence)
         }
@@ -150,6 +158,29 @@ pub fn observe(o: &Observed) -> Option<Evidence> {
         }
         _ => None,
     }
+}
+
+/// A CUDA out-of-memory death whose message gave no sizes, read from the probe's figures:
+/// what the job held plus what it asked for is a lower bound on its need, the card's total
+/// (or `--max-gpu`, where lower) the limit.
+fn from_probe(o: &Observed) -> Option<Evidence> {
+    let oom = o.probe_oom?;
+    let need = oom.allocated_bytes?.checked_add(oom.requested_bytes?)?;
+    let card = oom.device_total_bytes.map(|total| (total, "GPU"));
+    let limit = match (card, o.max_gpu_bytes) {
+        (Some(card), Some(max)) if max < card.0 => (max, "--max-gpu"),
+        (Some(card), _) => card,
+        (None, Some(max)) => (max, "--max-gpu"),
+        (None, None) => return None,
+    };
+    Some(Evidence {
+        memory: Memory::Gpu,
+        failed: true,
+        bytes: need,
+        limit: Some(limit),
+        fragmented: oom.fragmented(),
+        fixed_bytes: None,
+    })
 }
 
 /// Gives `evidence` the fixed part that `series` (the attempt's samples of the same memory, in
@@ -801,6 +832,80 @@ mod tests {
             e.reason,
             "GPU 24.0 GiB, need at 64 ≈ 38.0 GiB, per sample ≈ 608.0 MiB: trying 36"
         );
+    }
+
+    /// What the fit reads of a death: the need, the limit, fragmentation.
+    type ProbeRead = (u64, (u64, &'static str), Option<(u64, u64)>);
+
+    #[test]
+    fn the_probes_figures_stand_where_the_message_has_no_sizes_and_name_fragmentation() {
+        let probe = crate::probe::OomFigures {
+            requested_bytes: Some(2 * GIB),
+            device_total_bytes: Some(80 * GIB),
+            reserved_bytes: Some(78 * GIB),
+            allocated_bytes: Some(70 * GIB),
+            ..Default::default()
+        };
+        let bare = Observed {
+            cause: Some(Cause::DeviceOom),
+            tail: "RuntimeError: CUDA error: out of memory",
+            probe_oom: Some(probe),
+            ..Observed::default()
+        };
+        // (what, observed, evidence: need, limit, fragmented)
+        let rows: &[(&str, Observed, Option<ProbeRead>)] = &[
+            (
+                "no sizes, no probe",
+                Observed {
+                    probe_oom: None,
+                    ..bare
+                },
+                None,
+            ),
+            (
+                "no sizes: the probe's",
+                bare,
+                Some((72 * GIB, (80 * GIB, "GPU"), Some((8 * GIB, 2 * GIB)))),
+            ),
+            (
+                "--max-gpu below the card",
+                Observed {
+                    max_gpu_bytes: Some(60 * GIB),
+                    ..bare
+                },
+                Some((72 * GIB, (60 * GIB, "--max-gpu"), Some((8 * GIB, 2 * GIB)))),
+            ),
+            (
+                "no card total, no bound",
+                Observed {
+                    probe_oom: Some(crate::probe::OomFigures {
+                        device_total_bytes: None,
+                        ..probe
+                    }),
+                    ..bare
+                },
+                None,
+            ),
+            (
+                "room enough in none of the free pieces: no fragmentation",
+                Observed {
+                    probe_oom: Some(crate::probe::OomFigures {
+                        requested_bytes: Some(9 * GIB),
+                        ..probe
+                    }),
+                    ..bare
+                },
+                Some((79 * GIB, (80 * GIB, "GPU"), None)),
+            ),
+        ];
+        for (what, o, want) in rows {
+            let got = observe(o).map(|e| (e.bytes, e.limit.unwrap(), e.fragmented));
+            assert_eq!(got, *want, "{what}");
+        }
+        // With sizes in the message, the probe still names fragmentation the message does not.
+        let cuda = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.02 GiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 0.50 GiB is reserved by PyTorch but unallocated.";
+        let e = observe(&Observed { tail: cuda, ..bare }).unwrap();
+        assert_eq!(e.fragmented, Some((8 * GIB, 2 * GIB)));
     }
 
     #[test]

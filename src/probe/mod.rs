@@ -149,11 +149,6 @@ impl Channel {
             .unwrap_or_default()
     }
 
-    /// The steps done so far (the furthest rank's).
-    pub fn steps(&self) -> Option<u64> {
-        self.state.state.lock().ok().and_then(|s| s.steps())
-    }
-
     /// Waits up to `timeout` for every write end to close (the job's processes gone, and
     /// oomguard's copy dropped), so the last lines are read: whether they did. A process of the
     /// job that outlives the attempt keeps the pipe open; the summary then holds what came
@@ -225,6 +220,8 @@ pub enum Event {
         #[serde(default)]
         rank: u32,
         requested_bytes: Option<u64>,
+        /// The card's total (or the share `set_per_process_memory_fraction` allows).
+        device_total_bytes: Option<u64>,
         cuda_reserved_bytes: Option<u64>,
         cuda_allocated_bytes: Option<u64>,
         device_free_bytes: Option<u64>,
@@ -302,6 +299,7 @@ impl ProbeState {
             }
             Event::Oom {
                 requested_bytes,
+                device_total_bytes,
                 cuda_reserved_bytes,
                 cuda_allocated_bytes,
                 device_free_bytes,
@@ -312,6 +310,7 @@ impl ProbeState {
                 self.oom.get_or_insert(OomFigures {
                     rank,
                     requested_bytes,
+                    device_total_bytes,
                     reserved_bytes: cuda_reserved_bytes,
                     allocated_bytes: cuda_allocated_bytes,
                     device_free_bytes,
@@ -379,6 +378,7 @@ fn raise(peak: &mut Option<u64>, value: Option<u64>) {
 pub struct OomFigures {
     pub rank: u32,
     pub requested_bytes: Option<u64>,
+    pub device_total_bytes: Option<u64>,
     pub reserved_bytes: Option<u64>,
     pub allocated_bytes: Option<u64>,
     pub device_free_bytes: Option<u64>,
@@ -571,6 +571,6 @@ mod tests {
         .unwrap();
         drop(write);
         assert!(channel.wait_closed(Duration::from_secs(60)));
-        assert_eq!(channel.steps(), Some(2));
+        assert_eq!(channel.summary().steps, Some(2));
     }
 }

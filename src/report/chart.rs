@@ -549,6 +549,7 @@ mod tests {
             start_s,
             end_s,
             peaks: PeakRecord::default(),
+            probe: None,
         };
         RunReport {
             run_dir: "/runs/r".into(),

@@ -72,6 +72,9 @@ impl RunReport {
                     escape(&peaks)
                 );
             }
+            if let Some(steps) = a.steps_text() {
+                let _ = writeln!(out, "<p>attempt {}: {}</p>", a.attempt, escape(&steps));
+            }
         }
         out.push_str("</body></html>\n");
         out

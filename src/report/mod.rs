@@ -70,6 +70,9 @@ pub struct AttemptReport {
     pub start_s: f64,
     pub end_s: f64,
     pub peaks: PeakRecord,
+    /// What the probe saw of its steps; absent where it saw nothing (or an older run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<crate::probe::ProbeRecord>,
 }
 
 /// The whole report: what `--json` prints and what the table and page are drawn from.
@@ -122,6 +125,8 @@ struct AttemptIn {
     duration_s: f64,
     #[serde(flatten)]
     peaks: PeakRecord,
+    #[serde(default)]
+    probe: Option<crate::probe::ProbeRecord>,
 }
 
 /// Reads a run directory into a [`RunReport`].
@@ -269,6 +274,7 @@ fn build(dir: &Path, summary: SummaryIn, samples: Vec<Row>) -> RunReport {
             start_s: ms(start),
             end_s: ms(end),
             peaks: a.peaks,
+            probe: a.probe.clone(),
         });
     }
     let fit = summary.attempts.iter().rev().find(|a| a.cause == "ok");
@@ -333,6 +339,22 @@ impl AttemptReport {
 
     fn duration_text(&self) -> String {
         crate::console::short_duration(std::time::Duration::from_secs_f64(self.duration_s.max(0.0)))
+    }
+
+    /// What the probe saw: `1,204 optimizer steps, 0.41 s/step, 156 samples/s`.
+    pub fn steps_text(&self) -> Option<String> {
+        let probe = self.probe.as_ref()?;
+        let mut parts = vec![format!(
+            "{} optimizer step(s)",
+            crate::units::thousands(probe.seen.steps?)
+        )];
+        if let Some(s) = probe.seen.seconds_per_step {
+            parts.push(format!("{s:.2} s/step"));
+        }
+        if let Some(rate) = probe.samples_per_second {
+            parts.push(format!("{rate:.0} samples/s"));
+        }
+        Some(parts.join(", "))
     }
 
     /// The table's cells, in [`COLUMNS`] order.
@@ -455,6 +477,9 @@ impl RunReport {
             ));
             if let Some(peaks) = self.slurm_peaks_text(a.attempt) {
                 line(format!("  peak per node: {peaks}"));
+            }
+            if let Some(steps) = a.steps_text() {
+                line(format!("  steps: {steps}"));
             }
         }
         line(String::new());

@@ -433,6 +433,7 @@ fn observed<'a>(settings: &RunSettings, cause: Cause, end: &'a AttemptEnd) -> fi
             .memory_stop
             .as_ref()
             .map(|c| (c.bound, c.value_bytes, c.limit_bytes)),
+        probe_oom: end.probe.as_ref().and_then(|p| p.oom),
     }
 }
 
@@ -512,6 +513,7 @@ mod tests {
             gpu_at_end: None,
             host_at_start: None,
             host_at_end: None,
+            probe: None,
         }
     }
 
