@@ -40,7 +40,7 @@ fn torch_loop(steps: &str) -> Vec<String> {
 fn run(sb: &Sandbox, extra: &[&str], job: &[String]) -> (String, String, i32) {
     let job: Vec<&str> = job.iter().map(String::as_str).collect();
     let mut args = vec!["--no-pty"];
-    if job.iter().any(|w| *w == "--batch") {
+    if job.contains(&"--batch") {
         args.extend(["--batch-arg", "--batch"]);
     }
     args.extend_from_slice(extra);
