@@ -230,8 +230,9 @@ fn oomguard_variables_of_its_own_environment_do_not_reach_the_job() {
         "--batch_size",
         "8",
     ];
+    // Without the probe, whose own variables (OOMGUARD_PROBE_*) tests/it/probe_run.rs checks.
     let out = sb
-        .run(&[], &job)
+        .run(&["--no-probe"], &job)
         .env("OOMGUARD_PREV_CAUSE", "device_oom")
         .env("OOMGUARD_ATTEMPT", "7")
         .env("OOMGUARD_X", "1")
