@@ -48,6 +48,7 @@ fn record(attempt: u32) -> AttemptRecord {
         },
         resumed_from: None,
         hint: None,
+        probe: None,
     }
 }
 

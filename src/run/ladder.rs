@@ -512,6 +512,7 @@ mod tests {
             gpu_at_end: None,
             host_at_start: None,
             host_at_end: None,
+            probe: None,
         }
     }
 

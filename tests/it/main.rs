@@ -29,6 +29,7 @@ mod memory;
 mod metrics;
 mod output;
 mod patching;
+mod probe;
 mod report_cmd;
 mod report_slurm_parts;
 mod resume;
