@@ -29,7 +29,7 @@ mod memory;
 mod metrics;
 mod output;
 mod patching;
-mod probe_run;
+mod probe;
 mod report_cmd;
 mod report_slurm_parts;
 mod resume;
