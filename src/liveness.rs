@@ -47,6 +47,14 @@ pub struct Here {
     pub pid_ns: Option<String>,
 }
 
+/// This machine's host name (`/proc/sys/kernel/hostname`); `None` where unreadable or empty.
+pub fn host_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+}
+
 impl Here {
     pub fn read() -> Here {
         let text = |path: &str| {
@@ -57,7 +65,7 @@ impl Here {
         };
         Here {
             boot_id: text("/proc/sys/kernel/random/boot_id"),
-            host: text("/proc/sys/kernel/hostname"),
+            host: host_name(),
             pid_ns: fs::read_link("/proc/self/ns/pid")
                 .ok()
                 .map(|p| p.to_string_lossy().into_owned()),

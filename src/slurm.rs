@@ -65,7 +65,7 @@ pub fn steps_of(srun_pids: &[u32]) -> Vec<Listed> {
     let Some((_, out)) = run_bounded(scontrol, false) else {
         return Vec::new();
     };
-    let host = crate::liveness::Here::read().host.unwrap_or_default();
+    let host = crate::liveness::host_name().unwrap_or_default();
     parse_steps(&String::from_utf8_lossy(&out), &host, srun_pids, &owner_of)
 }
 

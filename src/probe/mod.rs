@@ -427,36 +427,6 @@ impl ProbeSummary {
     pub fn is_empty(&self) -> bool {
         self.steps.is_none() && self.oom.is_none() && self.error.is_none() && self.torch.is_none()
     }
-
-    /// How far the attempt got, for the line that says how it ended: `died at step 1,204
-    /// (0.41 s/step, 156 samples/s)`, `no optimizer step`; `None` where the probe saw nothing.
-    pub fn clause(&self, ok: bool, batch_times_accum: Option<u64>) -> Option<String> {
-        if self.is_empty() {
-            return None;
-        }
-        let Some(steps) = self.steps else {
-            return Some("no optimizer step seen".to_string());
-        };
-        let mut pace = Vec::new();
-        if let Some(s) = self.seconds_per_step {
-            pace.push(format!("{s:.2} s/step"));
-        }
-        if let Some(rate) = self.samples_per_second(batch_times_accum) {
-            pace.push(format!("{rate:.0} samples/s"));
-        }
-        let pace = if pace.is_empty() {
-            String::new()
-        } else {
-            format!(" ({})", pace.join(", "))
-        };
-        let verb = if ok { "ran" } else { "died at step" };
-        let steps = crate::units::thousands(steps);
-        Some(if ok {
-            format!("{verb} {steps} step(s){pace}")
-        } else {
-            format!("{verb} {steps}{pace}")
-        })
-    }
 }
 
 /// [`ProbeSummary`] as summary.json records it, with the attempt's samples a second.
@@ -466,6 +436,33 @@ pub struct ProbeRecord {
     pub seen: ProbeSummary,
     /// Steps a second × batch × accumulation (per rank).
     pub samples_per_second: Option<f64>,
+}
+
+impl ProbeRecord {
+    /// The pace where known: `0.41 s/step, 156 samples/s`.
+    pub fn pace(&self) -> Option<String> {
+        let parts: Vec<String> = [
+            self.seen.seconds_per_step.map(|s| format!("{s:.2} s/step")),
+            self.samples_per_second.map(|r| format!("{r:.0} samples/s")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+
+    /// How far an attempt that died got, for the line that says how it ended: `died at step
+    /// 1,204 (0.41 s/step, 156 samples/s)`, or `no optimizer step seen`.
+    pub fn died_at(&self) -> String {
+        let Some(steps) = self.seen.steps else {
+            return "no optimizer step seen".to_string();
+        };
+        let steps = crate::units::thousands(steps);
+        match self.pace() {
+            Some(pace) => format!("died at step {steps} ({pace})"),
+            None => format!("died at step {steps}"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -534,6 +531,32 @@ mod tests {
         assert_eq!(summary.samples_per_second(Some(64)), Some(128.0));
         assert_eq!(summary.samples_per_second(None), None);
         assert!(ProbeState::default().summary().is_empty());
+    }
+
+    #[test]
+    fn how_far_an_attempt_got_is_said_in_one_clause() {
+        let record = |steps, per_step, rate| ProbeRecord {
+            seen: ProbeSummary {
+                steps,
+                seconds_per_step: per_step,
+                ..ProbeSummary::default()
+            },
+            samples_per_second: rate,
+        };
+        for (r, want) in [
+            (
+                record(Some(1204), Some(0.41), Some(156.1)),
+                "died at step 1,204 (0.41 s/step, 156 samples/s)",
+            ),
+            (
+                record(Some(3), Some(0.5), None),
+                "died at step 3 (0.50 s/step)",
+            ),
+            (record(Some(1), None, None), "died at step 1"),
+            (record(None, None, None), "no optimizer step seen"),
+        ] {
+            assert_eq!(r.died_at(), want);
+        }
     }
 
     #[test]

@@ -344,17 +344,14 @@ impl AttemptReport {
     /// What the probe saw: `1,204 optimizer steps, 0.41 s/step, 156 samples/s`.
     pub fn steps_text(&self) -> Option<String> {
         let probe = self.probe.as_ref()?;
-        let mut parts = vec![format!(
+        let steps = format!(
             "{} optimizer step(s)",
             crate::units::thousands(probe.seen.steps?)
-        )];
-        if let Some(s) = probe.seen.seconds_per_step {
-            parts.push(format!("{s:.2} s/step"));
-        }
-        if let Some(rate) = probe.samples_per_second {
-            parts.push(format!("{rate:.0} samples/s"));
-        }
-        Some(parts.join(", "))
+        );
+        Some(match probe.pace() {
+            Some(pace) => format!("{steps}, {pace}"),
+            None => steps,
+        })
     }
 
     /// The table's cells, in [`COLUMNS`] order.

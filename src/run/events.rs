@@ -396,12 +396,9 @@ impl<'a> Observers<'a> {
                         verdict.cause.as_str(),
                         verdict.evidence,
                         console::peaks_clause(&end.peaks),
-                        end.probe
+                        last.probe
                             .as_ref()
-                            .and_then(|p| p.clause(
-                                false,
-                                last.batch_size.map(|b| b * last.accum.unwrap_or(1))
-                            ))
+                            .map(crate::probe::ProbeRecord::died_at)
                             .map_or(String::new(), |c| format!("; {c}"))
                     ),
                 );

@@ -306,9 +306,12 @@ impl Run<'_> {
     }
 }
 
-/// How long the probe's last lines (a process's final step, written at exit) are waited for
-/// once the attempt's main process ended: its leftovers are gone by then, or holding the pipe.
-const PROBE_LAST_LINES: std::time::Duration = std::time::Duration::from_millis(500);
+/// The longest the probe's last lines (a process's final step, written at exit) are waited
+/// for once the attempt ended. Every process of the job is gone by then (oomguard is their
+/// subreaper and waits for the whole tree), so the pipe is already closed and this is only the
+/// reader thread's time to drain it, which a loaded machine can stretch past a fraction of a
+/// second; the bound is for a process outside the tree that was handed the descriptor.
+const PROBE_LAST_LINES: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Where the probe lives for this run: `probe/` in the run directory, for a Python command
 /// unless `--no-probe`; `None` (said once) where it cannot be written.

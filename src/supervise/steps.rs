@@ -316,14 +316,15 @@ fn say_where(found: &FoundStep) {
     }
 }
 
-/// The real Slurm: the commands and this host's cgroup trees.
+/// The real Slurm: the commands and this host's cgroup trees. Called on every tick of a job
+/// on a host with Slurm: where the trees are and the host's name are read only when a step's
+/// cgroups are looked for (rarely), never per tick.
 pub(super) fn real_slurm<R>(use_it: impl FnOnce(&Slurm) -> R) -> R {
-    let root = cgroup_root();
-    let here = crate::liveness::Here::read()
-        .host
-        .map(|h| h.split('.').next().unwrap_or_default().to_string())
-        .unwrap_or_default();
-    let cgroups_of = move |step| slurm::step_memory_cgroups(&root, step, &here);
+    let cgroups_of = |step| {
+        let host = crate::liveness::host_name().unwrap_or_default();
+        let here = host.split('.').next().unwrap_or_default();
+        slurm::step_memory_cgroups(&cgroup_root(), step, here)
+    };
     use_it(&Slurm {
         is_srun: &slurm::is_srun,
         steps_of: &slurm::steps_of,

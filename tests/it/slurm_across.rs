@@ -13,7 +13,8 @@
 //! cluster other people's tests share.
 
 use crate::slurm_two_nodes::{
-    job_and_pids, leftovers, need_two_nodes, nodes_up, records, sbatch, wait_for_both_nodes,
+    job_and_pids, leftovers, need_two_nodes, nodes_up, records, sbatch, srun_task_on_each_node,
+    wait_for_both_nodes,
 };
 use crate::util;
 
@@ -370,22 +371,8 @@ fn scancel_outside_an_allocation(what: &str, task_args: &[&str]) {
     let record = sb.path("record.jsonl");
     let name = job_name(what);
     let _cancel = CancelOnDrop(name.clone());
-    let task = fixture("slurm_task.py");
-    let record_arg = record.display().to_string();
-    let mut job = vec![
-        "srun",
-        "-N",
-        "2",
-        "--ntasks-per-node=1",
-        "--label",
-        "-J",
-        &name,
-        "python3",
-        &task,
-        "--record",
-        &record_arg,
-    ];
-    job.extend_from_slice(task_args);
+    let job = srun_task_on_each_node(&name, &record, task_args);
+    let job: Vec<&str> = job.iter().map(String::as_str).collect();
     let mut running = Running::start(&sb, sb.run(&["--grace", "30s"], &job));
     assert!(
         wait_until(LONG, || nodes_up(&record).len() == 2 || running.ended()),

@@ -300,15 +300,10 @@ fn scancel_of_a_two_node_job_reaches_both_tasks_as_sigterm_and_leaves_nothing() 
     assert_eq!(leftovers(&job, &pids), Vec::<String>::new(), "{}", log());
 }
 
-/// oomguard (not in an allocation) around `srun -N 2 --ntasks-per-node=1`, stopped by `signal`
-/// (systemctl stop's SIGTERM, a user's Ctrl-C): the signal reaches the task on each node through
-/// Slurm (`stop` is what the task records) and its `--grace` lets each save.
-fn stop_reaches_both_nodes(name: &str, signal: Signal, stop: &str) {
-    let sb = Sandbox::new();
-    let record = sb.path("record.jsonl");
-    let task = fixture("slurm_task.py");
-    let record_arg = record.display().to_string();
-    let job = [
+/// `srun -N 2 --ntasks-per-node=1 --label -J NAME python3 slurm_task.py --record RECORD
+/// ARGS...`: one task on each node, run by oomguard outside an allocation.
+pub(crate) fn srun_task_on_each_node(name: &str, record: &Path, args: &[&str]) -> Vec<String> {
+    let mut job: Vec<String> = [
         "srun",
         "-N",
         "2",
@@ -316,13 +311,23 @@ fn stop_reaches_both_nodes(name: &str, signal: Signal, stop: &str) {
         "--label",
         "-J",
         name,
-        "python3",
-        &task,
-        "--record",
-        &record_arg,
-        "--save-s",
-        "3",
-    ];
+    ]
+    .map(String::from)
+    .to_vec();
+    job.extend(["python3".to_string(), fixture("slurm_task.py")]);
+    job.extend(["--record".to_string(), record.display().to_string()]);
+    job.extend(args.iter().map(|a| a.to_string()));
+    job
+}
+
+/// oomguard (not in an allocation) around `srun -N 2 --ntasks-per-node=1`, stopped by `signal`
+/// (systemctl stop's SIGTERM, a user's Ctrl-C): the signal reaches the task on each node through
+/// Slurm (`stop` is what the task records) and its `--grace` lets each save.
+fn stop_reaches_both_nodes(name: &str, signal: Signal, stop: &str) {
+    let sb = Sandbox::new();
+    let record = sb.path("record.jsonl");
+    let job = srun_task_on_each_node(name, &record, &["--save-s", "3"]);
+    let job: Vec<&str> = job.iter().map(String::as_str).collect();
     let child = sb
         .run(&["--grace", "30s"], &job)
         .stdout(Stdio::piped())
@@ -373,27 +378,12 @@ fn two_node_max_rss(
 ) -> (String, serde_json::Value, Vec<BTreeMap<String, u64>>) {
     let sb = Sandbox::new();
     let record = sb.path("record.jsonl");
-    let task = fixture("slurm_task.py");
-    let record_arg = record.display().to_string();
-    let job = [
-        "srun",
-        "-N",
-        "2",
-        "--ntasks-per-node=1",
-        "--label",
-        "-J",
+    let job = srun_task_on_each_node(
         name,
-        "python3",
-        &task,
-        "--record",
-        &record_arg,
-        "--hold-mb",
-        hold_mb,
-        "--for-s",
-        for_s,
-        "--save-s",
-        "0.5",
-    ];
+        &record,
+        &["--hold-mb", hold_mb, "--for-s", for_s, "--save-s", "0.5"],
+    );
+    let job: Vec<&str> = job.iter().map(String::as_str).collect();
     let mut run = sb.run(
         &[
             "--max-rss",
