@@ -702,6 +702,9 @@ impl Supervisor {
     ) {
         // The tree is walked once: the signal and the SIGCONT after it go to the same list.
         let all = self.job_processes();
+        // An srun whose step is not known yet would get the signal itself, and end its tasks
+        // its own way: Slurm is asked now, whatever its wait.
+        state.steps.ask_at_once();
         let (steps, sruns) = self.srun_steps(state, &all, job.pgid);
         if steps.is_empty() {
             for signal in [signal, Signal::SIGCONT] {

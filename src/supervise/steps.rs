@@ -29,9 +29,9 @@ pub(super) struct SrunSteps {
     /// while they are young (a fork execs srun at once) or the attempt's main process (it may
     /// exec srun at any time), so a tick does not read every process's name.
     not_srun: HashMap<u32, Instant>,
-    /// When `scontrol` was last asked about sruns it had not listed, and how long until it is
-    /// asked again (see [`SrunSteps::refresh`]).
-    asked: Option<(Instant, Duration)>,
+    /// The last question to `scontrol` about sruns it had not listed (see
+    /// [`SrunSteps::refresh`]).
+    asked: Option<Asked>,
     /// The steps found, each with where its memory is read.
     found: Vec<FoundStep>,
     /// `sstat`'s last answers.
@@ -43,6 +43,16 @@ pub(super) struct SrunSteps {
 struct SstatAnswers {
     at: Instant,
     by_step: Vec<(Step, Option<u64>)>,
+}
+
+/// A question to `scontrol` about sruns it had not listed.
+#[derive(Clone, Copy)]
+struct Asked {
+    at: Instant,
+    /// How long until the next.
+    wait: Duration,
+    /// How many questions in a row found nothing new.
+    misses: u32,
 }
 
 /// What of the steps is read here ([`SrunSteps::read_here`]).
@@ -79,8 +89,14 @@ impl FoundStep {
 /// still waiting for its allocation, or a step that never comes: an srun that failed).
 const STEP_LOOKUP: Duration = Duration::from_secs(1);
 
-/// The longest wait between two such questions: each that finds nothing doubles the wait up to
-/// this, so an srun that never gets its step costs slurmctld two round trips a minute.
+/// How many questions in a row may find nothing before the wait grows: a step comes within
+/// seconds of its srun where the allocation is there, and is asked about every second until
+/// then (a stop needs it: a job whose step is unknown is stopped by signalling srun).
+const STEP_LOOKUP_PATIENCE: u32 = 10;
+
+/// The longest wait between two such questions: past [`STEP_LOOKUP_PATIENCE`], each that finds
+/// nothing doubles the wait up to this, so an srun that never gets its step (one waiting in the
+/// queue, one that failed) costs slurmctld two round trips a minute.
 const STEP_LOOKUP_MAX: Duration = Duration::from_secs(30);
 
 /// How long after a step is found its nodes' cgroups are still looked for: slurmstepd makes a
@@ -158,6 +174,14 @@ impl SrunSteps {
         sruns
     }
 
+    /// Makes the next [`SrunSteps::refresh`] ask scontrol about sruns whose step is not known,
+    /// however long it has waited: a stop must reach the tasks through their step.
+    pub fn ask_at_once(&mut self) {
+        if let Some(asked) = &mut self.asked {
+            asked.wait = Duration::ZERO;
+        }
+    }
+
     /// Asks scontrol about the sruns of `sruns` whose step is not known, where one is new or the
     /// wait since the last question is over.
     fn ask_scontrol(&mut self, sruns: &[u32], now: Instant, slurm: &Slurm) {
@@ -169,7 +193,7 @@ impl SrunSteps {
         let new = sruns.iter().any(|pid| !self.by_srun.contains_key(pid));
         let due = self
             .asked
-            .is_none_or(|(at, wait)| now.saturating_duration_since(at) >= wait);
+            .is_none_or(|a| now.saturating_duration_since(a.at) >= a.wait);
         if unknown.is_empty() || !(due || new) {
             return;
         }
@@ -177,13 +201,22 @@ impl SrunSteps {
             self.by_srun.insert(*pid, None);
         }
         let listed = (slurm.steps_of)(&unknown);
-        let wait = match self.asked {
-            // Something new to ask about, or an answer: the next question comes soon.
-            _ if new || !listed.is_empty() => STEP_LOOKUP,
-            Some((_, wait)) => (wait * 2).min(STEP_LOOKUP_MAX),
-            None => STEP_LOOKUP,
+        // Something new to ask about, or an answer: the count of misses starts over.
+        let misses = match self.asked {
+            Some(a) if !new && listed.is_empty() => a.misses + 1,
+            _ => 0,
         };
-        self.asked = Some((now, wait));
+        let wait = match misses.checked_sub(STEP_LOOKUP_PATIENCE - 1) {
+            Some(doublings @ 1..) => STEP_LOOKUP
+                .saturating_mul(1 << doublings.min(16))
+                .min(STEP_LOOKUP_MAX),
+            _ => STEP_LOOKUP,
+        };
+        self.asked = Some(Asked {
+            at: now,
+            wait,
+            misses,
+        });
         for Listed {
             srun_pid,
             step,
@@ -472,9 +505,10 @@ mod tests {
             let now = t0 + Duration::from_secs(second);
             fake.with(|slurm| steps.refresh(&[SRUN], 1, now, slurm));
         }
-        // At 0, 1, 3, 7, 15 and 31 s (the wait doubling), then every 30 s (61 ... 571 s).
+        // Every second for 0 ... 10 s, then at 12, 16, 24 and 40 s (the wait doubling), then
+        // every 30 s (70 ... 580 s).
         let questions = fake.questions.get();
-        assert_eq!(questions, 6 + 18, "questions in 10 minutes");
+        assert_eq!(questions, 11 + 4 + 18, "questions in 10 minutes");
         // A new srun is asked about at once, and the wait starts over.
         let now = t0 + Duration::from_secs(600);
         fake.with(|slurm| steps.refresh(&[SRUN, 701], 1, now, slurm));
@@ -482,6 +516,19 @@ mod tests {
         assert_eq!(fake.questions.get(), questions + 1);
         fake.with(|slurm| steps.refresh(&[SRUN], 1, now + STEP_LOOKUP, slurm));
         assert_eq!(fake.questions.get(), questions + 2);
+        // Long past patience, a stop asks at once.
+        for second in 2..100 {
+            let now = now + Duration::from_secs(second);
+            fake.with(|slurm| steps.refresh(&[SRUN], 1, now, slurm));
+        }
+        let before_stop = fake.questions.get();
+        // The last question came at 70 s, the next is due at 100 s.
+        let stop = now + Duration::from_millis(90_500);
+        fake.with(|slurm| steps.refresh(&[SRUN], 1, stop, slurm));
+        assert_eq!(fake.questions.get(), before_stop, "waiting");
+        steps.ask_at_once();
+        fake.with(|slurm| steps.refresh(&[SRUN], 1, stop, slurm));
+        assert_eq!(fake.questions.get(), before_stop + 1, "asked for the stop");
     }
 
     #[test]
@@ -494,7 +541,7 @@ mod tests {
             fake.with(|slurm| steps.refresh(&[SRUN], 1, now, slurm));
         }
         assert_eq!(steps.known(), vec![STEP]);
-        // 0 s, 1 s (wait 2 s), 3 s: listed at the third question, none after.
+        // 0, 1 and 2 s: listed at the third question, none after.
         assert_eq!(fake.questions.get(), 3);
     }
 
