@@ -270,9 +270,7 @@ fn policy_for(strategy: Strategy) -> (Limits, StepPlan) {
     let plan = StepPlan {
         strategy,
         margin: 0.10,
-        evidence: Vec::new(),
-        past: Vec::new(),
-        allocator_hint: false,
+        ..StepPlan::default()
     };
     (limits, plan)
 }

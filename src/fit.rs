@@ -53,13 +53,46 @@ pub struct Evidence {
     pub bytes: u64,
     /// The limit that applied, and its name for the user (`GPU`, `cgroup limit`, `--max-rss`).
     pub limit: Option<(u64, &'static str)>,
-    /// PyTorch's reserved-but-unallocated memory and the allocation that failed, where the
-    /// first is at least the second (fragmentation).
-    pub fragmented: Option<(u64, u64)>,
+    /// Why the death was the allocator's fragmentation rather than the batch, where it was.
+    pub fragmented: Option<Fragmentation>,
     /// The memory held on the lowest plateau before the attempt's peak (the fixed part seen
     /// before the first step, an estimate that may be too low, never too high), in this
     /// evidence's memory; `None` where no plateau showed.
     pub fixed_bytes: Option<u64>,
+}
+
+/// What names a CUDA out-of-memory death as the allocator's fragmentation, not the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fragmentation {
+    /// PyTorch held this much reserved but unallocated, at least the allocation that failed:
+    /// the memory was there, in pieces too small.
+    Unallocated {
+        reserved_bytes: u64,
+        tried_bytes: u64,
+    },
+    /// The allocator's retries (freeing its cache to try again) grew in each of this many
+    /// reports of the probe in a row before the death, to `retries` in all.
+    RetriesClimbing { reports: u32, retries: u64 },
+}
+
+impl Fragmentation {
+    /// What was seen, for the relaunch line: `PyTorch held 3.0 GiB reserved but unallocated,
+    /// at least the 512.0 MiB it tried to allocate`.
+    pub fn describe(&self) -> String {
+        match *self {
+            Fragmentation::Unallocated {
+                reserved_bytes,
+                tried_bytes,
+            } => format!(
+                "PyTorch held {} reserved but unallocated, at least the {} it tried to allocate",
+                human_bytes(reserved_bytes),
+                human_bytes(tried_bytes)
+            ),
+            Fragmentation::RetriesClimbing { reports, retries } => format!(
+                "PyTorch's allocator retried allocations more at each of its last {reports} steps seen ({retries} retries in all)"
+            ),
+        }
+    }
 }
 
 /// One attempt's numbers, as the supervisor gathered them.
@@ -83,6 +116,9 @@ pub struct Observed<'a> {
     /// observer, before the allocator unwinds): used where the message gives no sizes, and
     /// for fragmentation before the message's own reading.
     pub probe_oom: Option<crate::probe::OomFigures>,
+    /// The probe saw the allocator's retries grow in this many reports in a row, to this
+    /// many: fragmentation where nothing else names it.
+    pub probe_retries_rising: Option<(u32, u64)>,
 }
 
 /// What the attempt's numbers say, or `None` when they say nothing about its memory need (a
@@ -138,14 +174,13 @@ pub fn observe(o: &Observed) -> Option<Evidence> {
                 (None, None) => return None,
             };
             let mut evidence = failure(Memory::Gpu, need, limit)?;
-            evidence.fragmented = o.probe_oom.and_then(|oom| oom.fragmented()).or_else(|| {
-                numbers.fragmented().then(|| {
-                    (
-                        numbers.reserved_unallocated_bytes.unwrap_or(0),
-                        numbers.tried_bytes.unwrap_or(0),
-                    )
-                })
+            let from_message = numbers.fragmented().then(|| Fragmentation::Unallocated {
+                reserved_bytes: numbers.reserved_unallocated_bytes.unwrap_or(0),
+                tried_bytes: numbers.tried_bytes.unwrap_or(0),
             });
+            evidence.fragmented = probe_fragmentation(o)
+                .or(from_message)
+                .or(retries_rising(o));
             Some(evidence)
         }
         (Cause::OomKilled, _) => {
@@ -178,9 +213,26 @@ fn from_probe(o: &Observed) -> Option<Evidence> {
         failed: true,
         bytes: need,
         limit: Some(limit),
-        fragmented: oom.fragmented(),
+        fragmented: probe_fragmentation(o).or(retries_rising(o)),
         fixed_bytes: None,
     })
+}
+
+/// Fragmentation as the probe's out-of-memory observer saw it (before the allocator unwound):
+/// it stands before the message's reading.
+fn probe_fragmentation(o: &Observed) -> Option<Fragmentation> {
+    let (reserved_bytes, tried_bytes) = o.probe_oom?.fragmented()?;
+    Some(Fragmentation::Unallocated {
+        reserved_bytes,
+        tried_bytes,
+    })
+}
+
+/// Fragmentation as the retries climbing over the steps before the death show it: the
+/// weakest sign, read where neither the observer nor the message names it.
+fn retries_rising(o: &Observed) -> Option<Fragmentation> {
+    let (reports, retries) = o.probe_retries_rising?;
+    Some(Fragmentation::RetriesClimbing { reports, retries })
 }
 
 /// Gives `evidence` the fixed part that `series` (the attempt's samples of the same memory, in
@@ -360,6 +412,88 @@ pub fn estimate(req: &Request) -> Result<Estimate, String> {
     Ok(Estimate {
         batch,
         reason: format!("{head}{below_half}: trying {batch}"),
+    })
+}
+
+/// An attempt's memory at its completed steps, from the probe: what steps at its batch took
+/// (a point on the line), where a failure's number is only a lower bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepsPeak {
+    /// The CUDA allocator's reserved bytes at their peak over the completed steps.
+    pub gpu_bytes: Option<u64>,
+    /// The peak resident set of the process that stepped, over the completed steps.
+    pub host_bytes: Option<u64>,
+}
+
+impl StepsPeak {
+    /// The peak in `memory`.
+    pub fn bytes(&self, memory: Memory) -> Option<u64> {
+        match memory {
+            Memory::Gpu => self.gpu_bytes,
+            Memory::Host => self.host_bytes,
+        }
+    }
+}
+
+/// The exact line, where attempts at two batches completed steps (the probe's peaks, `steps`
+/// as `(batch, bytes)`): per sample and fixed part from those two points, no bound involved.
+/// The steps' peaks are the allocator's (or one process's), not what the limit counts (the
+/// CUDA context, other processes, page cache): what the limit counts beyond the line is the
+/// most any of the request's points shows over it (a success's peak, a failure's bound),
+/// and the batch is the largest the line plus that puts under the limit less the margin,
+/// never at or above a failed batch. `None` where fewer than two batches completed a step or
+/// memory did not grow with the batch (the caller estimates as without the probe).
+pub fn exact(req: &Request, steps: &[(u64, u64)]) -> Option<Estimate> {
+    // At each batch, its largest peak (steps at one batch differ by their inputs).
+    let mut at: Vec<(u64, u64)> = steps.to_vec();
+    at.sort_by_key(|&(batch, bytes)| (batch, std::cmp::Reverse(bytes)));
+    at.dedup_by_key(|(batch, _)| *batch);
+    // The two furthest apart: the slope's error from any one step's noise is smallest.
+    let (&(b0, m0), &(b1, m1)) = (at.first()?, at.last()?);
+    if b1 == b0 || m1 <= m0 {
+        return None;
+    }
+    let per_sample = (m1 - m0) as f64 / (b1 - b0) as f64;
+    let fixed = m0 as f64 - per_sample * b0 as f64;
+    let line = |batch: u64| fixed + per_sample * batch as f64;
+    let beside = req
+        .points
+        .iter()
+        .map(|p| p.bytes as f64 - line(p.batch))
+        .fold(0.0_f64, f64::max);
+    let cap = req
+        .points
+        .iter()
+        .filter(|p| p.failed)
+        .map(|p| p.batch.saturating_sub(1))
+        .min()
+        .unwrap_or(u64::MAX);
+    let limit = req.limit_bytes as f64;
+    let budget = limit * (1.0 - req.margin);
+    let raw = ((budget - beside - fixed) / per_sample).floor();
+    let candidate = if raw.is_finite() && raw >= 1.0 {
+        (raw as u64).min(cap).max(req.min)
+    } else {
+        req.min
+    };
+    let batch = prefer_divisor(candidate, req.effective, req.min);
+    let gib = |b: f64| human_bytes(b.max(0.0) as u64);
+    let beside = if beside >= 1.0 {
+        format!(", {} beyond them", gib(beside))
+    } else {
+        String::new()
+    };
+    Some(Estimate {
+        batch,
+        reason: format!(
+            "{} {}, completed steps took {} at {b0} and {} at {b1}, per sample {}, fixed {}{beside}: trying {batch}",
+            req.limit_name,
+            gib(limit),
+            gib(m0 as f64),
+            gib(m1 as f64),
+            gib(per_sample),
+            gib(fixed),
+        ),
     })
 }
 
@@ -632,6 +766,14 @@ mod tests {
         }
     }
 
+    fn fitted(batch: u64, bytes: u64) -> Point {
+        Point {
+            batch,
+            bytes,
+            failed: false,
+        }
+    }
+
     fn request(points: &[Point], limit_bytes: u64, effective: Option<u64>) -> Request<'_> {
         Request {
             points,
@@ -644,6 +786,91 @@ mod tests {
             // The line's arithmetic, unguarded: `halving_needs_evidence_to_go_below_half`
             // tests the guard.
             halved: 1,
+        }
+    }
+
+    /// The exact line from completed steps: per sample and fixed part from the two batches
+    /// furthest apart, what the limit counts beyond it from the points, no batch at or above a
+    /// failed one; nothing where the steps cannot draw a rising line.
+    #[test]
+    fn completed_steps_draw_the_line_exactly_or_not_at_all() {
+        // (steps as (batch, GiB), points, effective, batch or none)
+        type Row = (&'static [(u64, u64)], Vec<Point>, Option<u64>, Option<u64>);
+        let table: Vec<Row> = vec![
+            // 8 GiB + 1 GiB a sample; a failure at 100 bounded at exactly its line: (72 − 8) / 1.
+            (
+                &[(16, 24), (32, 40)],
+                vec![fail(100, 108 * GIB)],
+                None,
+                Some(64),
+            ),
+            // A third batch between them and a second peak at one batch change nothing (the
+            // largest peak at 32, the two furthest apart).
+            (
+                &[(16, 24), (24, 31), (32, 40), (32, 39)],
+                vec![fail(100, 108 * GIB)],
+                None,
+                Some(64),
+            ),
+            // A success 2 GiB over its line (the CUDA context): 2 GiB less room.
+            (
+                &[(16, 24), (32, 40)],
+                vec![fail(100, 108 * GIB), fitted(32, 42 * GIB)],
+                None,
+                Some(62),
+            ),
+            // The effective batch 64 kept exact.
+            (
+                &[(16, 24), (32, 40)],
+                vec![fail(100, 108 * GIB)],
+                Some(128),
+                Some(64),
+            ),
+            (
+                &[(16, 24), (32, 40)],
+                vec![fail(100, 108 * GIB)],
+                Some(124),
+                Some(62),
+            ),
+            // Never at or above a failed batch, whatever the line says.
+            (
+                &[(16, 24), (32, 40)],
+                vec![fail(50, 58 * GIB)],
+                None,
+                Some(49),
+            ),
+            // Past the limit even at the floor: the floor.
+            (&[(1, 75), (2, 80)], vec![fail(4, 90 * GIB)], None, Some(1)),
+            // One batch, one peak, memory not growing: no exact line.
+            (&[(16, 24)], vec![fail(100, 108 * GIB)], None, None),
+            (
+                &[(16, 24), (16, 30)],
+                vec![fail(100, 108 * GIB)],
+                None,
+                None,
+            ),
+            (
+                &[(16, 24), (32, 24)],
+                vec![fail(100, 108 * GIB)],
+                None,
+                None,
+            ),
+            (
+                &[(16, 30), (32, 24)],
+                vec![fail(100, 108 * GIB)],
+                None,
+                None,
+            ),
+            (&[], vec![fail(100, 108 * GIB)], None, None),
+        ];
+        for (steps, points, effective, want) in table {
+            let steps: Vec<(u64, u64)> = steps.iter().map(|&(b, g)| (b, g * GIB)).collect();
+            let got = exact(&request(&points, 80 * GIB, effective), &steps);
+            assert_eq!(
+                got.as_ref().map(|e| e.batch),
+                want,
+                "{steps:?} {points:?}: {got:?}"
+            );
         }
     }
 
@@ -835,7 +1062,12 @@ mod tests {
     }
 
     /// What the fit reads of a death: the need, the limit, fragmentation.
-    type ProbeRead = (u64, (u64, &'static str), Option<(u64, u64)>);
+    type ProbeRead = (u64, (u64, &'static str), Option<Fragmentation>);
+
+    const HELD_8_OF_2: Fragmentation = Fragmentation::Unallocated {
+        reserved_bytes: 8 * GIB,
+        tried_bytes: 2 * GIB,
+    };
 
     #[test]
     fn the_probes_figures_stand_where_the_message_has_no_sizes_and_name_fragmentation() {
@@ -865,7 +1097,7 @@ mod tests {
             (
                 "no sizes: the probe's",
                 bare,
-                Some((72 * GIB, (80 * GIB, "GPU"), Some((8 * GIB, 2 * GIB)))),
+                Some((72 * GIB, (80 * GIB, "GPU"), Some(HELD_8_OF_2))),
             ),
             (
                 "--max-gpu below the card",
@@ -873,7 +1105,7 @@ mod tests {
                     max_gpu_bytes: Some(60 * GIB),
                     ..bare
                 },
-                Some((72 * GIB, (60 * GIB, "--max-gpu"), Some((8 * GIB, 2 * GIB)))),
+                Some((72 * GIB, (60 * GIB, "--max-gpu"), Some(HELD_8_OF_2))),
             ),
             (
                 "no card total, no bound",
@@ -905,7 +1137,52 @@ mod tests {
         // With sizes in the message, the probe still names fragmentation the message does not.
         let cuda = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.02 GiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 0.50 GiB is reserved by PyTorch but unallocated.";
         let e = observe(&Observed { tail: cuda, ..bare }).unwrap();
-        assert_eq!(e.fragmented, Some((8 * GIB, 2 * GIB)));
+        assert_eq!(e.fragmented, Some(HELD_8_OF_2));
+        // Retries climbing name it only where nothing else does: not over the observer's
+        // figures, nor over a message that names it; alone, yes.
+        let climbing = Fragmentation::RetriesClimbing {
+            reports: 3,
+            retries: 9,
+        };
+        let rising = Observed {
+            probe_retries_rising: Some((3, 9)),
+            ..bare
+        };
+        let fragmented = |o: Observed| observe(&o).and_then(|e| e.fragmented);
+        assert_eq!(fragmented(rising), Some(HELD_8_OF_2));
+        let tight = crate::probe::OomFigures {
+            requested_bytes: Some(9 * GIB),
+            ..probe
+        };
+        let unnamed = Observed {
+            probe_oom: Some(tight),
+            ..rising
+        };
+        assert_eq!(fragmented(unnamed), Some(climbing));
+        let named = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79.10 GiB of which 1.02 GiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 4.00 GiB is reserved by PyTorch but unallocated.";
+        let by_message = fragmented(Observed {
+            tail: named,
+            probe_oom: None,
+            ..rising
+        });
+        assert!(
+            matches!(by_message, Some(Fragmentation::Unallocated { .. })),
+            "{by_message:?}"
+        );
+        let sizes = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.02 GiB is free. Of the allocated memory 76.00 GiB is allocated by PyTorch, and 0.50 GiB is reserved by PyTorch but unallocated.";
+        let with_sizes = Observed {
+            tail: sizes,
+            probe_oom: None,
+            ..rising
+        };
+        assert_eq!(fragmented(with_sizes), Some(climbing));
+        assert_eq!(
+            fragmented(Observed {
+                probe_retries_rising: None,
+                ..with_sizes
+            }),
+            None
+        );
     }
 
     #[test]

@@ -133,6 +133,10 @@ pub struct StepPlan {
     /// counts only where every other knob (but the stepped one's partner) had the value it has
     /// now: a peak at another sequence length says nothing about this one.
     pub past: Vec<(Vec<Value>, fit::Evidence)>,
+    /// Each attempt's memory at its completed steps (the probe's), in the order of the
+    /// history; and the earlier runs' with their knob values, counted as `past` is.
+    pub steps: Vec<Option<fit::StepsPeak>>,
+    pub past_steps: Vec<(Vec<Value>, fit::StepsPeak)>,
     /// The fragmentation hint may still be given (not used yet, the user has not set the
     /// allocator's variable, not `--no-allocator-hint`).
     pub allocator_hint: bool,
@@ -228,7 +232,7 @@ pub fn decide_with(
         .evidence
         .get(history.len() - 1)
         .and_then(Option::as_ref);
-    if let Some((reserved, tried)) = last
+    if let Some(fragmentation) = last
         .and_then(|e| e.fragmented)
         .filter(|_| plan.allocator_hint && cause == Cause::DeviceOom)
     {
@@ -238,10 +242,8 @@ pub fn decide_with(
             effective_note: None,
             delay,
             reason: Some(format!(
-                "PyTorch held {} reserved but unallocated, at least the {} it tried to allocate: fragmentation, \
-                 so first the same values with {ALLOCATOR_HINT_VAR}={ALLOCATOR_HINT_VALUE}",
-                crate::units::human_bytes(reserved),
-                crate::units::human_bytes(tried)
+                "{}: fragmentation, so first the same values with {ALLOCATOR_HINT_VAR}={ALLOCATOR_HINT_VALUE}",
+                fragmentation.describe()
             )),
             hint: Some(Hint::AllocatorFragmentation),
         });
@@ -428,7 +430,20 @@ fn fit_step(
             })
         })
         .collect();
-    fit::estimate(&fit::Request {
+    let steps_here = history
+        .iter()
+        .zip(&plan.steps)
+        .filter_map(|((_, values), steps)| Some((values.as_slice(), steps.as_ref()?)));
+    let steps_earlier = plan
+        .past_steps
+        .iter()
+        .filter(|(values, _)| same_setting(values))
+        .map(|(values, s)| (values.as_slice(), s));
+    let steps: Vec<(u64, u64)> = steps_here
+        .chain(steps_earlier)
+        .filter_map(|(values, s)| Some((values.get(i)?.as_int()?, s.bytes(last.memory)?)))
+        .collect();
+    let request = fit::Request {
         points: &points,
         limit_bytes,
         limit_name,
@@ -437,7 +452,12 @@ fn fit_step(
         effective,
         fixed_bytes: fixed_seen(last, &plan.evidence),
         halved,
-    })
+    };
+    // Completed steps at two batches give the line exactly; else the bounds estimate it.
+    match fit::exact(&request, &steps) {
+        Some(exact) => Ok(exact),
+        None => fit::estimate(&request),
+    }
 }
 
 /// The fixed part seen before the first step: the last attempt's, else the latest one this run
@@ -888,7 +908,7 @@ mod tests {
         ));
     }
 
-    fn gpu_failure(need_gib: u64, fragmented: Option<(u64, u64)>) -> Option<fit::Evidence> {
+    fn gpu_failure(need_gib: u64, fragmented: Option<fit::Fragmentation>) -> Option<fit::Evidence> {
         Some(fit::Evidence {
             memory: fit::Memory::Gpu,
             failed: true,
@@ -937,8 +957,7 @@ mod tests {
                 strategy,
                 margin: 0.10,
                 evidence: vec![evidence],
-                past: Vec::new(),
-                allocator_hint: false,
+                ..StepPlan::default()
             };
             let history = [(Cause::DeviceOom, vec![int(120), int(1)])];
             let d = decide_with(
@@ -991,7 +1010,7 @@ mod tests {
                 margin: 0.10,
                 evidence: vec![gpu_failure(25, None)],
                 past,
-                allocator_hint: false,
+                ..StepPlan::default()
             };
             match decide_with(&history, &rules, &original, &LIMITS, &plan) {
                 Decision::Relaunch(next) => (next.values[0].as_int().unwrap(), next.reason),
@@ -1009,23 +1028,125 @@ mod tests {
         assert!(reason.unwrap_or_default().contains("12.0 GiB at 30 fitted"));
     }
 
+    /// The probe's completed steps at two batches fix the line exactly. A card of 24 GiB, a
+    /// failure at 120 just over it (25 GiB: no scale, today's rules halve to 60), and an
+    /// earlier run's steps at the same sequence length, 5 GiB at 20 and 8 GiB at 40: 0.15 GiB
+    /// a sample, 2 GiB fixed, the failure 5 GiB beyond the line, so (21.6 − 5 − 2) / 0.15 →
+    /// 97. Steps at another sequence length are no point. Within one run, the steps of
+    /// attempts that died after them count too, and their deaths cap the batch.
+    #[test]
+    fn completed_steps_at_two_batches_fit_the_line_exactly() {
+        let mut rules = batch_alone();
+        rules.push(Rule {
+            name: "seq".into(),
+            moves: Moves::Step {
+                step: Step::Halve,
+                min: 128,
+            },
+            on: default_causes(),
+            partner: None,
+        });
+        let peak = |gib: u64| fit::StepsPeak {
+            gpu_bytes: Some(gib << 30),
+            host_bytes: None,
+        };
+        let at = |batch: u64, seq: u64| vec![int(batch), int(seq)];
+        struct Row {
+            history: Vec<(Cause, Vec<Value>)>,
+            evidence: Vec<Option<fit::Evidence>>,
+            steps: Vec<Option<fit::StepsPeak>>,
+            past_steps: Vec<(Vec<Value>, fit::StepsPeak)>,
+            want: u64,
+            reason: &'static str,
+        }
+        let died_at_120 = vec![(Cause::DeviceOom, at(120, 512))];
+        let rows = [
+            Row {
+                history: died_at_120.clone(),
+                evidence: vec![gpu_failure(25, None)],
+                steps: vec![None],
+                past_steps: vec![(at(20, 512), peak(5)), (at(40, 512), peak(8))],
+                want: 97,
+                reason: "GPU 24.0 GiB, completed steps took 5.0 GiB at 20 and 8.0 GiB at 40, per sample 153.6 MiB, fixed 2.0 GiB, 5.0 GiB beyond them: trying 97",
+            },
+            Row {
+                history: died_at_120.clone(),
+                evidence: vec![gpu_failure(25, None)],
+                steps: vec![None],
+                past_steps: vec![(at(20, 256), peak(5)), (at(40, 512), peak(8))],
+                want: 60,
+                reason: "halving: GPU 24.0 GiB, need at 120 ≥ 25.0 GiB",
+            },
+            // Both died after steps (a long sample): 20 GiB of steps at 120, 11 GiB at 60.
+            Row {
+                history: vec![
+                    (Cause::DeviceOom, at(120, 512)),
+                    (Cause::DeviceOom, at(60, 512)),
+                ],
+                evidence: vec![gpu_failure(25, None), gpu_failure(12, None)],
+                steps: vec![Some(peak(20)), Some(peak(11))],
+                past_steps: Vec::new(),
+                want: 59,
+                reason: "GPU 24.0 GiB, completed steps took 11.0 GiB at 60 and 20.0 GiB at 120, per sample 153.6 MiB, fixed 2.0 GiB, 5.0 GiB beyond them: trying 59",
+            },
+        ];
+        for row in rows {
+            let plan = StepPlan {
+                strategy: Strategy::Fit,
+                margin: 0.10,
+                evidence: row.evidence,
+                steps: row.steps,
+                past_steps: row.past_steps,
+                ..StepPlan::default()
+            };
+            let original = [int(120), int(512)];
+            let Decision::Relaunch(next) =
+                decide_with(&row.history, &rules, &original, &LIMITS, &plan)
+            else {
+                panic!("relaunches")
+            };
+            let reason = next.reason.unwrap_or_default();
+            assert_eq!(next.values[0], int(row.want), "{reason}");
+            assert!(reason.starts_with(row.reason), "{reason}");
+        }
+    }
+
     #[test]
     fn fragmentation_relaunches_unchanged_once_when_allowed() {
         let history = [(Cause::DeviceOom, vec![int(16), int(1)])];
-        // (cause, hint allowed, fragmented, expect the hint)
+        let held = fit::Fragmentation::Unallocated {
+            reserved_bytes: 3 << 30,
+            tried_bytes: 512 << 20,
+        };
+        let retries = fit::Fragmentation::RetriesClimbing {
+            reports: 4,
+            retries: 37,
+        };
+        // (cause, hint allowed, fragmented, the hint's reason: None where it is not given)
         let table = [
-            (Cause::DeviceOom, true, true, true),
-            (Cause::DeviceOom, false, true, false),
-            (Cause::DeviceOom, true, false, false),
-            (Cause::OomKilled, true, true, false),
+            (
+                Cause::DeviceOom,
+                true,
+                Some(held),
+                Some("3.0 GiB reserved but unallocated, at least the 512.0 MiB"),
+            ),
+            (
+                Cause::DeviceOom,
+                true,
+                Some(retries),
+                Some("more at each of its last 4 steps seen (37 retries in all)"),
+            ),
+            (Cause::DeviceOom, false, Some(held), None),
+            (Cause::DeviceOom, true, None, None),
+            (Cause::OomKilled, true, Some(held), None),
         ];
         for (cause, allowed, fragmented, want) in table {
             let plan = StepPlan {
                 strategy: Strategy::Fit,
                 margin: 0.10,
-                evidence: vec![gpu_failure(30, fragmented.then_some((3 << 30, 512 << 20)))],
-                past: Vec::new(),
+                evidence: vec![gpu_failure(30, fragmented)],
                 allocator_hint: allowed,
+                ..StepPlan::default()
             };
             let history = [(cause, history[0].1.clone())];
             let Decision::Relaunch(next) = decide_with(
@@ -1037,12 +1158,14 @@ mod tests {
             ) else {
                 panic!("relaunches")
             };
-            assert_eq!(
-                next.hint.is_some(),
-                want,
-                "{cause:?} {allowed} {fragmented}"
-            );
-            assert_eq!(next.values == [int(16), int(1)], want);
+            let what = format!("{cause:?} {allowed} {fragmented:?}");
+            assert_eq!(next.hint.is_some(), want.is_some(), "{what}");
+            assert_eq!(next.values == [int(16), int(1)], want.is_some(), "{what}");
+            if let Some(want) = want {
+                let reason = next.reason.unwrap_or_default();
+                assert!(reason.contains(want), "{what}: {reason}");
+                assert!(reason.contains(": fragmentation, so first the same values with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"), "{reason}");
+            }
         }
     }
 

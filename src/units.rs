@@ -40,9 +40,32 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// A rate for people: grouped by thousands (`12,345`), one decimal below 10 (`2.5`).
+pub fn rate(per_second: f64) -> String {
+    if per_second < 10.0 {
+        format!("{per_second:.1}")
+    } else {
+        thousands(per_second.round() as u64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_are_grouped_with_a_decimal_only_when_small() {
+        for (r, want) in [
+            (0.25, "0.2"),
+            (2.5, "2.5"),
+            (9.96, "10.0"),
+            (10.0, "10"),
+            (156.4, "156"),
+            (12345.6, "12,346"),
+        ] {
+            assert_eq!(rate(r), want, "{r}");
+        }
+    }
 
     #[test]
     fn thousands_are_grouped() {

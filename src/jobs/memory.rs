@@ -8,10 +8,12 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::fit::StepsPeak;
 use crate::knobs::Value;
 use crate::liveness::ProcessId;
 use crate::outcome::Cause;
 use crate::outcome::Outcome;
+use crate::probe::ProbeSummary;
 use crate::record::summary::{AttemptRecord, KnobValues, PeakRecord, RoomCut};
 
 /// The format this build writes and reads. A file with a higher one is moved aside, never
@@ -231,6 +233,49 @@ pub struct PastAttempt {
     /// The cards (NVML indices) it was seen on; absent where none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_devices: Vec<u32>,
+    /// What the probe saw of its steps; absent where it saw none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<PastSteps>,
+}
+
+/// How far and how fast an attempt went, and its memory at its completed steps, as the probe
+/// saw them: the fit's exact points, and the throughput a later run compares settings by.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PastSteps {
+    /// Optimizer steps done.
+    pub steps: u64,
+    /// Steps a second × batch × accumulation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples_per_second: Option<f64>,
+    /// The CUDA allocator's reserved bytes at their peak over the completed steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_peak_gpu_bytes: Option<u64>,
+    /// The peak resident set of a process that stepped, over the completed steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_peak_host_bytes: Option<u64>,
+}
+
+impl PastSteps {
+    /// From what the probe saw of an attempt (with its samples a second where known); `None`
+    /// where it saw no step.
+    pub fn from_probe(seen: &ProbeSummary, samples_per_second: Option<f64>) -> Option<PastSteps> {
+        Some(PastSteps {
+            steps: seen.steps.filter(|&n| n > 0)?,
+            samples_per_second,
+            steps_peak_gpu_bytes: seen
+                .cuda_peak_reserved_bytes
+                .or(seen.cuda_peak_allocated_bytes),
+            steps_peak_host_bytes: seen.rss_peak_bytes,
+        })
+    }
+
+    /// Its memory at its completed steps, as the fit takes it.
+    pub fn peak(&self) -> StepsPeak {
+        StepsPeak {
+            gpu_bytes: self.steps_peak_gpu_bytes,
+            host_bytes: self.steps_peak_host_bytes,
+        }
+    }
 }
 
 impl PastAttempt {
@@ -244,6 +289,10 @@ impl PastAttempt {
             cause: record.cause.as_str().to_string(),
             peaks: record.peaks,
             gpu_devices: record.gpu_devices.clone(),
+            steps: record
+                .probe
+                .as_ref()
+                .and_then(|p| PastSteps::from_probe(&p.seen, p.samples_per_second)),
         }
     }
 

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use super::memory::{CurrentRun, JobMemory, LastSuccess, PastAttempt, RunState};
 use super::name::JobSettings;
-use super::start::{continue_from, start_from, Start, StartFrom};
+use super::start::{continue_from, fastest_fit, start_from, Start, StartFrom};
 use super::store::JobStore;
 use crate::console::Reporter;
 use crate::knobs::KnobSet;
@@ -147,6 +147,36 @@ impl JobRun {
                 described(&run.start),
                 described(&run.room_start),
             ));
+            return run;
+        }
+        let fastest = last
+            .as_ref()
+            .and_then(|last| fastest_fit(run.memory.attempts(), last, knobs));
+        if let (Some(last), Some(fastest)) = (&last, &fastest) {
+            let faster = LastSuccess {
+                knobs: fastest.knobs.clone(),
+                ..last.clone()
+            };
+            run.start = start_from(&faster, knobs);
+            let (last_knobs, last_rate) = &fastest.last;
+            let last_start = LastSuccess {
+                knobs: last_knobs.clone(),
+                ..last.clone()
+            };
+            let described = |start: Option<Start>| match start {
+                Some(start) => start.describe(knobs),
+                None => "the command's values".to_string(),
+            };
+            report.say(&format!(
+                "starting from the fastest setting that fitted: {} at {} samples/s, where the last success, {}, ran {} samples/s; --fresh to start from the command's values",
+                described(run.start.clone()),
+                crate::units::rate(fastest.samples_per_second),
+                described(start_from(&last_start, knobs)),
+                crate::units::rate(*last_rate),
+            ));
+            if let Some(note) = run.start.as_ref().and_then(|s| s.effective_note.as_ref()) {
+                report.warn(note);
+            }
             return run;
         }
         run.start = last.as_ref().and_then(|last| start_from(last, knobs));

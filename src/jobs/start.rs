@@ -3,10 +3,12 @@
 //! command staying the authority over every value. Pure: it reads no file and tells no one;
 //! [`super::run`] loads the job's memory and says where the run starts.
 
-use super::memory::{value_of, CurrentRun, LastSuccess};
+use super::memory::{value_of, CurrentRun, LastSuccess, PastAttempt};
 use crate::knobs::Moves;
 use crate::knobs::{KnobSet, Value};
+use crate::outcome::Cause;
 use crate::policy;
+use crate::record::summary::KnobValues;
 
 /// The first attempt's values, from what worked last time.
 #[derive(Debug, Clone, PartialEq)]
@@ -99,6 +101,92 @@ pub fn start_from(last: &LastSuccess, knobs: &KnobSet) -> Option<Start> {
         at: last.at.clone(),
         effective_note,
         from: StartFrom::LastSuccess,
+    })
+}
+
+/// How much faster a setting's samples a second must be than the last success's for a run to
+/// start from it: below this, two measurements on a shared machine differ by its load as much
+/// as by the setting.
+pub const FASTER_BY: f64 = 1.05;
+
+/// A setting that fitted and trained faster than the last success.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fastest {
+    /// Its knob values.
+    pub knobs: KnobValues,
+    pub samples_per_second: f64,
+    /// The last success's setting and samples a second, which it beat.
+    pub last: (KnobValues, f64),
+}
+
+/// The fastest setting that fitted, where the job's memory holds the samples a second (the
+/// probe's) of the last success's setting and of another that also fitted, differing from it
+/// only in batch and accumulation: a run starts from it where it is [`FASTER_BY`] faster.
+/// Each setting counts its latest measurement; a setting the command would not start from
+/// (a batch above the command's) does not count. `None`: start from the last success.
+pub fn fastest_fit(
+    attempts: &[PastAttempt],
+    last: &LastSuccess,
+    knobs: &KnobSet,
+) -> Option<Fastest> {
+    // Batch and accumulation may differ; any other knob (a sequence length) makes another
+    // job, whose speed is no comparison.
+    let paired: Vec<bool> = (0..knobs.knobs.len())
+        .map(|i| {
+            knobs.knobs[i].rule.partner.is_some()
+                || knobs.knobs.iter().any(|k| k.rule.partner == Some(i))
+        })
+        .collect();
+    let comparable = |values: &KnobValues| {
+        knobs.knobs.iter().zip(&paired).all(|(knob, &paired)| {
+            match (
+                value_of(values, &knob.name),
+                value_of(&last.knobs, &knob.name),
+            ) {
+                (Some(_), Some(_)) if paired => true,
+                (Some(a), Some(b)) => a.same(&b),
+                _ => false,
+            }
+        })
+    };
+    // A setting the start rule would reach as it is (not clamped to the command's values).
+    let reachable = |values: &KnobValues| {
+        let as_last = LastSuccess {
+            knobs: values.clone(),
+            ..last.clone()
+        };
+        let start = start_from(&as_last, knobs).map_or_else(|| knobs.originals(), |s| s.values);
+        knobs
+            .knobs
+            .iter()
+            .zip(&start)
+            .all(|(knob, v)| value_of(values, &knob.name).is_some_and(|r| r.same(v)))
+    };
+    let mut measured: Vec<(KnobValues, f64)> = Vec::new();
+    for attempt in attempts.iter().filter(|a| a.cause() == Some(Cause::Ok)) {
+        let Some(rate) = attempt.steps.and_then(|s| s.samples_per_second) else {
+            continue;
+        };
+        if !comparable(&attempt.knobs) {
+            continue;
+        }
+        match measured.iter_mut().find(|(k, _)| k.same_as(&attempt.knobs)) {
+            Some(seen) => seen.1 = rate,
+            None => measured.push((attempt.knobs.clone(), rate)),
+        }
+    }
+    let (_, last_rate) = measured
+        .iter()
+        .find(|(k, _)| k.same_as(&last.knobs))?
+        .clone();
+    let (knobs_fastest, rate) = measured
+        .into_iter()
+        .filter(|(k, _)| !k.same_as(&last.knobs) && reachable(k))
+        .max_by(|a, b| a.1.total_cmp(&b.1))?;
+    (rate >= last_rate * FASTER_BY).then(|| Fastest {
+        knobs: knobs_fastest,
+        samples_per_second: rate,
+        last: (last.knobs.clone(), last_rate),
     })
 }
 
@@ -290,6 +378,122 @@ mod tests {
         let start = start_from(&last(&[("batch", json!(4))]), &knobs).unwrap();
         assert_eq!(start.describe(&knobs), "batch 4");
         assert_eq!(start.effective_note, None);
+    }
+
+    /// The fastest setting that fitted, by the samples a second the job's memory holds: only
+    /// against the last success's own measurement, only settings that fitted, differ in batch
+    /// and accumulation alone, and that the command would start from; each setting's latest
+    /// measurement; faster by at least [`FASTER_BY`].
+    #[test]
+    fn a_run_starts_from_the_fastest_setting_that_fitted() {
+        use crate::jobs::memory::PastSteps;
+        use crate::record::summary::PeakRecord;
+        use serde_json::json;
+        let command = argv("t.py --batch_size 64 --grad_accum 1 --num_workers 4");
+        let knobs = knobs_of(&command, 1);
+        let names: Vec<&str> = knobs.knobs.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(names, ["workers", "batch", "accum"]);
+        let values = |batch: u64, accum: u64, workers: u64| {
+            KnobValues(vec![
+                ("workers".to_string(), json!(workers)),
+                ("batch".to_string(), json!(batch)),
+                ("accum".to_string(), json!(accum)),
+            ])
+        };
+        let attempt = |(batch, accum, workers): (u64, u64, u64),
+                       cause: Cause,
+                       rate: Option<f64>| PastAttempt {
+            at: "t".into(),
+            run: "/r".into(),
+            attempt: 1,
+            knobs: values(batch, accum, workers),
+            cause: cause.as_str().into(),
+            peaks: PeakRecord::default(),
+            gpu_devices: Vec::new(),
+            steps: Some(PastSteps {
+                steps: 100,
+                samples_per_second: rate,
+                steps_peak_gpu_bytes: None,
+                steps_peak_host_bytes: None,
+            }),
+        };
+        let last = LastSuccess {
+            knobs: values(32, 2, 4),
+            ..self::last(&[])
+        };
+        let ok = Cause::Ok;
+        let last_ran = |rate| attempt((32, 2, 4), ok, Some(rate));
+        // (what, attempts, the start's (batch, accum) or None)
+        type Row = (&'static str, Vec<PastAttempt>, Option<(u64, u64)>);
+        let table: Vec<Row> = vec![
+            (
+                "faster by 10%",
+                vec![attempt((16, 4, 4), ok, Some(330.0)), last_ran(300.0)],
+                Some((16, 4)),
+            ),
+            (
+                "faster by 3%: noise",
+                vec![attempt((16, 4, 4), ok, Some(309.0)), last_ran(300.0)],
+                None,
+            ),
+            (
+                "it did not fit",
+                vec![
+                    attempt((16, 4, 4), Cause::DeviceOom, Some(400.0)),
+                    last_ran(300.0),
+                ],
+                None,
+            ),
+            (
+                "the last success unmeasured",
+                vec![
+                    attempt((16, 4, 4), ok, Some(400.0)),
+                    attempt((32, 2, 4), ok, None),
+                ],
+                None,
+            ),
+            (
+                "its latest measurement counts",
+                vec![
+                    attempt((16, 4, 4), ok, Some(400.0)),
+                    last_ran(300.0),
+                    attempt((16, 4, 4), ok, Some(290.0)),
+                ],
+                None,
+            ),
+            (
+                "above the command's batch",
+                vec![attempt((128, 1, 4), ok, Some(900.0)), last_ran(300.0)],
+                None,
+            ),
+            (
+                "the command's own values",
+                vec![attempt((64, 1, 4), ok, Some(400.0)), last_ran(300.0)],
+                Some((64, 1)),
+            ),
+            (
+                "another knob differs",
+                vec![attempt((16, 4, 2), ok, Some(400.0)), last_ran(300.0)],
+                None,
+            ),
+        ];
+        for (what, attempts, want) in table {
+            let got = fastest_fit(&attempts, &last, &knobs).map(|f| {
+                let start = start_from(
+                    &LastSuccess {
+                        knobs: f.knobs,
+                        ..last.clone()
+                    },
+                    &knobs,
+                )
+                .map_or_else(|| knobs.originals(), |s| s.values);
+                (
+                    knobs.batch_of(&start).unwrap(),
+                    knobs.accum_of(&start).unwrap(),
+                )
+            });
+            assert_eq!(got, want, "{what}");
+        }
     }
 
     fn dead_run(knobs: &[(&str, serde_json::Value)]) -> CurrentRun {

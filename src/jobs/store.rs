@@ -380,6 +380,7 @@ mod tests {
                 ..PeakRecord::default()
             },
             gpu_devices: Vec::new(),
+            steps: None,
         }
     }
 

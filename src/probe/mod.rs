@@ -214,6 +214,10 @@ pub enum Event {
         cuda_peak_allocated_bytes: Option<u64>,
         cuda_peak_reserved_bytes: Option<u64>,
         cuda_alloc_retries: Option<u64>,
+        /// Written at the process's exit: its count stands, its peaks are no completed step's
+        /// (they include a step that failed, an evaluation).
+        #[serde(default)]
+        exit: bool,
     },
     Oom {
         pid: u32,
@@ -259,7 +263,14 @@ struct Steps {
     cuda_peak_allocated_bytes: Option<u64>,
     cuda_peak_reserved_bytes: Option<u64>,
     cuda_alloc_retries: Option<u64>,
+    /// How many reports in a row, up to the last, saw the allocator's retries grow.
+    retries_rising: u32,
 }
+
+/// Reports in a row whose allocation retries grew, for the retries to count as climbing (a
+/// sign of fragmentation: the allocator frees its cache and tries again, step after step).
+/// Reports come for steps 1–3, then at most twice a second: three is a climb that lasted.
+pub const RETRIES_CLIMBING_REPORTS: u32 = 3;
 
 impl ProbeState {
     fn take(&mut self, event: Event) {
@@ -276,6 +287,7 @@ impl ProbeState {
                 cuda_peak_allocated_bytes,
                 cuda_peak_reserved_bytes,
                 cuda_alloc_retries,
+                exit,
             } => {
                 if !self.processes.contains_key(&pid) && self.processes.len() >= PROCESSES_MAX {
                     return;
@@ -286,6 +298,14 @@ impl ProbeState {
                 if steps.last.is_none_or(|(_, n)| step >= n) {
                     steps.last = Some((t, step));
                 }
+                if exit {
+                    return;
+                }
+                steps.retries_rising = match (steps.cuda_alloc_retries, cuda_alloc_retries) {
+                    (Some(before), Some(now)) if now > before => steps.retries_rising + 1,
+                    (None, Some(now)) if now > 0 => 1,
+                    _ => 0,
+                };
                 raise(&mut steps.rss_peak_bytes, rss_peak_bytes);
                 raise(
                     &mut steps.cuda_peak_allocated_bytes,
@@ -359,6 +379,12 @@ impl ProbeState {
             cuda_peak_allocated_bytes: max(|s| s.cuda_peak_allocated_bytes),
             cuda_peak_reserved_bytes: max(|s| s.cuda_peak_reserved_bytes),
             cuda_alloc_retries: max(|s| s.cuda_alloc_retries),
+            retries_rising: self
+                .processes
+                .values()
+                .map(|s| s.retries_rising)
+                .max()
+                .filter(|&n| n >= RETRIES_CLIMBING_REPORTS),
             oom: self.oom,
             error: self.error.clone(),
             torch: self.torch.clone(),
@@ -404,11 +430,17 @@ pub struct ProbeSummary {
     pub seconds_per_step: Option<f64>,
     /// How many ranks reported steps.
     pub ranks: u32,
-    /// The largest peak RSS of a process that stepped.
+    /// The largest peak RSS of a process that stepped, up to its last completed step (the
+    /// count written at exit raises no peak).
     pub rss_peak_bytes: Option<u64>,
+    /// The CUDA allocator's peaks up to the last completed step, likewise.
     pub cuda_peak_allocated_bytes: Option<u64>,
     pub cuda_peak_reserved_bytes: Option<u64>,
     pub cuda_alloc_retries: Option<u64>,
+    /// Where the allocator's retries grew in each of the last reports of a process, at least
+    /// [`RETRIES_CLIMBING_REPORTS`] of them: how many.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries_rising: Option<u32>,
     pub oom: Option<OomFigures>,
     /// The first failure the probe reported (after which it went quiet in that process).
     pub error: Option<String>,
@@ -507,6 +539,79 @@ mod tests {
             }
         }
         state
+    }
+
+    /// The count written at exit stands; its peaks (which include the step that failed) and
+    /// its retries (a failed allocation retries once) do not.
+    #[test]
+    fn the_exit_count_raises_no_peak_and_retries_climb_only_over_reports_in_a_row() {
+        let step = |n: u64, retries: u64, reserved: u64, exit: bool| {
+            format!(
+                r#"{{"event":"step","pid":10,"t":{n}.0,"step":{n},"rss_peak_bytes":{reserved},"cuda_peak_reserved_bytes":{reserved},"cuda_alloc_retries":{retries},"exit":{exit}}}"#
+            )
+        };
+        // (reports as (step, retries, reserved, exit), steps, peak reserved, rising)
+        type Report = (u64, u64, u64, bool);
+        let table: &[(&[Report], u64, u64, Option<u32>)] = &[
+            (
+                &[(1, 0, 10, false), (2, 0, 10, false), (9, 1, 99, true)],
+                9,
+                10,
+                None,
+            ),
+            (
+                &[(1, 1, 10, false), (2, 2, 10, false), (3, 3, 10, false)],
+                3,
+                10,
+                Some(3),
+            ),
+            // A report without growth ends the run of them.
+            (
+                &[
+                    (1, 1, 10, false),
+                    (2, 2, 10, false),
+                    (3, 2, 10, false),
+                    (4, 3, 10, false),
+                ],
+                4,
+                10,
+                None,
+            ),
+            (
+                &[
+                    (1, 0, 10, false),
+                    (2, 1, 10, false),
+                    (3, 2, 10, false),
+                    (4, 3, 12, false),
+                ],
+                4,
+                12,
+                Some(3),
+            ),
+            // Nor does the exit's own retry make a third.
+            (
+                &[(1, 1, 10, false), (2, 2, 10, false), (3, 3, 50, true)],
+                3,
+                10,
+                None,
+            ),
+        ];
+        for (reports, steps, reserved, rising) in table {
+            let lines: Vec<String> = reports
+                .iter()
+                .map(|&(n, r, b, e)| step(n, r, b, e))
+                .collect();
+            let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+            let summary = state_of(&lines).summary();
+            assert_eq!(summary.steps, Some(*steps), "{reports:?}");
+            assert_eq!(
+                summary.cuda_peak_reserved_bytes,
+                Some(*reserved),
+                "{reports:?}"
+            );
+            assert_eq!(summary.rss_peak_bytes, Some(*reserved), "{reports:?}");
+            assert_eq!(summary.retries_rising, *rising, "{reports:?}");
+        }
     }
 
     #[test]

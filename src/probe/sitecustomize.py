@@ -474,7 +474,11 @@ def _at_exit():
     try:
         if _steps > _sent_step:
             _sent_step = _steps
-            _send("step", _step_fields(_steps))
+            # Marked: its peaks include whatever ran after the last step (a failed step, an
+            # evaluation), so they are no completed step's.
+            fields = _step_fields(_steps)
+            fields["exit"] = True
+            _send("step", fields)
     except Exception as e:
         _fail("exit", e)
 

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use crate::fit;
+use crate::jobs::memory::{PastAttempt, PastSteps};
 use crate::jobs::run::JobRun;
 use crate::knobs::{self, KnobSet, Value};
 use crate::outcome::Cause;
@@ -64,6 +65,10 @@ pub(super) struct Ladder {
     evidence: Vec<Option<fit::Evidence>>,
     /// The fit's view of the attempts of the job's earlier runs, with their knob values.
     past: Vec<(Vec<Value>, fit::Evidence)>,
+    /// Each attempt's memory at its completed steps (the probe's), in history order; and the
+    /// earlier runs', with their knob values.
+    steps: Vec<Option<fit::StepsPeak>>,
+    past_steps: Vec<(Vec<Value>, fit::StepsPeak)>,
     /// The fragmentation hint: may still be given; given (every later attempt gets the
     /// variable); to be recorded on the next attempt.
     hint_available: bool,
@@ -94,16 +99,20 @@ impl Ladder {
     /// run (or of the attempt its killed oomguard was in), else the command's own.
     pub(super) fn for_job(settings: &RunSettings, job: &JobRun) -> Ladder {
         // `--fresh` starts over: neither the values nor the evidence of earlier runs.
-        let past = if settings.job.fresh {
-            Vec::new()
+        let (past, past_steps) = if settings.job.fresh {
+            (Vec::new(), Vec::new())
         } else {
-            earlier_runs(job, &settings.knobs)
+            (
+                earlier_runs(job, &settings.knobs),
+                earlier_steps(job, &settings.knobs),
+            )
         };
         let mut ladder = Ladder::new(
             settings,
             job.start().map(|start| start.values.clone()),
             past,
         );
+        ladder.past_steps = past_steps;
         if !settings.job.fresh {
             ladder.first = first_need(job, &settings.knobs, &ladder.values);
         }
@@ -130,6 +139,8 @@ impl Ladder {
             started: SystemTime::now(),
             evidence: Vec::new(),
             past,
+            steps: Vec::new(),
+            past_steps: Vec::new(),
             hint_available: settings.allocator_hint && !allocator_conf_set(knobs),
             hint_given: false,
             hint_pending: None,
@@ -264,6 +275,12 @@ impl Ladder {
         self.history.push((cause, self.values.clone()));
         self.evidence
             .push(fit::observe(&observed(settings, cause, end)));
+        self.steps.push(
+            end.probe
+                .as_ref()
+                .and_then(|seen| PastSteps::from_probe(seen, None))
+                .map(|s| s.peak()),
+        );
         self.learn_ramp(ramp, end);
     }
 
@@ -302,6 +319,8 @@ impl Ladder {
             margin: settings.margin,
             evidence: self.evidence.clone(),
             past: self.past.clone(),
+            steps: self.steps.clone(),
+            past_steps: self.past_steps.clone(),
             allocator_hint: self.hint_available,
         };
         policy::decide_with(
@@ -396,13 +415,28 @@ fn earlier_runs(job: &JobRun, knobs: &KnobSet) -> Vec<(Vec<Value>, fit::Evidence
                 peak_host_bytes: peaks.peak_pss_bytes.or(peaks.peak_rss_bytes),
                 ..fit::Observed::default()
             })?;
-            let values = knobs
-                .knobs
-                .iter()
-                .map(|k| past.value(&k.name).unwrap_or(Value::Unset))
-                .collect();
-            Some((values, evidence))
+            Some((values_of(past, knobs), evidence))
         })
+        .collect()
+}
+
+/// The memory of the completed steps of the job's earlier runs' attempts (the probe's), with
+/// their knob values by this run's knob names.
+fn earlier_steps(job: &JobRun, knobs: &KnobSet) -> Vec<(Vec<Value>, fit::StepsPeak)> {
+    job.memory()
+        .attempts()
+        .iter()
+        .filter_map(|past| Some((values_of(past, knobs), past.steps?.peak())))
+        .collect()
+}
+
+/// A remembered attempt's knob values by this run's knob names (a knob it did not have is
+/// unset).
+fn values_of(past: &PastAttempt, knobs: &KnobSet) -> Vec<Value> {
+    knobs
+        .knobs
+        .iter()
+        .map(|k| past.value(&k.name).unwrap_or(Value::Unset))
         .collect()
 }
 
@@ -434,6 +468,10 @@ fn observed<'a>(settings: &RunSettings, cause: Cause, end: &'a AttemptEnd) -> fi
             .as_ref()
             .map(|c| (c.bound, c.value_bytes, c.limit_bytes)),
         probe_oom: end.probe.as_ref().and_then(|p| p.oom),
+        probe_retries_rising: end
+            .probe
+            .as_ref()
+            .and_then(|p| Some((p.retries_rising?, p.cuda_alloc_retries.unwrap_or(0)))),
     }
 }
 
@@ -687,6 +725,53 @@ mod tests {
         let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom);
         // Down from where it started, the product still the command's 8 × 1.
         assert_eq!(ints(knobs, &next.values), (Some(2), Some(4)));
+    }
+
+    /// The probe's figures reach the decision: the completed steps of two attempts fix the
+    /// fit's line, and allocation retries climbing over the steps name fragmentation.
+    #[test]
+    fn the_probes_steps_and_retries_reach_the_decision() {
+        let s = settings(&["--strategy", "fit"]);
+        let oom = |in_use_gib: u64, steps_gib: u64, retries_rising: Option<u32>| {
+            let tail = format!(
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 24.00 GiB of which {free_gib}.00 GiB is free. Including non-PyTorch memory, this process has {in_use_gib}.00 GiB memory in use.\n",
+                free_gib = 24 - in_use_gib
+            );
+            let mut e = end(Ending::Exited(1), &tail);
+            e.probe = Some(crate::probe::ProbeSummary {
+                steps: Some(40),
+                cuda_peak_reserved_bytes: Some(steps_gib << 30),
+                cuda_alloc_retries: Some(12),
+                retries_rising,
+                ..Default::default()
+            });
+            e
+        };
+        let mut ladder = Ladder::new(&s, None, Vec::new());
+        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom(22, 20, None));
+        let reason = next.reason.clone().unwrap_or_default();
+        assert!(
+            reason.starts_with("halving: "),
+            "one batch's steps: {reason}"
+        );
+        ladder.advance(next);
+        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom(12, 11, None));
+        let reason = next.reason.unwrap_or_default();
+        assert!(
+            reason.starts_with("GPU 24.0 GiB, completed steps took 11.0 GiB at 4 and 20.0 GiB at 8, per sample 2.2 GiB, fixed 2.0 GiB, 4.0 GiB beyond them: trying "),
+            "{reason}"
+        );
+
+        let mut ladder = Ladder::new(&s, None, Vec::new());
+        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom(22, 20, Some(3)));
+        assert_eq!(next.hint, Some(Hint::AllocatorFragmentation));
+        let reason = next.reason.unwrap_or_default();
+        assert!(
+            reason.contains(
+                "retried allocations more at each of its last 3 steps seen (12 retries in all)"
+            ),
+            "{reason}"
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod metrics;
 mod output;
 mod patching;
 mod probe;
+mod probe_memory;
 mod report_cmd;
 mod report_slurm_parts;
 mod resume;

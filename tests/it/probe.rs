@@ -23,7 +23,7 @@ const RUN_LIMIT: Duration = Duration::from_secs(240);
 
 /// torch's version where python3 imports it (checked once per test process); `None`, and a
 /// SKIPPED line for `test`, where it does not.
-fn torch_or_skip(test: &str) -> Option<&'static str> {
+pub fn torch_or_skip(test: &str) -> Option<&'static str> {
     static VERSION: OnceLock<Option<String>> = OnceLock::new();
     let version = VERSION.get_or_init(|| {
         Command::new("python3")

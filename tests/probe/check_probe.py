@@ -192,6 +192,11 @@ class ProbeTest(unittest.TestCase):
         self.assertRan(run)
         self.assertStepEvents(run, run.pid, 40)
         self.assertRateLimited(run, run.pid)
+        # Only the count written at exit is marked (its peaks are no completed step's).
+        steps = run.of("step")
+        self.assertEqual([e for e in steps[:-1] if e.get("exit")], [], steps)
+        if steps[-1].get("exit"):
+            self.assertEqual((steps[-1]["step"], steps[-1]["exit"]), (40, True), steps)
         self.assertEqual({e["rank"] for e in run.events}, {7})
 
     def test_02_hf_trainer(self):
