@@ -439,10 +439,14 @@ impl StepsPeak {
 /// as `(batch, bytes)`): per sample and fixed part from those two points, no bound involved.
 /// The steps' peaks are the allocator's (or one process's), not what the limit counts (the
 /// CUDA context, other processes, page cache): what the limit counts beyond the line is the
-/// most any of the request's points shows over it (a success's peak, a failure's bound),
-/// and the batch is the largest the line plus that puts under the limit less the margin,
-/// never at or above a failed batch. `None` where fewer than two batches completed a step or
-/// memory did not grow with the batch (the caller estimates as without the probe).
+/// most a point with scale shows over it (a success's peak, a failure's bound well over the
+/// limit), taken as constant, which for a batch below the failed one is the larger reading.
+/// A failure barely over the limit must be one the line explains (its batch over the limit
+/// on the line): one the line says fits died of something beyond the steps (a long sample,
+/// an evaluation) by an amount nothing shows. The batch is the largest the line plus that puts
+/// under the limit less the margin, never at or above a failed batch. `None` where fewer than
+/// two batches completed a step, memory did not grow with the batch, or a failure is not
+/// explained (the caller estimates as without the probe).
 pub fn exact(req: &Request, steps: &[(u64, u64)]) -> Option<Estimate> {
     // At each batch, its largest peak (steps at one batch differ by their inputs).
     let mut at: Vec<(u64, u64)> = steps.to_vec();
@@ -456,11 +460,18 @@ pub fn exact(req: &Request, steps: &[(u64, u64)]) -> Option<Estimate> {
     let per_sample = (m1 - m0) as f64 / (b1 - b0) as f64;
     let fixed = m0 as f64 - per_sample * b0 as f64;
     let line = |batch: u64| fixed + per_sample * batch as f64;
-    let beside = req
+    let limit = req.limit_bytes as f64;
+    let bare = |p: &Point| p.failed && (p.bytes as f64) < limit * (1.0 + BARE_BOUND);
+    let beyond = req
         .points
         .iter()
+        .filter(|p| !bare(p))
         .map(|p| p.bytes as f64 - line(p.batch))
         .fold(0.0_f64, f64::max);
+    let explained = |p: &Point| line(p.batch) + beyond >= limit;
+    if req.points.iter().any(|p| bare(p) && !explained(p)) {
+        return None;
+    }
     let cap = req
         .points
         .iter()
@@ -468,9 +479,11 @@ pub fn exact(req: &Request, steps: &[(u64, u64)]) -> Option<Estimate> {
         .map(|p| p.batch.saturating_sub(1))
         .min()
         .unwrap_or(u64::MAX);
-    let limit = req.limit_bytes as f64;
+    if cap < req.min {
+        return None; // the floor failed: `estimate` says so
+    }
     let budget = limit * (1.0 - req.margin);
-    let raw = ((budget - beside - fixed) / per_sample).floor();
+    let raw = ((budget - beyond - fixed) / per_sample).floor();
     let candidate = if raw.is_finite() && raw >= 1.0 {
         (raw as u64).min(cap).max(req.min)
     } else {
@@ -478,15 +491,15 @@ pub fn exact(req: &Request, steps: &[(u64, u64)]) -> Option<Estimate> {
     };
     let batch = prefer_divisor(candidate, req.effective, req.min);
     let gib = |b: f64| human_bytes(b.max(0.0) as u64);
-    let beside = if beside >= 1.0 {
-        format!(", {} beyond them", gib(beside))
+    let beyond = if beyond >= 1.0 {
+        format!(", {} beyond them", gib(beyond))
     } else {
         String::new()
     };
     Some(Estimate {
         batch,
         reason: format!(
-            "{} {}, completed steps took {} at {b0} and {} at {b1}, per sample {}, fixed {}{beside}: trying {batch}",
+            "{} {}, completed steps took {} at {b0} and {} at {b1}, per sample {}, fixed {}{beyond}: trying {batch}",
             req.limit_name,
             gib(limit),
             gib(m0 as f64),
@@ -790,11 +803,12 @@ mod tests {
     }
 
     /// The exact line from completed steps: per sample and fixed part from the two batches
-    /// furthest apart, what the limit counts beyond it from the points, no batch at or above a
-    /// failed one; nothing where the steps cannot draw a rising line.
+    /// furthest apart, what the limit counts beyond it from the points with scale, a failure
+    /// barely over the limit only where the line explains it; nothing where the steps cannot
+    /// draw a rising line.
     #[test]
     fn completed_steps_draw_the_line_exactly_or_not_at_all() {
-        // (steps as (batch, GiB), points, effective, batch or none)
+        // (steps as (batch, GiB), points, effective, batch or none); the card is 80 GiB.
         type Row = (&'static [(u64, u64)], Vec<Point>, Option<u64>, Option<u64>);
         let table: Vec<Row> = vec![
             // 8 GiB + 1 GiB a sample; a failure at 100 bounded at exactly its line: (72 − 8) / 1.
@@ -819,6 +833,13 @@ mod tests {
                 None,
                 Some(62),
             ),
+            // A failure at 60 whose bound is 30 GiB over the line: 30 GiB less room.
+            (
+                &[(16, 24), (32, 40)],
+                vec![fail(60, 98 * GIB)],
+                None,
+                Some(34),
+            ),
             // The effective batch 64 kept exact.
             (
                 &[(16, 24), (32, 40)],
@@ -832,15 +853,19 @@ mod tests {
                 Some(124),
                 Some(62),
             ),
-            // Never at or above a failed batch, whatever the line says.
+            // A bound barely over the card at 90, where the line says 98 GiB: explained.
             (
                 &[(16, 24), (32, 40)],
-                vec![fail(50, 58 * GIB)],
+                vec![fail(90, 81 * GIB)],
                 None,
-                Some(49),
+                Some(64),
             ),
-            // Past the limit even at the floor: the floor.
+            // The same at 70, where the line says 78 GiB: something beyond the steps (a long
+            // sample) killed it, by how much nothing shows.
+            (&[(16, 24), (32, 40)], vec![fail(70, 81 * GIB)], None, None),
+            // Past the limit even at the floor: the floor; the floor failed: no batch.
             (&[(1, 75), (2, 80)], vec![fail(4, 90 * GIB)], None, Some(1)),
+            (&[(1, 75), (2, 80)], vec![fail(1, 90 * GIB)], None, None),
             // One batch, one peak, memory not growing: no exact line.
             (&[(16, 24)], vec![fail(100, 108 * GIB)], None, None),
             (

@@ -1030,10 +1030,11 @@ mod tests {
 
     /// The probe's completed steps at two batches fix the line exactly. A card of 24 GiB, a
     /// failure at 120 just over it (25 GiB: no scale, today's rules halve to 60), and an
-    /// earlier run's steps at the same sequence length, 5 GiB at 20 and 8 GiB at 40: 0.15 GiB
-    /// a sample, 2 GiB fixed, the failure 5 GiB beyond the line, so (21.6 − 5 − 2) / 0.15 →
-    /// 97. Steps at another sequence length are no point. Within one run, the steps of
-    /// attempts that died after them count too, and their deaths cap the batch.
+    /// earlier run's steps at the same sequence length, 7 GiB at 20 and 11 GiB at 40: 0.2 GiB
+    /// a sample and 3 GiB fixed, which explain the failure (27 GiB at 120), so (21.6 − 3) /
+    /// 0.2 → 93. Steps at another sequence length are no point. Within one run, attempts that
+    /// died after completed steps at batches the line says fit died of something beyond the
+    /// steps: today's rules.
     #[test]
     fn completed_steps_at_two_batches_fit_the_line_exactly() {
         let mut rules = batch_alone();
@@ -1065,29 +1066,30 @@ mod tests {
                 history: died_at_120.clone(),
                 evidence: vec![gpu_failure(25, None)],
                 steps: vec![None],
-                past_steps: vec![(at(20, 512), peak(5)), (at(40, 512), peak(8))],
-                want: 97,
-                reason: "GPU 24.0 GiB, completed steps took 5.0 GiB at 20 and 8.0 GiB at 40, per sample 153.6 MiB, fixed 2.0 GiB, 5.0 GiB beyond them: trying 97",
+                past_steps: vec![(at(20, 512), peak(7)), (at(40, 512), peak(11))],
+                want: 93,
+                reason: "GPU 24.0 GiB, completed steps took 7.0 GiB at 20 and 11.0 GiB at 40, per sample 204.8 MiB, fixed 3.0 GiB: trying 93",
             },
             Row {
                 history: died_at_120.clone(),
                 evidence: vec![gpu_failure(25, None)],
                 steps: vec![None],
-                past_steps: vec![(at(20, 256), peak(5)), (at(40, 512), peak(8))],
+                past_steps: vec![(at(20, 256), peak(7)), (at(40, 512), peak(11))],
                 want: 60,
                 reason: "halving: GPU 24.0 GiB, need at 120 ≥ 25.0 GiB",
             },
-            // Both died after steps (a long sample): 20 GiB of steps at 120, 11 GiB at 60.
+            // Both died after their steps (20 GiB of them at 120, 11 GiB at 60), just over the
+            // card: the line says both fit.
             Row {
                 history: vec![
                     (Cause::DeviceOom, at(120, 512)),
                     (Cause::DeviceOom, at(60, 512)),
                 ],
-                evidence: vec![gpu_failure(25, None), gpu_failure(12, None)],
+                evidence: vec![gpu_failure(25, None), gpu_failure(25, None)],
                 steps: vec![Some(peak(20)), Some(peak(11))],
                 past_steps: Vec::new(),
-                want: 59,
-                reason: "GPU 24.0 GiB, completed steps took 11.0 GiB at 60 and 20.0 GiB at 120, per sample 153.6 MiB, fixed 2.0 GiB, 5.0 GiB beyond them: trying 59",
+                want: 30,
+                reason: "halving: ",
             },
         ];
         for row in rows {

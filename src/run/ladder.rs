@@ -732,9 +732,11 @@ mod tests {
     #[test]
     fn the_probes_steps_and_retries_reach_the_decision() {
         let s = settings(&["--strategy", "fit"]);
-        let oom = |in_use_gib: u64, steps_gib: u64, retries_rising: Option<u32>| {
+        // A 24 GiB card; the message's in use and tried (well over the card: bounds with
+        // scale), the probe's steps.
+        let oom = |in_use_gib: u64, tried_gib: u64, steps_gib: u64, retries_rising: Option<u32>| {
             let tail = format!(
-                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 24.00 GiB of which {free_gib}.00 GiB is free. Including non-PyTorch memory, this process has {in_use_gib}.00 GiB memory in use.\n",
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {tried_gib}.00 GiB. GPU 0 has a total capacity of 24.00 GiB of which {free_gib}.00 GiB is free. Including non-PyTorch memory, this process has {in_use_gib}.00 GiB memory in use.\n",
                 free_gib = 24 - in_use_gib
             );
             let mut e = end(Ending::Exited(1), &tail);
@@ -748,22 +750,22 @@ mod tests {
             e
         };
         let mut ladder = Ladder::new(&s, None, Vec::new());
-        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom(22, 20, None));
+        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom(20, 8, 20, None));
         let reason = next.reason.clone().unwrap_or_default();
         assert!(
-            reason.starts_with("halving: "),
+            !reason.contains("completed steps"),
             "one batch's steps: {reason}"
         );
         ladder.advance(next);
-        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom(12, 11, None));
+        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom(12, 15, 11, None));
         let reason = next.reason.unwrap_or_default();
         assert!(
-            reason.starts_with("GPU 24.0 GiB, completed steps took 11.0 GiB at 4 and 20.0 GiB at 8, per sample 2.2 GiB, fixed 2.0 GiB, 4.0 GiB beyond them: trying "),
+            reason.starts_with("GPU 24.0 GiB, completed steps took 11.0 GiB at 4 and 20.0 GiB at 8, per sample 2.2 GiB, fixed 2.0 GiB, 16.0 GiB beyond them: trying "),
             "{reason}"
         );
 
         let mut ladder = Ladder::new(&s, None, Vec::new());
-        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom(22, 20, Some(3)));
+        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom(20, 8, 20, Some(3)));
         assert_eq!(next.hint, Some(Hint::AllocatorFragmentation));
         let reason = next.reason.unwrap_or_default();
         assert!(
