@@ -308,7 +308,7 @@ pub fn table(attempts: &[AttemptRecord]) -> Vec<String> {
                 or_dash(
                     probe
                         .and_then(|p| p.samples_per_second)
-                        .map(|r| format!("{r:.0}")),
+                        .map(crate::probe::rate_text),
                 ),
             ]);
         }
@@ -362,6 +362,44 @@ mod tests {
                 "      3     16      -  ok          0            12.3s   4.5 GiB         -",
             ]
         );
+    }
+
+    #[test]
+    fn the_probe_s_columns_group_steps_and_samples_a_second() {
+        let probed = |attempt, batch, cause, steps, rate| {
+            let mut r = record(attempt, batch, cause, Some(0), None);
+            r.probe = Some(crate::probe::ProbeRecord {
+                seen: crate::probe::ProbeSummary {
+                    steps,
+                    ..Default::default()
+                },
+                samples_per_second: rate,
+            });
+            r
+        };
+        let rows = table(&[
+            probed(1, 64, Cause::DeviceOom, Some(1204), Some(12_345.4)),
+            probed(2, 32, Cause::DeviceOom, Some(3), Some(2.54)),
+            probed(3, 16, Cause::Ok, None, None),
+        ]);
+        let cells = |row: &str| -> Vec<String> {
+            row.split_whitespace()
+                .rev()
+                .take(2)
+                .map(String::from)
+                .collect()
+        };
+        // (row, samples/s, steps): the last two columns, read from the right.
+        for (row, want) in [
+            (0, ["samples/s", "steps"]),
+            (1, ["12,345", "1,204"]),
+            (2, ["2.5", "3"]),
+            (3, ["-", "-"]),
+        ] {
+            assert_eq!(cells(&rows[row]), want, "{rows:#?}");
+        }
+        let width = rows[0].len();
+        assert!(rows.iter().all(|r| r.len() == width), "{rows:#?}");
     }
 
     #[test]

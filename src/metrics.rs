@@ -2,8 +2,9 @@
 //! text exposition format, one request per connection) and `--metrics-textfile PATH` writes them
 //! for node_exporter's textfile collector, replaced atomically (a temporary file in the same
 //! directory, then a rename) on every sample tick. The figures are those the run already has:
-//! the sampler's tree memory, cgroup usage and GPU memory, the attempt number, relaunches by
-//! cause and the knob values; this module only holds and publishes them. Sampling, classifying
+//! the sampler's tree memory, cgroup usage and GPU memory, the attempt number and its optimizer
+//! steps so far (where the probe saw them), relaunches by cause and the knob values; this module
+//! only holds and publishes them. Sampling, classifying
 //! and deciding stay where they are (`sampler`, `classify`, `policy`); the encoding is the
 //! `prometheus` crate's.
 
@@ -161,6 +162,7 @@ pub struct Metrics {
     gpu_card_bytes: GaugeVec,
     gpu_room_wait_bytes: GaugeVec,
     attempt: IntGauge,
+    attempt_steps: GaugeVec,
     relaunches: IntCounterVec,
     knobs: GaugeVec,
 }
@@ -225,6 +227,11 @@ impl Metrics {
             "While the run waits for room on a shared card (--gpu-wait): the room it waits for, per card; absent otherwise.",
             &[],
         );
+        let attempt_steps = gauge(
+            "oomguard_attempt_steps",
+            "Optimizer steps the current attempt's job has taken so far (its furthest process's, as the probe sees them); absent without the probe or before the first step.",
+            &[],
+        );
         let knobs = gauge(
             "oomguard_knob_value",
             "Current value of each knob oomguard turns (numbers as they are, booleans as 0/1).",
@@ -262,6 +269,7 @@ impl Metrics {
             gpu_card_bytes,
             gpu_room_wait_bytes,
             attempt,
+            attempt_steps,
             relaunches,
             knobs,
         };
@@ -318,6 +326,11 @@ impl Metrics {
         }
     }
 
+    /// The attempt's optimizer steps so far, where known this tick.
+    pub fn steps(&self, steps: Option<u64>) {
+        set_or_clear(&self.attempt_steps, steps);
+    }
+
     /// The run waits for `need_bytes` of room on a shared card (`None`: no longer).
     pub fn waiting_for_room(&self, need_bytes: Option<u64>) {
         set_or_clear(&self.gpu_room_wait_bytes, need_bytes);
@@ -331,6 +344,7 @@ impl Metrics {
         self.cgroup_usage_bytes.reset();
         self.cgroup_working_set_bytes.reset();
         self.gpu_bytes.reset();
+        self.attempt_steps.reset();
         for (name, text) in knobs {
             match knob_number(text) {
                 Some(value) => self.knobs.with_label_values(&[name.as_str()]).set(value),
@@ -440,9 +454,11 @@ impl Exporter {
         })
     }
 
-    /// A sample tick: the gauges set, the textfile replaced.
-    pub fn sample(&self, sample: &Sample) {
+    /// A sample tick, with the attempt's optimizer steps by then: the gauges set, the textfile
+    /// replaced.
+    pub fn sample(&self, sample: &Sample, steps: Option<u64>) {
         self.metrics.sample(sample);
+        self.metrics.steps(steps);
         self.write_textfile();
     }
 
@@ -734,6 +750,30 @@ mod tests {
         ] {
             assert!(!text.contains(absent), "{absent:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn the_attempt_s_steps_are_shown_only_where_known() {
+        let metrics = Metrics::new(None);
+        metrics.attempt(1, &[]);
+        // (steps this tick, the gauge's line, or none)
+        for (steps, want) in [
+            (None, None),
+            (Some(2), Some("oomguard_attempt_steps 2\n")),
+            (Some(1204), Some("oomguard_attempt_steps 1204\n")),
+            (None, None),
+        ] {
+            metrics.steps(steps);
+            let text = metrics.render();
+            match want {
+                Some(line) => assert!(text.contains(line), "{steps:?}: {text}"),
+                None => assert!(!text.contains("oomguard_attempt_steps "), "{text}"),
+            }
+        }
+        // A new attempt has taken none yet: the last one's count is gone.
+        metrics.steps(Some(7));
+        metrics.attempt(2, &[]);
+        assert!(!metrics.render().contains("oomguard_attempt_steps "));
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! by PID *and* start time (so a PID reused by another process does not count), on this boot of
 //! this machine; otherwise it is `dead`. A run recorded on another machine (a state directory
 //! on a shared filesystem) cannot be checked from here and is shown as recorded, with its host.
+//! A running attempt's optimizer steps (where the probe sees them) are shown as its oomguard
+//! last wrote them, which is every few seconds while they move.
 //!
 //! This module only reads: it never takes the jobs' locks nor moves a file aside (a file it
 //! cannot read is skipped with a warning). Printing is left to the caller, through `report`;
@@ -42,6 +44,12 @@ pub struct JobStatus {
     /// free on GPU 0 before attempt 2`). Absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+    /// While an attempt is `running`: the optimizer steps its job has taken, and their pace,
+    /// where the probe saw them. Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seconds_per_step: Option<f64>,
 }
 
 /// A job's status from its file, its run's oomguard checked with `live`.
@@ -62,6 +70,8 @@ pub fn of_job(memory: &JobMemory, live: impl Fn(&ProcessId) -> Liveness) -> JobS
             ended_at: None,
             host: None,
             waiting_for: None,
+            steps: None,
+            seconds_per_step: None,
         };
     };
     let state = if run.state.under_way() && live(&run.process) == Liveness::Dead {
@@ -69,6 +79,8 @@ pub fn of_job(memory: &JobMemory, live: impl Fn(&ProcessId) -> Liveness) -> JobS
     } else {
         run.state.as_str()
     };
+    // Only while it runs: a dead run's steps are history, and say nothing of now.
+    let running = state == RunState::Running.as_str();
     JobStatus {
         name: memory.name.clone(),
         state: state.to_string(),
@@ -86,6 +98,8 @@ pub fn of_job(memory: &JobMemory, live: impl Fn(&ProcessId) -> Liveness) -> JobS
             .waiting_for
             .clone()
             .filter(|_| state == RunState::Waiting.as_str()),
+        steps: run.steps.filter(|_| running),
+        seconds_per_step: run.seconds_per_step.filter(|_| running),
     }
 }
 
@@ -132,16 +146,18 @@ pub fn collect(state_dir: &Path) -> (Vec<JobStatus>, Vec<String>) {
     (jobs, warnings)
 }
 
-/// The table for people: one line per job under a header, columns aligned; a last column,
-/// NOTE, where a job waits for room on a shared card (what for), and only then.
+/// The table for people: one line per job under a header, columns aligned; a column STEPS
+/// after ATTEMPT where a running attempt's steps are known (`1,204 (0.41 s/step)`), and a last
+/// column, NOTE, where a job waits for room on a shared card (what for), each only then.
 pub fn table(jobs: &[JobStatus]) -> Vec<String> {
     let dash = || "-".to_string();
     let notes = jobs.iter().any(|j| j.waiting_for.is_some());
-    let mut header = vec![
-        "NAME",
-        "STATE",
-        "PID",
-        "ATTEMPT",
+    let stepped = jobs.iter().any(|j| j.steps.is_some());
+    let mut header = vec!["NAME", "STATE", "PID", "ATTEMPT"];
+    if stepped {
+        header.push("STEPS");
+    }
+    header.extend([
         "KNOBS",
         "LAST CAUSE",
         "PEAK RSS",
@@ -149,7 +165,7 @@ pub fn table(jobs: &[JobStatus]) -> Vec<String> {
         "STARTED",
         "ENDED",
         "RUN DIR",
-    ];
+    ]);
     if notes {
         header.push("NOTE");
     }
@@ -166,6 +182,11 @@ pub fn table(jobs: &[JobStatus]) -> Vec<String> {
             job.state.clone(),
             job.pid.map_or_else(dash, |p| p.to_string()),
             job.attempt.map_or_else(dash, |a| a.to_string()),
+        ];
+        if stepped {
+            row.push(steps_text(job).unwrap_or_else(dash));
+        }
+        row.extend([
             job.knobs.as_ref().map_or_else(dash, knobs_text),
             job.last_cause.clone().unwrap_or_else(dash),
             peak(|p| p.peak_pss_bytes.or(p.peak_rss_bytes)),
@@ -173,7 +194,7 @@ pub fn table(jobs: &[JobStatus]) -> Vec<String> {
             job.started_at.clone().unwrap_or_else(dash),
             job.ended_at.clone().unwrap_or_else(dash),
             job.run_dir.clone().unwrap_or_else(dash),
-        ];
+        ]);
         if notes {
             row.push(job.waiting_for.clone().unwrap_or_else(dash));
         }
@@ -198,6 +219,15 @@ pub fn table(jobs: &[JobStatus]) -> Vec<String> {
             cells.join("  ").trim_end().to_string()
         })
         .collect()
+}
+
+/// `1,204 (0.41 s/step)`: a running attempt's steps and their pace, where known.
+fn steps_text(job: &JobStatus) -> Option<String> {
+    let steps = crate::units::thousands(job.steps?);
+    Some(match job.seconds_per_step {
+        Some(seconds) => format!("{steps} ({})", crate::probe::per_step_text(seconds)),
+        None => steps,
+    })
 }
 
 /// `batch=4 accum=2`.
@@ -244,6 +274,8 @@ mod tests {
             peaks: None,
             ended_at: None,
             waiting_for: None,
+            steps: None,
+            seconds_per_step: None,
         });
         memory
     }
@@ -343,6 +375,69 @@ mod tests {
         let state = lines[0].find("STATE").unwrap();
         assert_eq!(&lines[2][state..state + 7], "waiting");
         assert_eq!(&lines[2][run_dir..run_dir + 7], "/runs/1");
+    }
+
+    #[test]
+    fn a_running_attempt_s_steps_are_shown_while_it_runs() {
+        use Liveness::*;
+        // (recorded, liveness of its oomguard, shown steps and pace)
+        let table = [
+            (RunState::Running, Alive, Some((1204, Some(0.41)))),
+            (RunState::Running, Unknown, Some((1204, Some(0.41)))),
+            // Gone, or no attempt running: its steps say nothing of now.
+            (RunState::Running, Dead, None),
+            (RunState::Waiting, Alive, None),
+            (RunState::Succeeded, Dead, None),
+        ];
+        for (state, live, want) in table {
+            let mut recorded = memory(state);
+            let run = recorded.run.as_mut().unwrap();
+            (run.steps, run.seconds_per_step) = (Some(1204), Some(0.41));
+            let shown = of_job(&recorded, |_| live);
+            assert_eq!(
+                shown.steps.map(|s| (s, shown.seconds_per_step)),
+                want,
+                "{state:?} {live:?}"
+            );
+            let json = serde_json::to_value(&shown).unwrap();
+            assert_eq!(
+                json.get("steps").and_then(|v| v.as_u64()),
+                want.map(|(s, _)| s),
+                "--json carries them only while running"
+            );
+        }
+    }
+
+    #[test]
+    fn the_table_has_a_steps_column_only_where_an_attempt_s_steps_are_known() {
+        let running = |name: &str, steps: Option<u64>, pace: Option<f64>| {
+            let mut m = memory(RunState::Running);
+            m.name = name.into();
+            let run = m.run.as_mut().unwrap();
+            (run.steps, run.seconds_per_step) = (steps, pace);
+            of_job(&m, |_| Liveness::Alive)
+        };
+        let plain = table(&[running("a", None, None)]);
+        assert!(!plain[0].contains("STEPS"), "{plain:?}");
+
+        let lines = table(&[
+            running("a", Some(1204), Some(0.41)),
+            running("b", Some(40_000), Some(0.035)),
+            running("c", Some(1), None),
+            running("d", None, None),
+        ]);
+        let steps = lines[0].find("STEPS").expect("a STEPS column");
+        assert!(lines[0][..steps].ends_with("ATTEMPT  "), "{lines:?}");
+        let knobs = lines[0].find("KNOBS").unwrap();
+        // (row, its cell)
+        for (row, want) in [
+            (1, "1,204 (0.41 s/step)"),
+            (2, "40,000 (35 ms/step)"),
+            (3, "1"),
+            (4, "-"),
+        ] {
+            assert_eq!(lines[row][steps..knobs].trim_end(), want, "{lines:?}");
+        }
     }
 
     #[test]

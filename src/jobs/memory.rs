@@ -136,6 +136,12 @@ pub struct CurrentRun {
     /// GPU 0 before attempt 2`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+    /// While an attempt runs: the optimizer steps its job had taken when last written (the
+    /// probe's, [`crate::probe`]), and their pace in seconds per step. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds_per_step: Option<f64>,
 }
 
 impl JobMemory {

@@ -1,6 +1,7 @@
 //! One run's hold on its job ([`JobRun`]): loads the job's memory at the start and says where the
 //! first attempt starts, then records each attempt and where the run stands (running, waiting,
-//! ended) in the job's file; a problem with the file is told once and the run goes on. The
+//! ended; while running, how far the attempt's steps have got, every few seconds) in the job's
+//! file; a problem with the file is told once and the run goes on. The
 //! file's format, its lock and the start rule are [`super::memory`]'s, [`super::store`]'s and
 //! [`super::start`]'s.
 
@@ -16,6 +17,7 @@ use crate::knobs::KnobSet;
 use crate::liveness::{Liveness, ProcessId};
 use crate::outcome::Cause;
 use crate::outcome::Outcome;
+use crate::probe::Progress;
 use crate::record::summary::{AttemptRecord, KnobValues};
 
 /// One run's hold on its job: the memory loaded at the start, the first attempt's values,
@@ -40,7 +42,13 @@ pub struct JobRun {
     current: Option<CurrentRun>,
     /// What the next state written waits for (room on a shared card), once.
     waiting_for: Option<String>,
+    /// When (the sample's Unix time) the running attempt's steps were last written.
+    steps_saved_at_s: Option<f64>,
 }
+
+/// The least time between two writes of the running attempt's steps into the job's file: a
+/// status that is a few seconds old costs the file one rewrite per interval, not one per tick.
+const STEPS_SAVE_INTERVAL_S: f64 = 5.0;
 
 impl JobRun {
     /// Loads the job and, unless `--fresh`, works out where the first attempt starts, saying
@@ -57,6 +65,7 @@ impl JobRun {
             pending: Vec::new(),
             pending_success: None,
             current: None,
+            steps_saved_at_s: None,
         };
         let Some(state_dir) = &settings.state_dir else {
             report.warn(&format!(
@@ -304,6 +313,25 @@ impl JobRun {
         self.set_run(RunState::Waiting, attempt, knobs, run_dir, report);
     }
 
+    /// The running attempt's job has got this far (`at_s`: the sample's Unix time): written
+    /// for `oomguard status` where the steps moved, the first time at once, then at most every
+    /// [`STEPS_SAVE_INTERVAL_S`].
+    pub fn progress(&mut self, progress: Progress, at_s: f64, report: &Reporter) {
+        let Some(current) = &mut self.current else {
+            return;
+        };
+        let due = self
+            .steps_saved_at_s
+            .is_none_or(|saved| at_s - saved >= STEPS_SAVE_INTERVAL_S);
+        if current.steps == Some(progress.steps) || !due {
+            return;
+        }
+        current.steps = Some(progress.steps);
+        current.seconds_per_step = progress.seconds_per_step;
+        self.steps_saved_at_s = Some(at_s);
+        self.save_run(report);
+    }
+
     /// The run ended with `outcome`.
     pub fn ended(&mut self, outcome: Outcome, report: &Reporter) {
         let Some(current) = &mut self.current else {
@@ -311,6 +339,7 @@ impl JobRun {
             return;
         };
         current.state = outcome.into();
+        forget_steps(current);
         current.ended_at = Some(crate::record::summary::rfc3339(SystemTime::now()));
         self.save_run(report);
     }
@@ -335,9 +364,14 @@ impl JobRun {
             peaks: None,
             ended_at: None,
             waiting_for: None,
+            steps: None,
+            seconds_per_step: None,
         });
         current.state = state;
         current.waiting_for = self.waiting_for.take();
+        // A new state is a new attempt, or none running: no steps yet.
+        forget_steps(current);
+        self.steps_saved_at_s = None;
         current.attempt = attempt;
         current.knobs = knobs;
         self.save_run(report);
@@ -369,5 +403,75 @@ impl JobRun {
         } else {
             report.warn(line);
         }
+    }
+}
+
+/// Steps are the running attempt's: once it is over (or before the next starts), none.
+fn forget_steps(run: &mut CurrentRun) {
+    run.steps = None;
+    run.seconds_per_step = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run of job `j` whose file is in `state_dir`.
+    fn run_in(state_dir: &Path) -> JobRun {
+        let settings = JobSettings {
+            name: "j".into(),
+            state_dir: Some(state_dir.to_path_buf()),
+            state_dir_is_users: false,
+            fresh: true,
+            command: vec!["python3".into()],
+            cwd: state_dir.to_path_buf(),
+            legacy_name: None,
+        };
+        JobRun::open(&settings, &KnobSet::default(), &Reporter { quiet: true })
+    }
+
+    /// The steps and pace the job's file holds now.
+    fn saved(state_dir: &Path) -> (Option<u64>, Option<f64>) {
+        let (memory, _) = JobStore::new(state_dir, "j").load().unwrap();
+        let run = memory.run.expect("a run written");
+        (run.steps, run.seconds_per_step)
+    }
+
+    #[test]
+    fn the_running_attempt_s_steps_are_written_when_they_move_at_most_every_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = Reporter { quiet: true };
+        let mut run = run_in(dir.path());
+        let at = |steps, seconds_per_step| Progress {
+            steps,
+            seconds_per_step,
+        };
+        // Before an attempt started there is no run to write into.
+        run.progress(at(1, None), 0.0, &report);
+        run.attempt_started(1, KnobValues::default(), dir.path(), &report);
+        assert_eq!(saved(dir.path()), (None, None));
+        // (steps, pace, the sample's time, what the file holds then)
+        let table = [
+            (1, None, 100.0, (Some(1), None)),
+            // Too soon after the first write: kept for a later tick.
+            (2, Some(0.5), 101.0, (Some(1), None)),
+            (2, Some(0.5), 104.9, (Some(1), None)),
+            (2, Some(0.5), 105.0, (Some(2), Some(0.5))),
+            // Unmoved steps are not written again, however long after.
+            (2, Some(0.4), 200.0, (Some(2), Some(0.5))),
+            (9, Some(0.3), 200.1, (Some(9), Some(0.3))),
+        ];
+        for (steps, pace, at_s, want) in table {
+            run.progress(at(steps, pace), at_s, &report);
+            assert_eq!(saved(dir.path()), want, "{steps} at {at_s}");
+        }
+        // The next attempt starts with none, and its first steps are written at once.
+        run.waiting(2, KnobValues::default(), dir.path(), &report);
+        assert_eq!(saved(dir.path()), (None, None));
+        run.attempt_started(2, KnobValues::default(), dir.path(), &report);
+        run.progress(at(1, None), 200.2, &report);
+        assert_eq!(saved(dir.path()), (Some(1), None));
+        run.ended(Outcome::Succeeded, &report);
+        assert_eq!(saved(dir.path()), (None, None), "an ended run has none");
     }
 }

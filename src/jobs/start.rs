@@ -520,6 +520,8 @@ mod tests {
             peaks: None,
             ended_at: None,
             waiting_for: None,
+            steps: None,
+            seconds_per_step: None,
         }
     }
 

@@ -6,7 +6,9 @@
 //! then at most two a second) it writes one JSON line on the pipe (steps done, the process's
 //! peak RSS, and on a GPU the allocator's peaks and retries), and at a CUDA out-of-memory error
 //! the allocator's figures. This module makes the pipe and the environment, reads the lines on
-//! a thread of their own, and sums them into an attempt's [`ProbeSummary`].
+//! a thread of their own, and sums them into an attempt's [`ProbeSummary`]; while the attempt
+//! runs, [`Channel::progress`] says how far the job has got so far (samples.csv's `steps`,
+//! `oomguard status`, the metrics).
 //!
 //! It decides nothing: the run carries the summary into the record, the console, the report
 //! and the fit ([`crate::fit`] reads an out-of-memory event's figures). Anything the probe
@@ -138,6 +140,12 @@ impl Channel {
             ("OOMGUARD_PROBE_PIPE".into(), self.inode.to_string().into()),
             ("OOMGUARD_PROBE_DIR".into(), dir.as_os_str().to_owned()),
         ]
+    }
+
+    /// How far the job has got so far; `None` before its first step. One lock and a pass over
+    /// the processes that stepped: cheap enough for every sample tick.
+    pub fn progress(&self) -> Option<Progress> {
+        self.state.state.lock().ok()?.progress()
     }
 
     /// What the probe said so far.
@@ -343,30 +351,27 @@ impl ProbeState {
         }
     }
 
-    /// The furthest process's steps.
-    fn steps(&self) -> Option<u64> {
-        self.processes
-            .values()
-            .filter_map(|s| s.last.map(|(_, n)| n))
-            .max()
-    }
-
-    fn summary(&self) -> ProbeSummary {
-        // The furthest process stands for the job (ranks step together; a DataLoader worker
-        // never steps).
+    /// The furthest process's steps and their pace: it stands for the job (ranks step
+    /// together; a DataLoader worker never steps).
+    fn progress(&self) -> Option<Progress> {
         let lead = self
             .processes
             .values()
             .filter(|s| s.last.is_some())
-            .max_by_key(|s| s.last.map(|(_, n)| n));
-        let seconds_per_step = lead.and_then(|s| {
-            let ((t0, n0), (t1, n1)) = (s.first?, s.last?);
-            (n1 > n0 && t1 > t0).then(|| (t1 - t0) / (n1 - n0) as f64)
-        });
+            .max_by_key(|s| s.last.map(|(_, n)| n))?;
+        let ((t0, n0), (t1, n1)) = (lead.first?, lead.last?);
+        Some(Progress {
+            steps: n1,
+            seconds_per_step: (n1 > n0 && t1 > t0).then(|| (t1 - t0) / (n1 - n0) as f64),
+        })
+    }
+
+    fn summary(&self) -> ProbeSummary {
+        let progress = self.progress();
         let max = |f: fn(&Steps) -> Option<u64>| self.processes.values().filter_map(f).max();
         ProbeSummary {
-            steps: self.steps(),
-            seconds_per_step,
+            steps: progress.map(|p| p.steps),
+            seconds_per_step: progress.and_then(|p| p.seconds_per_step),
             ranks: u32::try_from(
                 self.processes
                     .values()
@@ -396,6 +401,15 @@ fn raise(peak: &mut Option<u64>, value: Option<u64>) {
     if let Some(v) = value {
         *peak = Some(peak.map_or(v, |p| p.max(v)));
     }
+}
+
+/// How far a job has got while its attempt runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    /// Optimizer steps done so far (the furthest process's).
+    pub steps: u64,
+    /// Seconds per step over the steps seen so far; `None` before a second step.
+    pub seconds_per_step: Option<f64>,
 }
 
 /// The allocator's figures at a CUDA out-of-memory error, from PyTorch's observer (before the
@@ -474,8 +488,9 @@ impl ProbeRecord {
     /// The pace where known: `0.41 s/step, 156 samples/s`.
     pub fn pace(&self) -> Option<String> {
         let parts: Vec<String> = [
-            self.seen.seconds_per_step.map(|s| format!("{s:.2} s/step")),
-            self.samples_per_second.map(|r| format!("{r:.0} samples/s")),
+            self.seen.seconds_per_step.map(per_step_text),
+            self.samples_per_second
+                .map(|r| format!("{} samples/s", rate_text(r))),
         ]
         .into_iter()
         .flatten()
@@ -484,16 +499,59 @@ impl ProbeRecord {
     }
 
     /// How far an attempt that died got, for the line that says how it ended: `died at step
-    /// 1,204 (0.41 s/step, 156 samples/s)`, or `no optimizer step seen`.
+    /// 1,204 (0.41 s/step, 156 samples/s)`; `probe failed: REASON` where the probe failed
+    /// before any step, or `no optimizer step seen`.
     pub fn died_at(&self) -> String {
         let Some(steps) = self.seen.steps else {
-            return "no optimizer step seen".to_string();
+            return match &self.seen.error {
+                Some(error) => format!("probe failed: {}", one_line(error)),
+                None => "no optimizer step seen".to_string(),
+            };
         };
         let steps = crate::units::thousands(steps);
         match self.pace() {
             Some(pace) => format!("died at step {steps} ({pace})"),
             None => format!("died at step {steps}"),
         }
+    }
+}
+
+/// A step's duration as people read it: `0.41 s/step`, or in milliseconds below a tenth of a
+/// second (`35 ms/step`), where two decimals of a second would round a fast step to nothing.
+pub fn per_step_text(seconds: f64) -> String {
+    let ms = seconds * 1000.0;
+    if seconds >= 0.1 {
+        format!("{seconds:.2} s/step")
+    } else if ms >= 0.5 {
+        format!("{ms:.0} ms/step")
+    } else {
+        "<1 ms/step".to_string()
+    }
+}
+
+/// Samples a second as a number people read: grouped by thousands (`12,345`), with one
+/// decimal below 10 (`2.5`), where a whole number would lose most of it.
+pub fn rate_text(per_second: f64) -> String {
+    if per_second < 10.0 {
+        format!("{per_second:.1}")
+    } else {
+        crate::units::thousands(per_second.round() as u64)
+    }
+}
+
+/// The most of a probe's failure the console line carries: its reason, not a traceback.
+const REASON_MAX_CHARS: usize = 120;
+
+/// `text`'s first line that says something, cut at [`REASON_MAX_CHARS`] (`…` where cut).
+fn one_line(text: &str) -> String {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default();
+    match line.char_indices().nth(REASON_MAX_CHARS) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None => line.to_string(),
     }
 }
 
@@ -636,31 +694,97 @@ mod tests {
         assert_eq!(summary.samples_per_second(Some(64)), Some(128.0));
         assert_eq!(summary.samples_per_second(None), None);
         assert!(ProbeState::default().summary().is_empty());
+        // While the attempt runs, the same furthest process.
+        assert_eq!(
+            state.progress(),
+            Some(Progress {
+                steps: 5,
+                seconds_per_step: Some(0.5)
+            })
+        );
+        assert_eq!(ProbeState::default().progress(), None);
     }
 
     #[test]
     fn how_far_an_attempt_got_is_said_in_one_clause() {
-        let record = |steps, per_step, rate| ProbeRecord {
+        let record = |steps, per_step, rate, error: Option<&str>| ProbeRecord {
             seen: ProbeSummary {
                 steps,
                 seconds_per_step: per_step,
+                error: error.map(String::from),
                 ..ProbeSummary::default()
             },
             samples_per_second: rate,
         };
+        let long = "x".repeat(REASON_MAX_CHARS + 5);
+        let cut = format!("probe failed: step: {}…", "x".repeat(REASON_MAX_CHARS - 6));
         for (r, want) in [
             (
-                record(Some(1204), Some(0.41), Some(156.1)),
+                record(Some(1204), Some(0.41), Some(156.1), None),
                 "died at step 1,204 (0.41 s/step, 156 samples/s)",
             ),
             (
-                record(Some(3), Some(0.5), None),
+                record(Some(3), Some(0.5), None, None),
                 "died at step 3 (0.50 s/step)",
             ),
-            (record(Some(1), None, None), "died at step 1"),
-            (record(None, None, None), "no optimizer step seen"),
+            (
+                record(Some(40_000), Some(0.035), Some(12_345.4), None),
+                "died at step 40,000 (35 ms/step, 12,345 samples/s)",
+            ),
+            (record(Some(1), None, None, None), "died at step 1"),
+            (
+                record(Some(2), None, None, Some("step: gone")),
+                "died at step 2",
+            ),
+            (record(None, None, None, None), "no optimizer step seen"),
+            (
+                record(None, None, None, Some("hook: no global hook")),
+                "probe failed: hook: no global hook",
+            ),
+            (
+                record(
+                    None,
+                    None,
+                    None,
+                    Some("\nhook: bad\n  Traceback (most recent)"),
+                ),
+                "probe failed: hook: bad",
+            ),
+            (
+                record(None, None, None, Some(&format!("step: {long}"))),
+                cut.as_str(),
+            ),
         ] {
             assert_eq!(r.died_at(), want);
+        }
+    }
+
+    #[test]
+    fn pace_reads_at_every_speed() {
+        // (seconds per step, shown)
+        for (seconds, want) in [
+            (12.5, "12.50 s/step"),
+            (0.41, "0.41 s/step"),
+            (0.1, "0.10 s/step"),
+            (0.0996, "100 ms/step"),
+            (0.035, "35 ms/step"),
+            (0.0012, "1 ms/step"),
+            (0.0001, "<1 ms/step"),
+        ] {
+            assert_eq!(per_step_text(seconds), want, "{seconds}");
+        }
+        // (samples a second, shown)
+        for (rate, want) in [
+            (0.26, "0.3"),
+            (2.54, "2.5"),
+            (9.94, "9.9"),
+            (10.0, "10"),
+            (156.1, "156"),
+            (999.6, "1,000"),
+            (12_345.4, "12,345"),
+            (1_234_567.0, "1,234,567"),
+        ] {
+            assert_eq!(rate_text(rate), want, "{rate}");
         }
     }
 
@@ -700,5 +824,13 @@ mod tests {
         drop(write);
         assert!(channel.wait_closed(Duration::from_secs(60)));
         assert_eq!(channel.summary().steps, Some(2));
+        assert_eq!(
+            channel.progress(),
+            Some(Progress {
+                steps: 2,
+                seconds_per_step: None
+            }),
+            "one step: no pace yet"
+        );
     }
 }

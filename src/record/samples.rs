@@ -7,15 +7,18 @@
 //! the driver the bytes). Before it, `gpu_neighbours_bytes` (what they hold),
 //! `gpu_driver_bytes` (used memory no listed process accounts for) and `gpu_total_bytes` (the
 //! cards' capacity), all over the cards the job is on (every card before it touches one); the
-//! chart stacks the job's memory under the neighbours' up to the card. The last column,
-//! `slurm_parts`: where the job's Slurm tasks hold their memory ([`Sample::slurm_parts`]), each
+//! chart stacks the job's memory under the neighbours' up to the card. Then `slurm_parts`:
+//! where the job's Slurm tasks hold their memory ([`Sample::slurm_parts`]), each
 //! `node:NAME=BYTES` (a node's step cgroups, read here) or `step:JOB.STEP=BYTES` (all of a
 //! step's tasks, as sstat sums them), joined by `;` (`node:n1=123;node:n2=456`,
 //! `step:12.0=789`); empty for a job without srun steps. Both text cells are quoted as CSV quotes
-//! a cell where it holds a `,` or a `"`.
+//! a cell where it holds a `,` or a `"`. The last column, `steps`: the optimizer steps the
+//! attempt's job had taken by the tick (the furthest process's, as the probe saw them,
+//! [`crate::probe`]); empty without a probe or before the first step.
 //!
-//! It writes rows only; the samples are taken by [`crate::sampler`], and `oomguard report` reads
-//! them back ([`crate::report::samples`]).
+//! It writes rows only; the samples are taken by [`crate::sampler`], the steps read by the run
+//! that holds the probe's pipe, and `oomguard report` reads them back
+//! ([`crate::report::samples`]).
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -37,7 +40,7 @@ pub const SAMPLE_COLUMNS: &str = concat!(
     "gpu_used_bytes,cgroup_bytes,sys_swap_free_bytes,psi_some_avg10,",
     "cgroup_working_set_bytes,cgroup_anon_bytes,cgroup_file_bytes,cgroup_shmem_bytes,",
     "cgroup_swap_bytes,gpu_neighbours_bytes,gpu_driver_bytes,gpu_total_bytes,gpu_neighbours,",
-    "slurm_parts"
+    "slurm_parts,steps"
 );
 
 /// The cgroup columns that end a samples.csv row (working set, anon, file, shmem, swap), each
@@ -159,12 +162,13 @@ fn csv_cell(text: &str) -> String {
 }
 
 impl SamplesCsv {
-    /// Appends one row and flushes it, so the file is current while the job runs.
-    pub fn write(&mut self, s: &Sample) -> Result<(), RunDirError> {
+    /// Appends one row, `s` with the job's optimizer `steps` by then, and flushes it, so the
+    /// file is current while the job runs.
+    pub fn write(&mut self, s: &Sample, steps: Option<u64>) -> Result<(), RunDirError> {
         let cell = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
         let rss = (s.tree.processes > 0).then_some(s.tree.rss_bytes);
         let row = format!(
-            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{:.3},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             s.unix_time_s,
             s.attempt,
             cell(rss),
@@ -181,6 +185,7 @@ impl SamplesCsv {
             cgroup_cells(s.cgroup.as_ref()),
             gpu_cells(s.gpu.as_ref()),
             slurm_parts_cell(&s.slurm_parts),
+            cell(steps),
         );
         let written = self
             .out
@@ -388,7 +393,8 @@ mod tests {
                 "gpu_driver_bytes",
                 "gpu_total_bytes",
                 "gpu_neighbours",
-                "slurm_parts"
+                "slurm_parts",
+                "steps"
             ]
         );
         let dir = tempfile::tempdir().unwrap();
@@ -405,9 +411,9 @@ mod tests {
             )])),
             ..Sample::default()
         };
-        csv.write(&shared).unwrap();
+        csv.write(&shared, None).unwrap();
         shared.gpu = None;
-        csv.write(&shared).unwrap();
+        csv.write(&shared, Some(1204)).unwrap();
         shared.slurm_parts = vec![
             SlurmPart {
                 place: SlurmPlace::Node("n1".into()),
@@ -418,7 +424,7 @@ mod tests {
                 bytes: 2 * GIB,
             },
         ];
-        csv.write(&shared).unwrap();
+        csv.write(&shared, None).unwrap();
         let text = std::fs::read_to_string(run.path().join("samples.csv")).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], SAMPLE_COLUMNS);
@@ -434,12 +440,13 @@ mod tests {
                 "0",
                 &*(80 * GIB).to_string(),
                 &*format!("9:dave:{GIB}"),
+                "",
                 ""
             ]
         );
-        assert!(lines[2].ends_with(",,,,,"), "{}", lines[2]);
+        assert!(lines[2].ends_with(",,,,,,1204"), "{}", lines[2]);
         assert!(
-            lines[3].ends_with(&format!(",,,,,node:n1={GIB};step:12.0={}", 2 * GIB)),
+            lines[3].ends_with(&format!(",,,,,node:n1={GIB};step:12.0={},", 2 * GIB)),
             "{}",
             lines[3]
         );

@@ -532,6 +532,7 @@ mod tests {
             gpu_driver_bytes: neighbours.map(|_| 0),
             gpu_total_bytes: neighbours.map(|_| 80 * GIB),
             slurm_parts: Box::default(),
+            steps: None,
         }
     }
 

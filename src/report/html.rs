@@ -1,6 +1,7 @@
 //! The HTML page of `oomguard report --html FILE`, and `report.html`, which a run writes into its
 //! run directory when it ends: self-contained (the chart inlined as SVG, then the attempts table,
-//! and for a Slurm job each attempt's peak per node), with no script and no external resource.
+//! for a Slurm job each attempt's peak per node, and where the probe saw steps each attempt's
+//! steps, over time too), with no script and no external resource.
 //!
 //! It renders and writes the page only; the report is loaded by [`crate::report`] and the chart
 //! drawn by [`crate::report::chart`].
@@ -74,6 +75,14 @@ impl RunReport {
             }
             if let Some(steps) = a.steps_text() {
                 let _ = writeln!(out, "<p>attempt {}: {}</p>", a.attempt, escape(&steps));
+            }
+            if let Some(steps) = self.steps_over_time_text(a) {
+                let _ = writeln!(
+                    out,
+                    "<p>attempt {}, steps over time: {}</p>",
+                    a.attempt,
+                    escape(&steps)
+                );
             }
         }
         out.push_str("</body></html>\n");

@@ -5,7 +5,8 @@
 //! run directory when it ends. This file loads a run directory into a [`RunReport`] and renders
 //! its text and JSON; samples.csv is read by [`samples`]. A job whose Slurm tasks ran on several
 //! nodes gets each attempt's peak per node (and per step sstat sums) under its evidence, from
-//! the timeline's Slurm parts.
+//! the timeline's Slurm parts; a job the probe saw step gets the steps its attempts had taken
+//! at a few times, from the timeline's steps.
 //!
 //! It reads and formats only: what the run directory holds is written by [`crate::record`], and
 //! the causes and knob values are the ones the attempt loop recorded.
@@ -372,6 +373,10 @@ impl AttemptReport {
     }
 }
 
+/// How many times of an attempt the report gives its steps at: enough to see them climb (or
+/// stall), few enough for one line.
+const STEPS_TIMES_SHOWN: usize = 5;
+
 /// The attempts table's header.
 const COLUMNS: [&str; 10] = [
     "attempt",
@@ -478,6 +483,9 @@ impl RunReport {
             if let Some(steps) = a.steps_text() {
                 line(format!("  steps: {steps}"));
             }
+            if let Some(steps) = self.steps_over_time_text(a) {
+                line(format!("  steps over time: {steps}"));
+            }
         }
         line(String::new());
         if let Some(note) = &self.samples_note {
@@ -517,6 +525,38 @@ impl RunReport {
             })
             .collect();
         Some(peaks.join(", "))
+    }
+
+    /// `2 at 1.2s, 40 at 30.0s, 1,204 at 2m05s`: the steps `attempt`'s job had taken at up to
+    /// [`STEPS_TIMES_SHOWN`] of its samples spread evenly over them (first and last among them),
+    /// timed from the attempt's start; `None` where no sample has steps (no probe, or a
+    /// samples.csv from before the column).
+    pub(crate) fn steps_over_time_text(&self, attempt: &AttemptReport) -> Option<String> {
+        let own: Vec<(f64, u64)> = self
+            .timeline
+            .iter()
+            .filter(|p| p.attempt == attempt.attempt)
+            .filter_map(|p| Some((p.t_s, p.steps?)))
+            .collect();
+        let last = own.len().checked_sub(1)?;
+        let shown = own.len().min(STEPS_TIMES_SHOWN);
+        let mut picked: Vec<usize> = (0..shown)
+            .map(|i| (i * last).checked_div(shown - 1).unwrap_or(0))
+            .collect();
+        picked.dedup();
+        let times: Vec<String> = picked
+            .into_iter()
+            .map(|i| {
+                let (t_s, steps) = own[i];
+                let since = std::time::Duration::from_secs_f64((t_s - attempt.start_s).max(0.0));
+                format!(
+                    "{} at {}",
+                    crate::units::thousands(steps),
+                    crate::console::short_duration(since)
+                )
+            })
+            .collect();
+        Some(times.join(", "))
     }
 
     /// The `--json` document.
@@ -629,6 +669,69 @@ mod tests {
         let plain = from_summary(dir.path(), &summary.to_string()).unwrap();
         assert!(!plain.text().contains("peak per node"));
         assert!(!plain.html().contains("peak per node"));
+    }
+
+    #[test]
+    fn each_attempt_the_probe_saw_step_shows_its_steps_over_time() {
+        let summary = serde_json::json!({
+            "outcome": "succeeded",
+            "command": ["python3", "train.py"],
+            "attempts": [
+                {"attempt": 1, "cause": "device_oom", "exit_code": 1, "signal": null},
+                {"attempt": 2, "cause": "ok", "exit_code": 0, "signal": null},
+                {"attempt": 3, "cause": "ok", "exit_code": 0, "signal": null},
+            ],
+        });
+        // Attempt 1 steps in 7 of its 8 samples (5 of them shown, spread evenly), attempt 2 in
+        // one of its two, attempt 3 never.
+        let mut csv = String::from("unix_time,attempt,tree_rss_bytes,slurm_parts,steps\n");
+        for (t, steps) in [(100, ""), (101, "2"), (102, "4"), (103, "6"), (104, "8")] {
+            csv.push_str(&format!("{t}.0,1,5,,{steps}\n"));
+        }
+        for (t, steps) in [(105, "10"), (106, "1200"), (167, "1204")] {
+            csv.push_str(&format!("{t}.0,1,5,,{steps}\n"));
+        }
+        csv.push_str("170.0,2,5,,\n171.5,2,5,,3\n172.0,3,5,,\n");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("samples.csv"), &csv).unwrap();
+        let report = from_summary(dir.path(), &summary.to_string()).unwrap();
+        // (attempt, its steps over time)
+        let table: [(u32, Option<&str>); 3] = [
+            (
+                1,
+                Some("2 at 1.0s, 4 at 2.0s, 8 at 4.0s, 10 at 5.0s, 1,204 at 1m07s"),
+            ),
+            (2, Some("3 at 1.5s")),
+            (3, None),
+        ];
+        let (text, html) = (report.text(), report.html());
+        for (attempt, want) in table {
+            let a = &report.attempts[attempt as usize - 1];
+            assert_eq!(report.steps_over_time_text(a).as_deref(), want, "{attempt}");
+            if let Some(want) = want {
+                let line = format!("\n  steps over time: {want}\n");
+                assert!(text.contains(&line), "{text}");
+                let p = format!("<p>attempt {attempt}, steps over time: {want}</p>");
+                assert!(html.contains(&p), "{html}");
+            }
+        }
+        assert_eq!(text.matches("steps over time").count(), 2, "{text}");
+        let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
+        assert_eq!(json["timeline"][1]["steps"], 2);
+        assert!(json["timeline"][0].get("steps").is_none(), "no step yet");
+
+        // The same run without the column (an older oomguard's): as it always read.
+        let old: String = csv
+            .lines()
+            .map(|l| format!("{}\n", &l[..l.rfind(',').unwrap()]))
+            .collect();
+        std::fs::write(dir.path().join("samples.csv"), old).unwrap();
+        let plain = from_summary(dir.path(), &summary.to_string()).unwrap();
+        assert_eq!(plain.timeline.len(), report.timeline.len());
+        assert!(plain.timeline.iter().all(|p| p.steps.is_none()));
+        assert!(!plain.text().contains("steps over time"));
+        assert!(!plain.html().contains("steps over time"));
+        assert!(!plain.json().contains("\"steps\""));
     }
 
     #[test]

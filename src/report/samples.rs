@@ -1,5 +1,6 @@
 //! samples.csv read back for `oomguard report`: its rows parsed by the header's column names
-//! into [`TimelinePoint`]s (a column an older samples.csv lacks is unknown in every row; a
+//! into [`TimelinePoint`]s (a column an older samples.csv lacks, such as `steps`, is unknown in
+//! every row; a
 //! quoted text cell, `gpu_neighbours` or `slurm_parts`, is one cell), streamed so a long run's
 //! file is never held whole, and thinned to what a chart can show (`ChartRows`) for the page a
 //! run writes at its end. `slurm_parts` becomes each point's [`PlaceBytes`]: a part that does
@@ -43,6 +44,11 @@ pub struct TimelinePoint {
     /// column. A box, not a `Vec`: 8 bytes less in every row of every run.
     #[serde(default, skip_serializing_if = "no_parts")]
     pub slurm_parts: Box<[PlaceBytes]>,
+    /// The optimizer steps the attempt's job had taken by this tick (samples.csv's `steps`);
+    /// `None` without a probe, before the first step, or in a samples.csv from before the
+    /// column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u64>,
 }
 
 /// What one Slurm place (a node's step cgroups, or a step's tasks as sstat sums them) held at
@@ -335,6 +341,7 @@ fn parse_samples(
     ]
     .map(col);
     let slurm_parts = col("slurm_parts");
+    let steps = col("steps");
     let mut places = Places::default();
     let mut taken = 0u64;
     loop {
@@ -371,6 +378,7 @@ fn parse_samples(
                         .and_then(|i| cells.get(i))
                         .map(|cell| places.parts(cell))
                         .unwrap_or_default(),
+                    steps: num(steps),
                 },
             })
         })();
@@ -693,6 +701,7 @@ mod tests {
                     gpu_driver_bytes: None,
                     gpu_total_bytes: None,
                     slurm_parts: Box::default(),
+                    steps: None,
                 },
             };
             if rows.push(row).is_break() {
@@ -767,13 +776,19 @@ mod tests {
             ],
             ..crate::sampler::Sample::default()
         };
-        csv.write(&sample).unwrap();
+        csv.write(&sample, Some(1204)).unwrap();
+        csv.write(&sample, None).unwrap();
         let mut rows = Vec::new();
         read_samples(run.path(), |row| {
             rows.push(row);
             ControlFlow::Continue(())
         });
-        assert_eq!(rows.len(), 1);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            (rows[0].point.steps, rows[1].point.steps),
+            (Some(1204), None),
+            "the steps after the quoted cell, in their place"
+        );
         let p = &rows[0].point;
         assert_eq!(
             (p.attempt, p.gpu_bytes, p.cgroup_bytes),
@@ -958,6 +973,7 @@ mod tests {
                         bytes,
                     })
                     .collect(),
+                steps: None,
             },
         };
         // Each node peaks at a different second of one 100 s column; n2 is read only later.
@@ -990,6 +1006,7 @@ mod tests {
                 gpu_driver_bytes: None,
                 gpu_total_bytes: None,
                 slurm_parts: Box::default(),
+                steps: None,
             },
         };
         // (neighbours by second, in one column of 100 s; the times kept)
@@ -1027,6 +1044,7 @@ mod tests {
                 gpu_driver_bytes: None,
                 gpu_total_bytes: None,
                 slurm_parts: Box::default(),
+                steps: None,
             },
         };
         // Two days at 1s in 1,000 columns of 172.8 s; a host spike and a GPU spike.

@@ -3,7 +3,9 @@
 //! ended), delivered by [`Observers::tell`] to each listener in a fixed order: the run directory
 //! (summary.json, samples.csv, report.html), the console, the job's memory, the service manager,
 //! the metrics and the hooks. The listeners do not decide anything about the run and do not
-//! wait: a listener that cannot write says so and the run goes on.
+//! wait: a listener that cannot write says so and the run goes on. Each sample goes out with the
+//! job's optimizer steps by then, read from the running attempt's probe pipe (held from its start
+//! to its end).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -17,6 +19,7 @@ use crate::jobs::run::JobRun;
 use crate::knobs::Value;
 use crate::outcome::{Cause, Outcome};
 use crate::policy;
+use crate::probe::{Channel, Progress};
 use crate::record::attempt_log::AttemptLog;
 use crate::record::run_dir::RunDir;
 use crate::record::samples::SamplesCsv;
@@ -32,10 +35,19 @@ use super::prepare::{self, lossy};
 
 /// What happened in the run, as its listeners hear it.
 pub(super) enum RunEvent<'a> {
-    /// Attempt `attempt` is about to be spawned with these knob values.
-    AttemptStarted { attempt: u32, values: &'a [Value] },
-    /// The job's memory, read on the supervisor's tick.
-    Sample(&'a Sample),
+    /// Attempt `attempt` is about to be spawned with these knob values, and the probe's pipe
+    /// where it has one.
+    AttemptStarted {
+        attempt: u32,
+        values: &'a [Value],
+        probe: Option<&'a Channel>,
+    },
+    /// The job's memory, read on the supervisor's tick, and how far its steps had got by then
+    /// (`None` without a probe, or before the first step).
+    Sample {
+        sample: &'a Sample,
+        progress: Option<Progress>,
+    },
     /// Attempt `attempt` ended: how it ran (its argv, knob values, the knobs moved for it, the
     /// checkpoint and hint it was given) and why it ended.
     AttemptEnded {
@@ -129,6 +141,8 @@ pub(super) struct Observers<'a> {
     /// The room claimed on a shared card for the attempt about to run or running: the claims,
     /// the need they stand for, and since when the attempt runs (see `room::claims_done`).
     claims: Option<(Vec<room::claims::Claim>, u64, Option<Instant>)>,
+    /// The probe's pipe of the attempt running, read on each of its samples.
+    probe: Option<Channel>,
 }
 
 impl<'a> Observers<'a> {
@@ -159,6 +173,7 @@ impl<'a> Observers<'a> {
             warned_no_cgroup: false,
             page: None,
             claims: None,
+            probe: None,
         })
     }
 
@@ -179,10 +194,20 @@ impl<'a> Observers<'a> {
         self.tell_service_manager(event);
         self.count_in_metrics(event);
         self.start_hooks(event);
-        if let RunEvent::Sample(sample) = event {
+        if let RunEvent::Sample { sample, .. } = event {
             self.ramp.feed(sample);
         }
         self.release_claims(event);
+        self.follow_probe(event);
+    }
+
+    /// Holds the probe's pipe from its attempt's start to its end, for the samples between.
+    fn follow_probe(&mut self, event: &RunEvent) {
+        match event {
+            RunEvent::AttemptStarted { probe, .. } => self.probe = probe.cloned(),
+            RunEvent::AttemptEnded { .. } => self.probe = None,
+            _ => {}
+        }
     }
 
     /// Attempt 1 starts from `knobs` after all (the room-limited size of an earlier run's cut).
@@ -206,7 +231,7 @@ impl<'a> Observers<'a> {
                 *since = Some(Instant::now());
                 false
             }
-            RunEvent::Sample(sample) => since.is_some_and(|since| {
+            RunEvent::Sample { sample, .. } => since.is_some_and(|since| {
                 room::claims_done(held, *need_bytes, sample.gpu.as_ref(), since)
             }),
             RunEvent::AttemptEnded { .. } | RunEvent::Ended { .. } => true,
@@ -264,10 +289,10 @@ impl<'a> Observers<'a> {
     fn record_in_run_dir(&mut self, event: &RunEvent) {
         let knobs = &self.settings.knobs;
         match *event {
-            RunEvent::Sample(sample) => {
+            RunEvent::Sample { sample, progress } => {
                 // A full disk costs rows, not the run: the row stays buffered and is tried again
                 // with the next one.
-                if let Err(e) = self.samples.write(sample) {
+                if let Err(e) = self.samples.write(sample, progress.map(|p| p.steps)) {
                     record::unsaved::unsaved("samples.csv", &e);
                 }
                 // The largest card NVML showed the job on, in every save of summary.json.
@@ -476,10 +501,15 @@ impl<'a> Observers<'a> {
         let knobs = &self.settings.knobs;
         let (report, run_dir) = (&self.console, self.run_dir.path());
         match *event {
-            RunEvent::AttemptStarted { attempt, values } => {
-                self.job
-                    .attempt_started(attempt, knobs.at(values).json(), run_dir, report)
-            }
+            RunEvent::AttemptStarted {
+                attempt, values, ..
+            } => self
+                .job
+                .attempt_started(attempt, knobs.at(values).json(), run_dir, report),
+            RunEvent::Sample {
+                sample,
+                progress: Some(progress),
+            } => self.job.progress(progress, sample.unix_time_s, report),
             RunEvent::AttemptEnded { .. } => {
                 let recorded = self.summary.attempts().last().expect("recorded first");
                 self.job.remember(recorded, run_dir, report);
@@ -506,12 +536,14 @@ impl<'a> Observers<'a> {
     fn tell_service_manager(&mut self, event: &RunEvent) {
         let knobs = &self.settings.knobs;
         match *event {
-            RunEvent::AttemptStarted { attempt, values } => self.notify.attempt(
+            RunEvent::AttemptStarted {
+                attempt, values, ..
+            } => self.notify.attempt(
                 attempt,
                 self.settings.limits.max_attempts,
                 &knobs.at(values).text(),
             ),
-            RunEvent::Sample(sample) => {
+            RunEvent::Sample { sample, .. } => {
                 let rss_bytes = (sample.tree.processes > 0).then_some(sample.tree.rss_bytes);
                 let gpu_bytes = sample.gpu.as_ref().and_then(|gpu| gpu.job_bytes);
                 self.notify.memory(rss_bytes, gpu_bytes);
@@ -529,10 +561,12 @@ impl<'a> Observers<'a> {
             return;
         };
         match *event {
-            RunEvent::AttemptStarted { attempt, values } => {
-                metrics.attempt(attempt, &self.settings.knobs.at(values).text())
+            RunEvent::AttemptStarted {
+                attempt, values, ..
+            } => metrics.attempt(attempt, &self.settings.knobs.at(values).text()),
+            RunEvent::Sample { sample, progress } => {
+                metrics.sample(sample, progress.map(|p| p.steps))
             }
-            RunEvent::Sample(sample) => metrics.sample(sample),
             RunEvent::RelaunchDecided { cause, .. } => metrics.relaunch(cause.as_str()),
             RunEvent::WaitingForRoom { need_bytes, .. } => {
                 metrics.waiting_for_room(Some(need_bytes))
@@ -589,7 +623,9 @@ impl<'a> Observers<'a> {
 
 impl Observer for Observers<'_> {
     fn sample(&mut self, sample: &Sample) {
-        self.tell(&RunEvent::Sample(sample));
+        // Read once, at the tick: every listener hears the same steps.
+        let progress = self.probe.as_ref().and_then(Channel::progress);
+        self.tell(&RunEvent::Sample { sample, progress });
     }
 
     fn started(&mut self) {

@@ -205,6 +205,7 @@ impl<'a> Run<'a> {
         self.observers.tell(&RunEvent::AttemptStarted {
             attempt,
             values: &self.ladder.values,
+            probe: self.probe.as_ref(),
         });
         let log = self.observers.open_log(attempt);
         self.aside.attempt_starts();

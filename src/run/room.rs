@@ -430,7 +430,10 @@ impl super::Run<'_> {
                 system,
                 ..Sample::default()
             };
-            self.observers.tell(&RunEvent::Sample(&sample));
+            self.observers.tell(&RunEvent::Sample {
+                sample: &sample,
+                progress: None,
+            });
             let gpu = sample.gpu;
             let fits = room_bytes >= want.bytes();
             // `--gpu-wait 0`: one look decides.

@@ -33,14 +33,14 @@ fn samples(sb: &Sandbox) -> Vec<Vec<Option<f64>>> {
             "gpu_used_bytes,cgroup_bytes,sys_swap_free_bytes,psi_some_avg10,",
             "cgroup_working_set_bytes,cgroup_anon_bytes,cgroup_file_bytes,cgroup_shmem_bytes,",
             "cgroup_swap_bytes,gpu_neighbours_bytes,gpu_driver_bytes,gpu_total_bytes,",
-            "gpu_neighbours,slurm_parts"
+            "gpu_neighbours,slurm_parts,steps"
         ))
     );
     lines
         .map(|l| {
-            // The last two cells, who the GPU's neighbours are and where the Slurm tasks'
-            // memory is, are text (quoted where they hold a comma): the numbers are the 18
-            // before them.
+            // Two cells after the 18 numbers, who the GPU's neighbours are and where the Slurm
+            // tasks' memory is, are text (quoted where they hold a comma): the 18 are read (the
+            // probe's steps after them are probe.rs's).
             let cells: Vec<Option<f64>> = l
                 .splitn(19, ',')
                 .take(18)

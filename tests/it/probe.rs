@@ -1,6 +1,7 @@
 //! The probe (issue 32) through the real binary: a Python job's optimizer steps seen from inside
 //! by `RUN_DIR/probe/sitecustomize.py` and summed into summary.json's per-attempt `probe`, the
-//! attempt-ended line's `died at step N`, `--no-probe`, the job's own output and PYTHONPATH and
+//! attempt-ended line's `died at step N`, the steps while the attempt runs (samples.csv's
+//! `steps`, `oomguard status`, the metrics' `oomguard_attempt_steps`), `--no-probe`, the job's own output and PYTHONPATH and
 //! `sitecustomize` left as they were, a failing probe that never changes the job's exit, and no
 //! probe for a command that is not Python. The probe's Python half has its own tests
 //! (tests/probe/check_probe.py); these check what oomguard makes of it.
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::util::{fixture, stderr_of, Running, Sandbox};
+use crate::util::{fixture, release_fifo, stderr_of, wait_until, Running, Sandbox};
 
 /// How long one run may take before the test fails (and everything it started is killed):
 /// far above what any needs, for a loaded CI machine.
@@ -424,6 +425,15 @@ fn a_probe_that_fails_never_changes_the_jobs_exit() {
             "{fake}: probe.error does not name the failure: {probe:#}"
         );
         assert_eq!(probe["steps"], Value::Null, "{fake}: {probe:#}");
+        // The console says why the probe saw no step, in the attempt's one line.
+        let ended = stderr
+            .lines()
+            .find(|l| l.starts_with("oomguard: attempt 1 ended after "))
+            .unwrap_or_else(|| panic!("{fake}: no attempt-ended line: {stderr}"));
+        assert!(
+            ended.contains("; probe failed: ") && ended.contains(error),
+            "{fake}: {ended}"
+        );
     }
 }
 
@@ -488,4 +498,138 @@ fn torchrun_with_two_ranks_counts_each_ranks_steps() {
         probe["steps"], 5,
         "each rank's steps, not their sum: {probe:#}"
     );
+}
+
+/// samples.csv's `steps` cells of `attempt` so far, in order (`None` where empty); whole rows
+/// only (one being written has no newline yet).
+fn steps_column(run_dir: &Path, attempt: u32) -> Vec<Option<u64>> {
+    let text = std::fs::read_to_string(run_dir.join("samples.csv")).unwrap_or_default();
+    let mut rows = text.split_inclusive('\n').filter(|l| l.ends_with('\n'));
+    let Some(header) = rows.next() else {
+        return Vec::new();
+    };
+    assert!(
+        header.trim_end().ends_with(",steps"),
+        "the last column: {header}"
+    );
+    let attempt = attempt.to_string();
+    rows.map(str::trim_end)
+        .filter(|row| row.split(',').nth(1) == Some(attempt.as_str()))
+        .map(|row| {
+            let cell = row.rsplit(',').next().unwrap_or_default();
+            (!cell.is_empty()).then(|| cell.parse().expect("steps are a number"))
+        })
+        .collect()
+}
+
+/// The steps of samples.csv's latest row.
+fn steps_sampled(run_dir: &Path) -> Option<u64> {
+    steps_column(run_dir, 1).last().copied().flatten()
+}
+
+/// `oomguard_attempt_steps` in the metrics textfile, where there.
+fn steps_exported(prom: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(prom).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("oomguard_attempt_steps "))
+        .map(|v| v.trim().parse().expect("a gauge's value"))
+}
+
+/// The sandbox's one job as `oomguard status --json` shows it.
+fn job_status(sb: &Sandbox) -> Value {
+    let out = sb.oomguard(&["status", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let jobs: Vec<Value> = serde_json::from_slice(&out.stdout).expect("status --json is JSON");
+    assert_eq!(jobs.len(), 1, "{jobs:#?}");
+    jobs[0].clone()
+}
+
+#[test]
+fn samples_status_and_metrics_follow_the_steps_while_the_attempt_runs() {
+    let test = "samples_status_and_metrics_follow_the_steps_while_the_attempt_runs";
+    if torch_or_skip(test).is_none() {
+        return;
+    }
+    let sb = Sandbox::new();
+    let hold = sb.path("hold");
+    nix::unistd::mkfifo(&hold, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let prom = sb.path("oomguard.prom");
+    let script = fixture("probe/torch_loop.py");
+    // The job waits on the FIFO after steps 2 and 3: each is seen from outside before it goes on.
+    let mut cmd = sb.run(
+        &[
+            "--no-pty",
+            "--interval",
+            "50ms",
+            "--metrics-textfile",
+            prom.to_str().unwrap(),
+        ],
+        &[
+            "python3",
+            &script,
+            "--steps",
+            "4",
+            "--hold",
+            hold.to_str().unwrap(),
+            "--hold-after",
+            "2,3",
+        ],
+    );
+    cmd.env_remove("PYTHONPATH");
+    let run = Running::start(&sb, cmd);
+    let run_dir = sb.run_dir();
+    for steps in [2, 3] {
+        let seen = |what: &str, ok: bool| {
+            assert!(
+                ok,
+                "{what} never showed step {steps}; stderr: {}",
+                run.stderr()
+            );
+        };
+        seen(
+            "samples.csv",
+            wait_until(RUN_LIMIT, || steps_sampled(&run_dir) == Some(steps)),
+        );
+        seen(
+            "the metrics textfile",
+            wait_until(RUN_LIMIT, || steps_exported(&prom) == Some(steps)),
+        );
+        // Written into the job's file every few seconds while the steps move.
+        seen(
+            "status --json",
+            wait_until(RUN_LIMIT, || job_status(&sb)["steps"] == steps),
+        );
+        let running = job_status(&sb);
+        assert_eq!(running["state"], "running", "{running:#}");
+        assert!(
+            running["seconds_per_step"]
+                .as_f64()
+                .is_some_and(|s| s > 0.0),
+            "{running:#}"
+        );
+        release_fifo(&hold);
+    }
+    let out = run.finish(RUN_LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+
+    // Empty before the first step, then known on every row, never going down.
+    let column = steps_column(&run_dir, 1);
+    let known: Vec<u64> = column
+        .iter()
+        .skip_while(|s| s.is_none())
+        .map(|s| s.expect("known once stepped"))
+        .collect();
+    assert!(known.windows(2).all(|w| w[0] <= w[1]), "{column:?}");
+    assert!(known.contains(&2) && known.contains(&3), "{column:?}");
+    assert!(known.iter().all(|s| *s <= 4), "{column:?}");
+    // Once ended, status shows no attempt's steps.
+    let done = job_status(&sb);
+    assert_eq!(done["state"], "succeeded", "{done:#}");
+    assert!(done.get("steps").is_none(), "{done:#}");
+    let report = sb
+        .oomguard(&["report", run_dir.to_str().unwrap()])
+        .output()
+        .expect("oomguard report runs");
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(text.contains("\n  steps over time: "), "{text}");
 }

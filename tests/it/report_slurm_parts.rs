@@ -10,7 +10,8 @@ use oomguard::api::report::RunReport;
 
 const GIB: u64 = 1 << 30;
 
-/// samples.csv's header as `oomguard run` writes it.
+/// samples.csv's header as `oomguard run` wrote it before the probe's `steps` column (which
+/// only follows it).
 const HEADER: &str = "unix_time,attempt,tree_rss_bytes,tree_pss_bytes,tree_swap_bytes,\
     sys_available_bytes,gpu_used_bytes,cgroup_bytes,sys_swap_free_bytes,psi_some_avg10,\
     cgroup_working_set_bytes,cgroup_anon_bytes,cgroup_file_bytes,cgroup_shmem_bytes,\
