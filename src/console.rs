@@ -308,7 +308,7 @@ pub fn table(attempts: &[AttemptRecord]) -> Vec<String> {
                 or_dash(
                     probe
                         .and_then(|p| p.samples_per_second)
-                        .map(crate::probe::rate_text),
+                        .map(crate::units::rate),
                 ),
             ]);
         }

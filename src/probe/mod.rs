@@ -435,8 +435,10 @@ impl OomFigures {
     }
 }
 
-/// What the probe saw of one attempt.
+/// What the probe saw of one attempt. Every field may be missing where it is read back (a
+/// summary.json of another build).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ProbeSummary {
     /// Optimizer steps done (the furthest process's); `None` where none was seen.
     pub steps: Option<u64>,
@@ -490,7 +492,7 @@ impl ProbeRecord {
         let parts: Vec<String> = [
             self.seen.seconds_per_step.map(per_step_text),
             self.samples_per_second
-                .map(|r| format!("{} samples/s", rate_text(r))),
+                .map(|r| format!("{} samples/s", crate::units::rate(r))),
         ]
         .into_iter()
         .flatten()
@@ -526,16 +528,6 @@ pub fn per_step_text(seconds: f64) -> String {
         format!("{ms:.0} ms/step")
     } else {
         "<1 ms/step".to_string()
-    }
-}
-
-/// Samples a second as a number people read: grouped by thousands (`12,345`), with one
-/// decimal below 10 (`2.5`), where a whole number would lose most of it.
-pub fn rate_text(per_second: f64) -> String {
-    if per_second < 10.0 {
-        format!("{per_second:.1}")
-    } else {
-        crate::units::thousands(per_second.round() as u64)
     }
 }
 
@@ -772,19 +764,6 @@ mod tests {
             (0.0001, "<1 ms/step"),
         ] {
             assert_eq!(per_step_text(seconds), want, "{seconds}");
-        }
-        // (samples a second, shown)
-        for (rate, want) in [
-            (0.26, "0.3"),
-            (2.54, "2.5"),
-            (9.94, "9.9"),
-            (10.0, "10"),
-            (156.1, "156"),
-            (999.6, "1,000"),
-            (12_345.4, "12,345"),
-            (1_234_567.0, "1,234,567"),
-        ] {
-            assert_eq!(rate_text(rate), want, "{rate}");
         }
     }
 

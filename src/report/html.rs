@@ -85,6 +85,9 @@ impl RunReport {
                 );
             }
         }
+        if let Some(compared) = self.throughput_text() {
+            let _ = writeln!(out, "<p>samples/s by setting: {}</p>", escape(&compared));
+        }
         out.push_str("</body></html>\n");
         out
     }

@@ -487,12 +487,43 @@ impl RunReport {
                 line(format!("  steps over time: {steps}"));
             }
         }
+        if let Some(compared) = self.throughput_text() {
+            line(format!("samples/s by setting: {compared}"));
+        }
         line(String::new());
         if let Some(note) = &self.samples_note {
             line(format!("note: {note}"));
         }
         line(self.result_line());
         out
+    }
+
+    /// The samples a second of each setting the probe measured, where it measured two or more:
+    /// `batch=32 accum=1: 156 (attempt 1); batch=16 accum=2: 141 (attempt 2); fastest batch=32
+    /// accum=1` (knobs in summary.json's order). A setting run twice shows its latest attempt's.
+    pub(crate) fn throughput_text(&self) -> Option<String> {
+        let mut settings: Vec<(String, f64, u32)> = Vec::new();
+        for a in &self.attempts {
+            let Some(rate) = a.probe.as_ref().and_then(|p| p.samples_per_second) else {
+                continue;
+            };
+            let knobs = knobs_text(&a.knobs);
+            match settings.iter_mut().find(|(k, _, _)| *k == knobs) {
+                Some(seen) => (seen.1, seen.2) = (rate, a.attempt),
+                None => settings.push((knobs, rate, a.attempt)),
+            }
+        }
+        if settings.len() < 2 {
+            return None;
+        }
+        let (fastest, _, _) = settings.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+        let each: Vec<String> = settings
+            .iter()
+            .map(|(knobs, rate, attempt)| {
+                format!("{knobs}: {} (attempt {attempt})", crate::units::rate(*rate))
+            })
+            .collect();
+        Some(format!("{}; fastest {fastest}", each.join("; ")))
     }
 
     /// The Slurm places the timeline names, in order (nodes by name, then steps), each once.
@@ -669,6 +700,51 @@ mod tests {
         let plain = from_summary(dir.path(), &summary.to_string()).unwrap();
         assert!(!plain.text().contains("peak per node"));
         assert!(!plain.html().contains("peak per node"));
+    }
+
+    /// Settings compared by their samples a second where the probe measured two or more; a
+    /// setting run twice counts its latest attempt.
+    #[test]
+    fn the_settings_the_probe_measured_are_compared_by_samples_a_second() {
+        let attempt = |n: u32, batch: u64, rate: Option<f64>| {
+            let probe = rate.map(|r| serde_json::json!({"steps": 10, "samples_per_second": r}));
+            serde_json::json!({"attempt": n, "cause": "device_oom", "exit_code": 1, "signal": null,
+                "knobs": {"batch": batch, "accum": 64 / batch}, "probe": probe})
+        };
+        let report = |attempts: Vec<serde_json::Value>| {
+            let summary = serde_json::json!({"outcome": "succeeded", "command": ["python3", "t.py"],
+                "attempts": attempts});
+            let dir = tempfile::tempdir().unwrap();
+            from_summary(dir.path(), &summary.to_string()).unwrap()
+        };
+        // (attempts, the comparison)
+        let table = [
+            (vec![attempt(1, 64, Some(900.0)), attempt(2, 32, None)], None),
+            (
+                vec![attempt(1, 64, Some(900.0)), attempt(2, 32, Some(1234.5))],
+                Some("accum=1 batch=64: 900 (attempt 1); accum=2 batch=32: 1,235 (attempt 2); fastest accum=2 batch=32"),
+            ),
+            (
+                vec![attempt(1, 64, Some(900.0)), attempt(2, 32, Some(1000.0)), attempt(3, 64, Some(1100.0))],
+                Some("accum=1 batch=64: 1,100 (attempt 3); accum=2 batch=32: 1,000 (attempt 2); fastest accum=1 batch=64"),
+            ),
+        ];
+        for (attempts, want) in table {
+            let report = report(attempts);
+            assert_eq!(report.throughput_text().as_deref(), want);
+            let line = want.map(|w| format!("\nsamples/s by setting: {w}\n"));
+            assert_eq!(
+                line.is_some_and(|l| report.text().contains(&l)),
+                want.is_some(),
+                "{}",
+                report.text()
+            );
+            let p = want.map(|w| format!("<p>samples/s by setting: {w}</p>"));
+            assert_eq!(
+                p.is_some_and(|p| report.html().contains(&p)),
+                want.is_some()
+            );
+        }
     }
 
     #[test]

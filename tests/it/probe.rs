@@ -226,6 +226,23 @@ fn an_attempt_that_dies_says_at_which_step_and_the_smaller_one_counts_its_own() 
     assert_samples_per_second(second, 16);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(stdout.matches("batch 16 step ").count(), 9, "{stdout}");
+
+    // The report compares the two settings by their samples a second.
+    let report = sb
+        .oomguard(&["report", sb.run_dir().to_str().unwrap()])
+        .output()
+        .expect("oomguard report runs");
+    let text = String::from_utf8_lossy(&report.stdout);
+    let compared = text
+        .lines()
+        .find(|l| l.starts_with("samples/s by setting: "))
+        .unwrap_or_else(|| panic!("no comparison in the report: {text}"));
+    assert!(
+        compared.contains("batch=32: ")
+            && compared.contains("batch=16: ")
+            && compared.contains("; fastest "),
+        "{compared}"
+    );
 }
 
 #[test]
