@@ -410,39 +410,21 @@ fn fit_step(
                 .filter(|&j| j != i && Some(j) != partner)
                 .all(|j| values[j].same(&current[j]))
     };
-    let this_run = history
-        .iter()
-        .zip(&plan.evidence)
-        .filter_map(|((_, values), evidence)| Some((values.as_slice(), evidence.as_ref()?)));
-    let earlier = plan
-        .past
-        .iter()
-        .filter(|(values, _)| same_setting(values))
-        .map(|(values, e)| (values.as_slice(), e));
-    let points: Vec<fit::Point> = this_run
-        .chain(earlier)
-        .filter(|(_, e)| e.memory == last.memory)
-        .filter_map(|(values, e)| {
-            Some(fit::Point {
-                batch: values.get(i)?.as_int()?,
-                bytes: e.bytes,
-                failed: e.failed,
+    let points: Vec<fit::Point> =
+        here_and_before(history, &plan.evidence, &plan.past, &same_setting)
+            .filter(|(_, e)| e.memory == last.memory)
+            .filter_map(|(values, e)| {
+                Some(fit::Point {
+                    batch: values.get(i)?.as_int()?,
+                    bytes: e.bytes,
+                    failed: e.failed,
+                })
             })
-        })
-        .collect();
-    let steps_here = history
-        .iter()
-        .zip(&plan.steps)
-        .filter_map(|((_, values), steps)| Some((values.as_slice(), steps.as_ref()?)));
-    let steps_earlier = plan
-        .past_steps
-        .iter()
-        .filter(|(values, _)| same_setting(values))
-        .map(|(values, s)| (values.as_slice(), s));
-    let steps: Vec<(u64, u64)> = steps_here
-        .chain(steps_earlier)
-        .filter_map(|(values, s)| Some((values.get(i)?.as_int()?, s.bytes(last.memory)?)))
-        .collect();
+            .collect();
+    let steps: Vec<(u64, u64)> =
+        here_and_before(history, &plan.steps, &plan.past_steps, &same_setting)
+            .filter_map(|(values, s)| Some((values.get(i)?.as_int()?, s.bytes(last.memory)?)))
+            .collect();
     let request = fit::Request {
         points: &points,
         limit_bytes,
@@ -458,6 +440,25 @@ fn fit_step(
         Some(exact) => Ok(exact),
         None => fit::estimate(&request),
     }
+}
+
+/// What this run's attempts showed (`here`, in history order, with the values each ran with)
+/// and what earlier runs' showed at the same other settings (`before`).
+fn here_and_before<'a, T>(
+    history: &'a [(Cause, Vec<Value>)],
+    here: &'a [Option<T>],
+    before: &'a [(Vec<Value>, T)],
+    same_setting: &'a impl Fn(&[Value]) -> bool,
+) -> impl Iterator<Item = (&'a [Value], &'a T)> {
+    let here = history
+        .iter()
+        .zip(here)
+        .filter_map(|((_, values), seen)| Some((values.as_slice(), seen.as_ref()?)));
+    let before = before
+        .iter()
+        .filter(move |(values, _)| same_setting(values))
+        .map(|(values, seen)| (values.as_slice(), seen));
+    here.chain(before)
 }
 
 /// The fixed part seen before the first step: the last attempt's, else the latest one this run
