@@ -1,22 +1,22 @@
-//! Runs one attempt from spawn to the last reaped descendant: puts it in its own memory cgroup
-//! where it can, gives it a pseudo-terminal under a terminal, forwards signals to the job's
-//! process group (SIGWINCH after resizing that terminal; job control stops the job, then
-//! oomguard), samples its memory every interval, stops it on the user's SIGINT, SIGTERM, SIGHUP
-//! or SIGQUIT (grace, then SIGKILL; a second SIGINT kills at once) or when a soft memory bound
-//! holds for several samples, or the same way when the job goes quiet (see `quiet`: silent after
-//! an out-of-memory error its output shows, as the classifier reads it, or silent and idle),
-//! reaps everything below us, cleans up processes the job left behind, and hands back a plain
-//! record of what happened.
-//! The async side of oomguard (signal streams, timers) lives here; `lib` only builds the
-//! runtime and awaits these methods.
+//! Runs one attempt from spawn to the last reaped descendant, and waits between attempts: the
+//! only async code of oomguard (signal streams, timers; [`crate`] builds the runtime and awaits
+//! these methods) and the only code that touches the job's processes. It puts the job in its
+//! own memory cgroup where it can, gives it a pseudo-terminal under a terminal, streams its
+//! output, reaps everything below us, and hands back a plain record of what happened
+//! ([`AttemptEnd`]).
 //!
-//! It does not classify, decide or print: `classify`, `policy` and `report` do (samples and
-//! notices go to an [`Observer`] the caller provides); it only asks `classify` whether a silent
-//! job's output shows an out-of-memory error.
+//! What to do about each wake-up (a signal, the grace period over, the main process's end, its
+//! leftovers, a soft bound held, the job gone quiet) is decided by the attempt's rules,
+//! [`attempt`], which touch nothing: this module turns wake-ups into calls of
+//! [`attempt::Attempt::on_wake`] and its acts into signals. Sampling and the quiet watch's tick
+//! are [`sampling`]'s, the kernel's evidence [`evidence`]'s, the job's Slurm steps [`steps`]'s.
+//!
+//! It does not classify, decide or print: [`crate::classify`], [`crate::policy`] and
+//! [`crate::console`] do (samples and notices go to an [`Observer`] the caller provides); it
+//! only asks `classify` whether a silent job's output shows an out-of-memory error.
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -26,25 +26,30 @@ use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant as TokioInstant};
 
 use crate::cgroup::{self, JobCgroup, Parent};
-use crate::cgroup_chain;
 use crate::child::{self, ChildEvent, Guard, JobOutput, Launch, SpawnError};
-use crate::classify::{self, KernelEvidence};
+use crate::classify::KernelEvidence;
 use crate::gpu::JobGpu;
-use crate::kernel::{self, Kmsg};
 use crate::mem::tree::ProcTree;
 use crate::outcome::Ending;
 use crate::quiet::{self, QuietStop, QuietWatch};
 use crate::record::attempt_log::AttemptLog;
-use crate::sampler::{Peaks, Sample, Sampler, Scope};
-use crate::scan;
+use crate::sampler::{Peaks, Sample, Sampler};
 use crate::signals::Deliveries;
 use crate::slurm::{self, Step};
-
-mod steps;
 use crate::stream::{self, Sinks, Target};
 use crate::taken::HostReading;
 use crate::terminal::{self, Pty};
-use crate::watch::{self, BoundWatch, Bounds, Crossing, Trend};
+use crate::watch::{Bounds, Crossing};
+
+mod attempt;
+mod evidence;
+mod sampling;
+mod steps;
+
+use attempt::{Act, Attempt};
+use evidence::{is_unexplained_sigkill, EvidenceBefore};
+pub use evidence::{open_for_writing, KernelPaths};
+use sampling::{Look, SampleWatch};
 use steps::SrunSteps;
 
 /// Once every process of the tree is gone, how long the job's pipes may stay open with nothing
@@ -54,22 +59,6 @@ const PIPE_DRAIN: Duration = Duration::from_secs(2);
 
 /// How often the GPU is asked whether the last attempt's processes are gone.
 const GPU_FREE_POLL: Duration = Duration::from_millis(200);
-
-/// Where kernel evidence is read from; fixtures in tests.
-#[derive(Debug, Clone)]
-pub struct KernelPaths {
-    pub vmstat: PathBuf,
-    pub kmsg: PathBuf,
-}
-
-impl Default for KernelPaths {
-    fn default() -> Self {
-        Self {
-            vmstat: "/proc/vmstat".into(),
-            kmsg: "/dev/kmsg".into(),
-        }
-    }
-}
 
 /// How attempts are supervised.
 pub struct Setup {
@@ -175,39 +164,6 @@ pub struct AttemptEnd {
     pub probe: Option<crate::probe::ProbeSummary>,
 }
 
-/// The files (device, inode) that `pids` hold open for writing, from `/proc/PID/fd` and the
-/// access mode in `/proc/PID/fdinfo` (`flags:` octal; O_WRONLY 1, O_RDWR 2). Pipes and sockets
-/// are files too; they never match a checkpoint, so they are not told apart.
-pub fn open_for_writing(pids: &[u32]) -> HashSet<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let mut files = HashSet::new();
-    for pid in pids {
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-            continue; // gone, or not ours to read
-        };
-        for fd in fds.filter_map(Result::ok) {
-            let flags = std::fs::read_to_string(format!(
-                "/proc/{pid}/fdinfo/{}",
-                fd.file_name().to_string_lossy()
-            ))
-            .ok()
-            .and_then(|info| {
-                info.lines()
-                    .find_map(|l| l.strip_prefix("flags:"))
-                    .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-            });
-            if flags.is_some_and(|f| f & 0o3 != 0) {
-                if let Ok(meta) = std::fs::metadata(fd.path()) {
-                    if meta.is_file() {
-                        files.insert((meta.dev(), meta.ino()));
-                    }
-                }
-            }
-        }
-    }
-    files
-}
-
 /// The user asked the job to stop (SIGINT, SIGTERM, SIGHUP or SIGQUIT to oomguard).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UserStop {
@@ -274,8 +230,12 @@ fn between_attempts(signal: Signal) -> Option<Signal> {
 /// `now + d`, or a far-off instant where that would overflow (`--grace 500000000000years`),
 /// as a std or a tokio instant.
 pub fn deadline_after<I: From<Instant>>(d: Duration) -> I {
-    let now = Instant::now();
-    I::from(now.checked_add(d).unwrap_or_else(|| now + FAR))
+    I::from(after(Instant::now(), d))
+}
+
+/// `now + d`, or a far-off instant where that would overflow.
+fn after(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d).unwrap_or_else(|| now + FAR)
 }
 
 /// Further away than any wait oomguard takes; stands for "never".
@@ -292,168 +252,6 @@ pub struct Supervisor {
     /// Whether Slurm's `scontrol` is on PATH: only then are the job's processes looked at for
     /// `srun`s whose steps a stop must reach through Slurm.
     slurm: bool,
-}
-
-/// What one attempt's samples add up to: peaks, soft-bound streaks, the growth trend, and
-/// which notices were already given.
-struct SampleWatch {
-    peaks: Peaks,
-    bounds: BoundWatch,
-    trend: Trend,
-    growth_warned: bool,
-    gpu_unattributed_told: bool,
-    /// The PIDs the driver listed on the attempt's first reading: the card's neighbours then.
-    gpu_listed_at_start: Option<Vec<u32>>,
-    /// The attempt's first and last readings of the card while the job had processes: who held
-    /// what at its start and at its death.
-    gpu_first: Option<JobGpu>,
-    gpu_last: Option<JobGpu>,
-    /// The machine's memory and the job's share at the same two moments.
-    host_first: Option<HostReading>,
-    host_last: Option<HostReading>,
-}
-
-impl SampleWatch {
-    fn new(setup: &Setup) -> Self {
-        SampleWatch {
-            peaks: Peaks::default(),
-            bounds: BoundWatch::new(setup.bounds),
-            trend: Trend::new(setup.trend_window),
-            growth_warned: false,
-            gpu_unattributed_told: false,
-            gpu_listed_at_start: None,
-            gpu_first: None,
-            gpu_last: None,
-            host_first: None,
-            host_last: None,
-        }
-    }
-
-    /// The notice that the job seems to live in another PID namespace, where this reading shows
-    /// it (see [`Notice::GpuUnattributed`]).
-    fn namespace_notice(&mut self, sample: &Sample) -> Option<Notice> {
-        let gpu = sample.gpu.as_ref()?;
-        let listed = || {
-            gpu.devices
-                .iter()
-                .flat_map(|d| d.neighbours.iter())
-                .map(|n| n.pid)
-        };
-        let at_start = self
-            .gpu_listed_at_start
-            .get_or_insert_with(|| listed().collect());
-        if self.gpu_unattributed_told
-            || sample.tree.processes == 0
-            || !gpu.job_pids_listed.is_empty()
-        {
-            return None;
-        }
-        let unseen: Vec<u32> = gpu
-            .devices
-            .iter()
-            .flat_map(|d| d.neighbours.iter())
-            .filter(|n| n.who.is_none() && !at_start.contains(&n.pid))
-            .map(|n| n.pid)
-            .collect();
-        if unseen.is_empty() {
-            return None;
-        }
-        self.gpu_unattributed_told = true;
-        Some(Notice::GpuUnattributed { pids: unseen })
-    }
-
-    /// Takes in a sample taken `at` after spawn; returns the crossing that should stop the job,
-    /// unless it is already `stopping`.
-    fn observe(
-        &mut self,
-        sample: &Sample,
-        at: Duration,
-        setup: &Setup,
-        cgroup: Option<&JobCgroup>,
-        stopping: bool,
-        observer: &mut dyn Observer,
-    ) -> Option<Crossing> {
-        self.peaks.update(sample);
-        if let Some(notice) = self.namespace_notice(sample) {
-            observer.notice(&notice);
-        }
-        if let (Some(gpu), true) = (&sample.gpu, sample.tree.processes > 0) {
-            self.gpu_first.get_or_insert_with(|| gpu.clone());
-            self.gpu_last = Some(gpu.clone());
-        }
-        if let (Some(system), Some(job_bytes)) = (sample.system, sample.reading().job_bytes) {
-            let reading = HostReading {
-                total_bytes: system.total_bytes,
-                available_bytes: system.available_bytes,
-                job_bytes,
-            };
-            self.host_first.get_or_insert(reading);
-            self.host_last = Some(reading);
-        }
-        if let (false, Some(job_bytes)) = (self.growth_warned, sample.job_bytes()) {
-            self.trend.push(at, job_bytes);
-            if let Some(notice) = growth_notice(&self.trend, job_bytes, sample, setup, cgroup) {
-                observer.notice(&notice);
-                self.growth_warned = true;
-            }
-        }
-        let crossing = self.bounds.observe(&sample.reading())?;
-        if stopping {
-            return None;
-        }
-        observer.notice(&Notice::MemoryStop(crossing.clone()));
-        Some(crossing)
-    }
-}
-
-/// A growth notice when memory rises steadily toward the nearest ceiling within the hour:
-/// `--max-rss`, the cgroup's limit, or what the machine still has available.
-fn growth_notice(
-    trend: &Trend,
-    job_bytes: u64,
-    sample: &Sample,
-    setup: &Setup,
-    cgroup: Option<&JobCgroup>,
-) -> Option<Notice> {
-    let growth = trend.growth()?;
-    let mut ceilings: Vec<(u64, String)> = Vec::new();
-    if let Some(max) = setup.bounds.max_rss_bytes {
-        ceilings.push((max, format!("--max-rss {}", crate::units::human_bytes(max))));
-    }
-    if let Some(limit) = cgroup.and_then(JobCgroup::limit_bytes) {
-        ceilings.push((
-            limit,
-            format!("the memory limit {}", crate::units::human_bytes(limit)),
-        ));
-    }
-    if let Some(sys) = sample.system {
-        ceilings.push((
-            job_bytes + sys.available_bytes,
-            "the machine's memory".to_string(),
-        ));
-    }
-    let (ceiling_bytes, ceiling) = ceilings.into_iter().min_by_key(|(bytes, _)| *bytes)?;
-    let eta = watch::time_to_reach(job_bytes, ceiling_bytes, growth)?;
-    (eta < Duration::from_secs(3600)).then_some(Notice::Growth {
-        bytes_per_s: growth.bytes_per_s,
-        eta,
-        ceiling,
-    })
-}
-
-/// Whether reaping `pid` with `ending` shows a process of the job (not its main process,
-/// `pgid`) killed by a SIGKILL that oomguard did not send: oomguard sends SIGKILL only to
-/// leftovers after the main process ended (and on the user's or a memory bound's stop, whose
-/// verdicts do not look at this).
-fn is_unexplained_sigkill(pid: u32, pgid: u32, ending: Ending, phase: &Phase) -> bool {
-    let leftovers_stopped = matches!(
-        phase,
-        Phase::Ended {
-            leftovers_stopped: true,
-            ..
-        }
-    );
-    pid != pgid && matches!(ending, Ending::Signaled { signal: 9, .. }) && !leftovers_stopped
 }
 
 /// A started attempt: the job, where its output goes, and what was read before it began.
@@ -511,23 +309,15 @@ impl StartedJob {
 
 /// What an attempt has seen so far.
 struct AttemptState {
-    phase: Phase,
-    user_stop: Option<UserStop>,
-    memory_stop: Option<Crossing>,
-    /// When the job gets SIGKILL (the grace period after a stop request).
-    kill_at: Option<TokioInstant>,
+    /// The attempt's rules: where it stands, why it is stopping.
+    rules: Attempt,
     watch: SampleWatch,
     /// Every PID seen in the job's tree.
     known: HashSet<u32>,
     sigkilled_descendant: Option<u32>,
-    /// Whether oomguard stopped the job's group for job control (Ctrl-Z) and has not yet
-    /// continued it: a job stopped by SIGTTIN on its own is the one to tell the user about.
-    stopped_by_us: bool,
     told_terminal_stop: bool,
     /// When the job's output and CPU time last moved (`--hang-timeout`, `--stall-timeout`).
     quiet: QuietWatch,
-    /// Set when oomguard asked the job to stop for going quiet.
-    quiet_stop: Option<QuietStop>,
     /// The Slurm steps of the job's `srun`s.
     steps: SrunSteps,
     /// See [`AttemptEnd::writing_at_stop`].
@@ -537,19 +327,14 @@ struct AttemptState {
 }
 
 impl AttemptState {
-    fn new(setup: &Setup, pgid: u32) -> Self {
+    fn new(setup: &Setup, job: &StartedJob) -> Self {
         AttemptState {
-            phase: Phase::Running,
-            user_stop: None,
-            memory_stop: None,
-            kill_at: None,
+            rules: Attempt::new(setup.grace, job.own_session),
             watch: SampleWatch::new(setup),
-            known: HashSet::from([pgid]),
+            known: HashSet::from([job.pgid]),
             sigkilled_descendant: None,
-            stopped_by_us: false,
             told_terminal_stop: false,
             quiet: QuietWatch::new(setup.quiet, Instant::now()),
-            quiet_stop: None,
             steps: SrunSteps::default(),
             writing_at_stop: HashSet::new(),
             stop_began: None,
@@ -558,82 +343,12 @@ impl AttemptState {
 }
 
 /// What woke the attempt's loop.
-enum Wake {
+enum Wakeup {
     Signal(Signal),
     PipeClosed,
     Tick,
     GraceOver,
     DrainCheck,
-}
-
-/// Whether the attempt goes on after a look at the job's tree.
-#[derive(Debug, PartialEq, Eq)]
-enum Look {
-    Going,
-    Done,
-}
-
-/// Kernel evidence read before an attempt, to compare with after it.
-struct EvidenceBefore {
-    vmstat_oom_kills: Option<u64>,
-    /// The cgroups the job lives in when it gets no attempt cgroup (oomguard's own and those
-    /// above it, whose OOM-kill counters any user can read), and their counters. An attempt
-    /// cgroup's own counter already sees every kill of the job's processes.
-    chain: Option<(cgroup_chain::Chain, Vec<cgroup_chain::Level>)>,
-    kmsg: Option<Kmsg>,
-}
-
-impl EvidenceBefore {
-    fn read(paths: &KernelPaths, without_attempt_cgroup: bool) -> Self {
-        let chain = without_attempt_cgroup
-            .then(cgroup_chain::Chain::detect_current)
-            .flatten()
-            .map(|chain| {
-                let levels = chain.read();
-                (chain, levels)
-            });
-        EvidenceBefore {
-            vmstat_oom_kills: kernel::read_vmstat_oom_kill(&paths.vmstat),
-            chain,
-            kmsg: Kmsg::open_at_end(&paths.kmsg),
-        }
-    }
-
-    /// The evidence after the attempt: counters' deltas, and the kernel log's victim lines that
-    /// name a PID of the job (`known`).
-    fn after(mut self, paths: &KernelPaths, known: &HashSet<u32>) -> KernelEvidence {
-        KernelEvidence {
-            vmstat_oom_kill_delta: self
-                .vmstat_oom_kills
-                .zip(kernel::read_vmstat_oom_kill(&paths.vmstat))
-                .map(|(before, after)| after.saturating_sub(before)),
-            victim_lines: self
-                .kmsg
-                .as_mut()
-                .map(Kmsg::read_new)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|line| {
-                    scan::kernel_oom_victim_pid(line).is_some_and(|pid| known.contains(&pid))
-                })
-                .collect(),
-            cgroup_oom_kills: None,
-            cgroup_chain_kill: self
-                .chain
-                .and_then(|(chain, before)| cgroup_chain::attribute(&before, &chain.read())),
-        }
-    }
-}
-
-/// Where an attempt stands.
-enum Phase {
-    Running,
-    /// The main process was reaped; leftovers and pipes may still be draining.
-    Ended {
-        ending: Ending,
-        duration: Duration,
-        leftovers_stopped: bool,
-    },
 }
 
 impl Supervisor {
@@ -724,16 +439,6 @@ impl Supervisor {
         }
     }
 
-    /// Kills everything of the job: its tree, its attempt cgroup, and its srun steps' tasks.
-    fn kill_job(&self, job: &StartedJob, state: &mut AttemptState) {
-        // Our own processes first, and no new lookup: Slurm's answer may be slow to come.
-        self.signal_all(job.pgid, Signal::SIGKILL);
-        slurm::signal_steps(&state.steps.known(), Signal::SIGKILL);
-        if let Some(cg) = &job.cgroup {
-            let _ = cg.kill_all();
-        }
-    }
-
     /// Makes the attempt's cgroup. Without `--memory-max` a failure only costs exact
     /// accounting, so the attempt runs without one; with it, the run cannot keep its promise.
     fn make_cgroup(
@@ -777,7 +482,7 @@ impl Supervisor {
         observer: &mut dyn Observer,
     ) -> Result<AttemptEnd, SpawnError> {
         let mut job = self.start(attempt, launch, log, observer)?;
-        let mut state = AttemptState::new(&self.setup, job.pgid);
+        let mut state = AttemptState::new(&self.setup, &job);
         // The first sample one interval after spawn, not at once: at spawn the job is still
         // oomguard's fork or an interpreter starting up, and its numbers would stand as the
         // peaks of a short attempt. The end of the main process is sampled in any case.
@@ -786,15 +491,23 @@ impl Supervisor {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let wake = self.next_wake(&mut job, &state, &mut ticker).await;
-            let tick = matches!(wake, Wake::Tick);
+            let tick = matches!(wake, Wakeup::Tick);
             match wake {
-                Wake::Signal(signal) => self.on_signal(signal, &job, &mut state),
-                Wake::PipeClosed => job.open_pipes -= 1,
-                Wake::Tick => {}
-                Wake::GraceOver => self.on_grace_over(&job, &mut state),
-                Wake::DrainCheck => {
+                Wakeup::Signal(signal) => self.follow(
+                    attempt::Wake::Signal(signal),
+                    &[],
+                    &job,
+                    &mut state,
+                    observer,
+                ),
+                Wakeup::PipeClosed => job.open_pipes -= 1,
+                Wakeup::Tick => {}
+                Wakeup::GraceOver => {
+                    self.follow(attempt::Wake::GraceOver, &[], &job, &mut state, observer)
+                }
+                Wakeup::DrainCheck => {
                     // A user's stop ends the wait for a pipe a stray writer keeps busy.
-                    if job.drain_stalled(state.user_stop.is_some()) {
+                    if job.drain_stalled(state.rules.user_stopped()) {
                         break;
                     }
                 }
@@ -881,67 +594,79 @@ impl Supervisor {
         job: &mut StartedJob,
         state: &AttemptState,
         ticker: &mut tokio::time::Interval,
-    ) -> Wake {
+    ) -> Wakeup {
         let far: TokioInstant = deadline_after(FAR);
+        let kill_at = state.rules.kill_at().map(TokioInstant::from_std);
         tokio::select! {
-            signal = self.signals.next() => Wake::Signal(signal),
-            Some(()) = job.closed_rx.recv(), if job.open_pipes > 0 => Wake::PipeClosed,
-            _ = ticker.tick() => Wake::Tick,
-            _ = sleep_until(state.kill_at.unwrap_or(far)), if state.kill_at.is_some() => Wake::GraceOver,
-            _ = sleep_until(job.drain_until.unwrap_or(far)), if job.drain_until.is_some() => Wake::DrainCheck,
+            signal = self.signals.next() => Wakeup::Signal(signal),
+            Some(()) = job.closed_rx.recv(), if job.open_pipes > 0 => Wakeup::PipeClosed,
+            _ = ticker.tick() => Wakeup::Tick,
+            _ = sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() => Wakeup::GraceOver,
+            _ = sleep_until(job.drain_until.unwrap_or(far)), if job.drain_until.is_some() => Wakeup::DrainCheck,
         }
     }
 
-    /// A signal to oomguard while the attempt runs: a user's stop (a second SIGINT kills), job
-    /// control, a resize, or one to pass on.
-    fn on_signal(&mut self, signal: Signal, job: &StartedJob, state: &mut AttemptState) {
+    /// Hands `wake` to the attempt's rules and carries out what they ask. `seen`: the job's
+    /// processes the wake-up just saw (what a stop notes as open for writing).
+    fn follow(
+        &self,
+        wake: attempt::Wake,
+        seen: &[u32],
+        job: &StartedJob,
+        state: &mut AttemptState,
+        observer: &mut dyn Observer,
+    ) {
+        for act in state.rules.on_wake(wake, Instant::now()) {
+            self.act(act, seen, job, state, observer);
+        }
+    }
+
+    /// Carries out one act of the rules: the only place they reach processes.
+    fn act(
+        &self,
+        act: Act,
+        seen: &[u32],
+        job: &StartedJob,
+        state: &mut AttemptState,
+        observer: &mut dyn Observer,
+    ) {
         let pgid = job.pgid;
-        match signal {
-            Signal::SIGCHLD => {}
-            Signal::SIGINT if state.user_stop.is_some() => {
-                tracing::info!("second SIGINT: killing the job's processes");
-                self.signal_all(pgid, Signal::SIGKILL);
-                slurm::signal_steps(&state.steps.known(), Signal::SIGKILL);
-            }
-            signal if is_user_stop(signal) => {
-                self.ask_to_stop(job, state, signal, false);
-                if state.user_stop.is_none() {
-                    let after_exit = matches!(state.phase, Phase::Ended { .. });
-                    state.user_stop = Some(UserStop { signal, after_exit });
-                    state
-                        .kill_at
-                        .get_or_insert(deadline_after(self.setup.grace));
-                }
-            }
-            signal if is_job_control_stop(signal) => {
-                tracing::info!("{signal}: stopping the job, then oomguard");
-                state.stopped_by_us = true;
-                child::signal_group(pgid, job_control_signal(signal, job.own_session));
-                stop_self();
-            }
-            Signal::SIGCONT => {
-                state.stopped_by_us = false;
-                state.quiet.restart(Instant::now());
-                child::signal_group(pgid, Signal::SIGCONT);
+        match act {
+            Act::SignalGroup(signal) => {
+                child::signal_group(pgid, signal);
             }
             // Our terminal was resized: the job's pseudo-terminal follows first.
-            Signal::SIGWINCH => match &job.pty_master {
+            Act::Resize => match &job.pty_master {
                 Some(master) => resize_job(master, pgid),
                 None => {
                     child::signal_group(pgid, Signal::SIGWINCH);
                 }
             },
-            other => {
-                child::signal_group(pgid, other);
+            Act::AskToStop { signal, whole_tree } => {
+                self.ask_to_stop(job, state, signal, whole_tree)
             }
+            Act::KillTree => self.signal_all(pgid, Signal::SIGKILL),
+            Act::KillSlurmSteps => {
+                slurm::signal_steps(&state.steps.known(), Signal::SIGKILL);
+            }
+            Act::KillCgroup => {
+                if let Some(cg) = &job.cgroup {
+                    let _ = cg.kill_all();
+                }
+            }
+            Act::NoteWriting { walk } => {
+                let writing = match walk {
+                    true => open_for_writing(&self.job_processes()),
+                    false => open_for_writing(seen),
+                };
+                state.writing_at_stop.extend(writing);
+                state.stop_began.get_or_insert_with(SystemTime::now);
+            }
+            Act::StopSelf => stop_self(),
+            Act::RestartQuietClock => state.quiet.restart(Instant::now()),
+            Act::Say(line) => tracing::info!("{line}"),
+            Act::Tell(notice) => observer.notice(&notice),
         }
-    }
-
-    /// `--grace` ran out after a stop request: everything of the job is killed.
-    fn on_grace_over(&self, job: &StartedJob, state: &mut AttemptState) {
-        tracing::info!("grace period over: killing the job's processes");
-        self.kill_job(job, state);
-        state.kill_at = None;
     }
 
     /// Reaps what ended (noting peaks, SIGKILLs and the main process's end) and what stopped
@@ -960,7 +685,10 @@ impl Supervisor {
                 ChildEvent::Ended(reaped) => reaped,
                 ChildEvent::Stopped { pid, signal } => {
                     let terminal = matches!(signal, Signal::SIGTTIN | Signal::SIGTTOU);
-                    if pid == pgid && terminal && !state.stopped_by_us && !state.told_terminal_stop
+                    if pid == pgid
+                        && terminal
+                        && !state.rules.stopped_by_us()
+                        && !state.told_terminal_stop
                     {
                         state.told_terminal_stop = true;
                         observer.notice(&Notice::TerminalStop { signal });
@@ -970,186 +698,24 @@ impl Supervisor {
             };
             state.known.insert(reaped.pid);
             state.watch.peaks.fold_process_peak(reaped.max_rss_bytes);
-            if is_unexplained_sigkill(reaped.pid, pgid, reaped.ending, &state.phase) {
+            if is_unexplained_sigkill(
+                reaped.pid,
+                pgid,
+                reaped.ending,
+                state.rules.leftovers_stopped(),
+            ) {
                 state.sigkilled_descendant.get_or_insert(reaped.pid);
             }
             if reaped.pid == pgid {
                 main_ended = true;
-                state.phase = Phase::Ended {
+                let ended = attempt::Wake::MainEnded {
                     ending: reaped.ending,
                     duration: job.started.elapsed(),
-                    leftovers_stopped: false,
                 };
+                self.follow(ended, &[], job, state, observer);
             }
         }
         main_ended
-    }
-
-    /// Looks at the job's tree: on a tick while it runs, samples it (a soft bound held stops
-    /// it); when the main process has `just_ended`, samples what it left once (DataLoader
-    /// workers, ranks still hold memory: a short attempt gets real peaks); once it ended, stops
-    /// its leftovers and, when they are gone, lets the readers drain. The tree is walked once,
-    /// on ticks and, after the end, on every wake-up (to see the leftovers go); not on each
-    /// SIGCHLD of a busy job.
-    fn look(
-        &mut self,
-        tick: bool,
-        just_ended: bool,
-        job: &mut StartedJob,
-        state: &mut AttemptState,
-        observer: &mut dyn Observer,
-    ) -> Look {
-        let ended = matches!(state.phase, Phase::Ended { .. });
-        if !tick && !ended {
-            return Look::Going;
-        }
-        let alive = match (&job.cgroup, ended) {
-            // The kernel's list of the job's processes: one read, not a walk of /proc.
-            (Some(cgroup), false) => cgroup.tree_pids(),
-            _ => self.job_processes(),
-        };
-        state.known.extend(alive.iter().copied());
-        if !ended {
-            self.sample(&alive, job, state, observer);
-            return Look::Going;
-        }
-        if just_ended {
-            let sample = self
-                .sampler
-                .sample(job.attempt, &alive, job.cgroup.as_ref());
-            observer.sample(&sample);
-            state.watch.peaks.update(&sample);
-        }
-        let Phase::Ended {
-            leftovers_stopped, ..
-        } = &mut state.phase
-        else {
-            unreachable!("checked above")
-        };
-        if !alive.is_empty() && !*leftovers_stopped {
-            // The main process is gone; what it left behind is ended gently, then for good.
-            *leftovers_stopped = true;
-            tracing::info!(
-                "main process ended; stopping {} leftover process(es)",
-                alive.len()
-            );
-            state.writing_at_stop.extend(open_for_writing(&alive));
-            state.stop_began.get_or_insert_with(SystemTime::now);
-            self.ask_to_stop(job, state, Signal::SIGTERM, true);
-            state
-                .kill_at
-                .get_or_insert(deadline_after(self.setup.grace));
-        }
-        if !alive.is_empty() {
-            return Look::Going;
-        }
-        if job.open_pipes == 0 {
-            return Look::Done;
-        }
-        job.start_draining();
-        Look::Going
-    }
-
-    /// One tick's sample of a running job: written down, watched for peaks, growth and soft
-    /// bounds; a bound held for long enough asks the job to stop.
-    fn sample(
-        &mut self,
-        alive: &[u32],
-        job: &StartedJob,
-        state: &mut AttemptState,
-        observer: &mut dyn Observer,
-    ) {
-        // An srun's tasks run in its step's cgroup, not below oomguard: they are what the
-        // bounds and peaks judge (the step's counters stand for the attempt cgroup's, which
-        // holds srun alone).
-        self.srun_steps(state, alive, job.pgid);
-        let here = state.steps.read_here();
-        let mut sample = if here.cgroups.is_empty() && here.gpu_only_pids.is_empty() {
-            self.sampler.sample(job.attempt, alive, job.cgroup.as_ref())
-        } else {
-            // The attempt cgroup (srun, and whatever else the job runs here) and each node's
-            // step cgroups hold different processes: their counters add up.
-            let cgroups: Vec<_> = job
-                .cgroup
-                .iter()
-                .map(|cg| (None, cg))
-                .chain(here.cgroups.into_iter().map(|(node, cg)| (Some(node), cg)))
-                .collect();
-            let pids: Vec<u32> = alive.iter().copied().chain(here.pids).collect();
-            self.sampler.sample_scope(
-                job.attempt,
-                &Scope {
-                    pids: &pids,
-                    gpu_only_pids: &here.gpu_only_pids,
-                    cgroups: &cgroups,
-                },
-            )
-        };
-        let sstat = state
-            .steps
-            .sstat_parts(Instant::now(), &slurm::step_memory_bytes);
-        if !sstat.is_empty() {
-            sample.remote_tasks_bytes = Some(sstat.iter().map(|p| p.bytes).sum());
-        }
-        sample.slurm_parts.extend(sstat);
-        observer.sample(&sample);
-        let stopping =
-            state.memory_stop.is_some() || state.user_stop.is_some() || state.quiet_stop.is_some();
-        if let Some(crossing) = state.watch.observe(
-            &sample,
-            job.started.elapsed(),
-            &self.setup,
-            job.cgroup.as_ref(),
-            stopping,
-            observer,
-        ) {
-            state.writing_at_stop.extend(open_for_writing(alive));
-            state.stop_began.get_or_insert_with(SystemTime::now);
-            self.ask_to_stop(job, state, Signal::SIGTERM, false);
-            state
-                .kill_at
-                .get_or_insert(deadline_after(self.setup.grace));
-            state.memory_stop = Some(crossing);
-        }
-        self.watch_quiet(&sample, job, state, observer);
-    }
-
-    /// One tick of the quiet watch: a job silent for `--hang-timeout` after an out-of-memory
-    /// error, or silent and idle for `--stall-timeout`, is asked to stop as for a soft memory
-    /// bound (SIGTERM, then SIGKILL after `--grace`). The tail is read only when the job has been
-    /// silent that long (see [`QuietWatch::tick`]): a tick costs the same however much it printed.
-    fn watch_quiet(
-        &self,
-        sample: &Sample,
-        job: &StartedJob,
-        state: &mut AttemptState,
-        observer: &mut dyn Observer,
-    ) {
-        let stopping =
-            state.memory_stop.is_some() || state.user_stop.is_some() || state.quiet_stop.is_some();
-        if stopping || !state.quiet.is_on() {
-            return;
-        }
-        let sinks = &job.sinks;
-        let Some(stop) = state.quiet.tick(
-            Instant::now(),
-            sinks.bytes_read(),
-            sinks.output_waiting(),
-            sample.cpu_ticks,
-            || classify::memory_error_shown(&sinks.tail_text()),
-        ) else {
-            return;
-        };
-        observer.notice(&Notice::QuietStop(stop.clone()));
-        state
-            .writing_at_stop
-            .extend(open_for_writing(&self.job_processes()));
-        state.stop_began.get_or_insert_with(SystemTime::now);
-        self.ask_to_stop(job, state, Signal::SIGTERM, false);
-        state
-            .kill_at
-            .get_or_insert(deadline_after(self.setup.grace));
-        state.quiet_stop = Some(stop);
     }
 
     /// Last step: the guard released, the kernel's evidence read, the attempt cgroup emptied and
@@ -1158,12 +724,10 @@ impl Supervisor {
         if let Some(guard) = self.guard.as_mut() {
             guard.watch(None, None);
         }
-        let Phase::Ended {
-            ending, duration, ..
-        } = state.phase
-        else {
-            unreachable!("the loop ends only after the main process is reaped")
-        };
+        let ended = state
+            .rules
+            .ended()
+            .expect("the loop ends only after the main process is reaped");
         let mut peaks = state.watch.peaks;
         let mut kernel = job.before.after(&self.setup.kernel_paths, &state.known);
         if let Some(cg) = job.cgroup {
@@ -1179,17 +743,17 @@ impl Supervisor {
             job.sinks.end_streams();
         }
         AttemptEnd {
-            ending,
-            user_stop: state.user_stop,
-            memory_stop: state.memory_stop,
+            ending: ended.ending,
+            user_stop: ended.user_stop,
+            memory_stop: ended.memory_stop,
             tail: job.sinks.tail_text(),
             kernel,
             started_at: job.started_at,
-            duration,
+            duration: ended.duration,
             peaks,
             pids: state.known,
             sigkilled_descendant: state.sigkilled_descendant,
-            quiet_stop: state.quiet_stop,
+            quiet_stop: ended.quiet_stop,
             writing_at_stop: state.writing_at_stop,
             stop_began: state.stop_began,
             gpu_at_start: state.watch.gpu_first,
