@@ -1,6 +1,7 @@
-//! How a run tells what happens to everyone who listens: one [`RunEvent`] per step (an attempt
-//! started, a sample, an attempt ended, a relaunch decided and announced, the run stopped and
-//! ended), delivered by [`Observers::tell`] to each listener in a fixed order: the run directory
+//! How a run tells what happens to everyone who listens: one [`RunEvent`] per step (the run
+//! started, an attempt started, a sample, a notice of the supervisor's, an attempt ended, a
+//! relaunch decided and announced, a wait's or the room's line, the run stopped and ended),
+//! delivered by [`Observers::tell`] to each listener in a fixed order: the run directory
 //! (summary.json, samples.csv, report.html), the console, the job's memory, the service manager,
 //! the metrics and the hooks. The listeners do not decide anything about the run and do not
 //! wait: a listener that cannot write says so and the run goes on. Each sample goes out with the
@@ -35,6 +36,8 @@ use super::prepare::{self, lossy};
 
 /// What happened in the run, as its listeners hear it.
 pub(super) enum RunEvent<'a> {
+    /// The run directory is ready and its listeners open: the run's first lines.
+    RunStarted,
     /// Attempt `attempt` is about to be spawned with these knob values, and the probe's pipe
     /// where it has one.
     AttemptStarted {
@@ -48,6 +51,13 @@ pub(super) enum RunEvent<'a> {
         sample: &'a Sample,
         progress: Option<Progress>,
     },
+    /// Something the supervisor saw while the attempt runs (memory growing, a stop begun, no
+    /// cgroup, the job stopped at the terminal).
+    Notice(&'a Notice),
+    /// A line as the console says it (`warn`: as a warning), for what has no event of its
+    /// own: the waits between attempts (the GPU letting go, the checkpoints settling), the room
+    /// on a shared card, the probe, the files the run patched.
+    Said { warn: bool, line: &'a str },
     /// Attempt `attempt` ended: how it ran (its argv, knob values, the knobs moved for it, the
     /// checkpoint and hint it was given) and why it ended.
     AttemptEnded {
@@ -128,7 +138,8 @@ pub(super) struct Observers<'a> {
     run_dir: &'a RunDir,
     summary: &'a mut Summary,
     samples: SamplesCsv,
-    job: JobRun,
+    /// The job's memory: opened once the run's first lines are said.
+    job: Option<JobRun>,
     notify: notify::Notifier,
     /// `--metrics-addr` / `--metrics-textfile`, where asked for.
     metrics: Option<metrics::Exporter>,
@@ -157,15 +168,12 @@ impl<'a> Observers<'a> {
         metrics: Option<metrics::Exporter>,
     ) -> Result<Observers<'a>, crate::Error> {
         let samples = run_dir.open_samples().map_err(crate::Error::RunDir)?;
-        prepare::say_run_started(settings, run_dir, summary, console, metrics.as_ref());
-        let job = prepare::open_job(settings, summary, &console);
-        Ok(Observers {
+        let mut observers = Observers {
             settings,
             console,
             run_dir,
             summary,
             samples,
-            job,
             notify: notify::Notifier::from_env(),
             metrics,
             hooks: hooks::Pending::default(),
@@ -174,7 +182,22 @@ impl<'a> Observers<'a> {
             page: None,
             claims: None,
             probe: None,
-        })
+            job: None,
+        };
+        // Said before the job's memory is opened, which says where attempt 1 starts.
+        observers.tell(&RunEvent::RunStarted);
+        observers.job = Some(prepare::open_job(settings, observers.summary, &console));
+        Ok(observers)
+    }
+
+    /// A line for everyone who listens; the console says it.
+    pub(super) fn say(&mut self, line: &str) {
+        self.tell(&RunEvent::Said { warn: false, line });
+    }
+
+    /// A warning for everyone who listens; the console warns.
+    pub(super) fn warn(&mut self, line: &str) {
+        self.tell(&RunEvent::Said { warn: true, line });
     }
 
     /// Delivers `event` to each listener, in an order that keeps what the user reads in the
@@ -251,7 +274,7 @@ impl<'a> Observers<'a> {
     }
 
     pub(super) fn job(&self) -> &JobRun {
-        &self.job
+        self.job.as_ref().expect("opened as the run starts")
     }
 
     pub(super) fn ramp(&self) -> &AttemptRamp {
@@ -395,6 +418,18 @@ impl<'a> Observers<'a> {
     fn say_on_console(&mut self, event: &RunEvent) {
         let report = self.console;
         match event {
+            RunEvent::RunStarted => prepare::say_run_started(
+                self.settings,
+                self.run_dir,
+                self.summary,
+                report,
+                self.metrics.as_ref(),
+            ),
+            RunEvent::Notice(notice) => self.say_notice(notice),
+            RunEvent::Said { warn, line } => match warn {
+                true => report.warn(line),
+                false => report.say(line),
+            },
             RunEvent::AttemptEnded {
                 attempt,
                 verdict,
@@ -500,34 +535,32 @@ impl<'a> Observers<'a> {
     fn keep_in_job(&mut self, event: &RunEvent) {
         let knobs = &self.settings.knobs;
         let (report, run_dir) = (&self.console, self.run_dir.path());
+        // Not yet open while the run's first lines are said.
+        let Some(job) = self.job.as_mut() else {
+            return;
+        };
         match *event {
             RunEvent::AttemptStarted {
                 attempt, values, ..
-            } => self
-                .job
-                .attempt_started(attempt, knobs.at(values).json(), run_dir, report),
+            } => job.attempt_started(attempt, knobs.at(values).json(), run_dir, report),
             RunEvent::Sample {
                 sample,
                 progress: Some(progress),
-            } => self.job.progress(progress, sample.unix_time_s, report),
+            } => job.progress(progress, sample.unix_time_s, report),
             RunEvent::AttemptEnded { .. } => {
                 let recorded = self.summary.attempts().last().expect("recorded first");
-                self.job.remember(recorded, run_dir, report);
+                job.remember(recorded, run_dir, report);
             }
             RunEvent::RelaunchDecided { ended, values, .. } => {
-                self.job
-                    .waiting(ended + 1, knobs.at(values).json(), run_dir, report)
+                job.waiting(ended + 1, knobs.at(values).json(), run_dir, report)
             }
             RunEvent::WaitingForRoom {
                 attempt,
                 values,
                 status,
                 ..
-            } => {
-                self.job
-                    .waiting_for_room(attempt, knobs.at(values).json(), status, run_dir, report)
-            }
-            RunEvent::Ended { outcome, .. } => self.job.ended(outcome, report),
+            } => job.waiting_for_room(attempt, knobs.at(values).json(), status, run_dir, report),
+            RunEvent::Ended { outcome, .. } => job.ended(outcome, report),
             _ => {}
         }
     }
@@ -634,6 +667,13 @@ impl Observer for Observers<'_> {
     }
 
     fn notice(&mut self, notice: &Notice) {
+        self.tell(&RunEvent::Notice(notice));
+    }
+}
+
+impl Observers<'_> {
+    /// A notice of the supervisor's, as the console says it (no cgroup: once a run).
+    fn say_notice(&mut self, notice: &Notice) {
         let report = self.console;
         match notice {
             Notice::Growth {

@@ -91,7 +91,7 @@ impl super::Run<'_> {
         let (channel, write) = match crate::probe::Channel::open() {
             Ok(opened) => opened,
             Err(e) => {
-                self.observers.console().warn(&format!(
+                self.observers.warn(&format!(
                     "probe off for this attempt: cannot open its pipe: {e}"
                 ));
                 return None;

@@ -82,9 +82,9 @@ fn run_in(settings: &RunSettings, ready: &mut Ready, report: Reporter) -> Result
     let mut observers = Observers::start(settings, report, run_dir, summary, metrics.take())?;
     let (gpu, gpu_off) = gpu::open();
     if let Some(reason) = gpu_off {
-        report.say(&reason);
+        observers.say(&reason);
         if settings.bounds.max_gpu_bytes.is_some() {
-            report.warn("--max-gpu cannot act without GPU monitoring");
+            observers.warn("--max-gpu cannot act without GPU monitoring");
         }
     }
     let setup = Setup {
@@ -163,13 +163,13 @@ impl<'a> Run<'a> {
         settings: &'a RunSettings,
         mut supervisor: Supervisor,
         files: Option<&'a mut Patcher>,
-        observers: Observers<'a>,
+        mut observers: Observers<'a>,
     ) -> Run<'a> {
         if let Some(files) = files.as_deref() {
             supervisor.guard_files(&files.journal_paths());
         }
         let ladder = Ladder::for_job(settings, observers.job());
-        let probe_dir = probe_dir(settings, &observers);
+        let probe_dir = probe_dir(settings, &mut observers);
         Run {
             settings,
             supervisor,
@@ -278,7 +278,7 @@ impl<'a> Run<'a> {
         }
         if let Some(files) = self.files.as_deref_mut() {
             for line in files.finish() {
-                self.observers.console().warn(&line);
+                self.observers.warn(&line);
             }
         }
         let outcome = ended
@@ -316,19 +316,19 @@ const PROBE_LAST_LINES: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Where the probe lives for this run: `probe/` in the run directory, for a Python command
 /// unless `--no-probe`; `None` (said once) where it cannot be written.
-fn probe_dir(settings: &RunSettings, observers: &Observers) -> Option<std::path::PathBuf> {
+fn probe_dir(settings: &RunSettings, observers: &mut Observers) -> Option<std::path::PathBuf> {
     if !settings.probe || !crate::probe::runs_python(&settings.command) {
         return None;
     }
     match observers.run_dir().write_probe(crate::probe::SITECUSTOMIZE) {
         Ok(dir) => {
-            observers.console().say(
+            observers.say(
                 "probe: on, the job's optimizer steps are seen from inside (--no-probe turns it off)",
             );
             Some(dir)
         }
         Err(e) => {
-            observers.console().warn(&format!(
+            observers.warn(&format!(
                 "probe off: cannot write it into the run directory: {e}"
             ));
             None

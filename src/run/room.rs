@@ -284,9 +284,8 @@ impl super::Run<'_> {
             RoomWait::NoReading => Ok(()),
             RoomWait::Room { claims, .. } => {
                 if own {
-                    self.observers
-                        .console()
-                        .say(&format!("{} has room for the job's own size", need.cards()));
+                    let line = format!("{} has room for the job's own size", need.cards());
+                    self.observers.say(&line);
                 }
                 self.observers.hold_claims(claims, need.bytes);
                 Ok(())
@@ -295,11 +294,12 @@ impl super::Run<'_> {
                 if let Some(line) = self.ladder.start_room_limited(self.settings) {
                     let knobs = self.settings.knobs.at(&self.ladder.values).json();
                     self.observers.started_from(knobs);
-                    self.observers.console().say(&format!(
+                    let line = format!(
                         "{} still has only {} free beside its other processes: {line}",
                         need.cards(),
                         human_bytes(room_bytes)
-                    ));
+                    );
+                    self.observers.say(&line);
                 }
                 Ok(())
             }
@@ -308,7 +308,6 @@ impl super::Run<'_> {
 
     /// `--gpus N`: picks the cards once, says which, and gives every attempt them.
     fn pick_cards(&mut self) {
-        let report = self.observers.console();
         let listed = self.supervisor.gpu_devices();
         // The job's own value: its job file's `[env]`, else what oomguard was given.
         let visible = self
@@ -329,23 +328,25 @@ impl super::Run<'_> {
             return;
         };
         let Some(devices) = listed.filter(|d| !d.is_empty()) else {
-            report.warn(&format!(
-                "--gpus {n}: no GPU is listed (no NVIDIA driver here?); the job keeps CUDA_VISIBLE_DEVICES as it is"
-            ));
+            self.observers.warn(
+                &format!("--gpus {n}: no GPU is listed (no NVIDIA driver here?); the job keeps CUDA_VISIBLE_DEVICES as it is"),
+            );
             return;
         };
         if visible.is_some() && among.is_none() {
-            report.warn(&format!(
-                "--gpus {n}: CUDA_VISIBLE_DEVICES={} names cards NVML does not list (MIG instances are not picked); picking among all cards",
-                visible.as_deref().unwrap_or_default()
-            ));
+            self.observers.warn(
+                &format!(
+                    "--gpus {n}: CUDA_VISIBLE_DEVICES={} names cards NVML does not list (MIG instances are not picked); picking among all cards",
+                    visible.as_deref().unwrap_or_default()
+                ),
+            );
         }
         match room::pick_cards(&devices, n, among.as_deref().filter(|a| !a.is_empty())) {
             Ok(picked) => {
                 let (value, by_index) = room::visible_value(&picked);
                 let described: Vec<String> =
                     picked.iter().map(|d| room::describe_card(d)).collect();
-                report.say(&format!(
+                self.observers.say(&format!(
                     "--gpus {n}: giving the job {} (CUDA_VISIBLE_DEVICES={value})",
                     described.join(", ")
                 ));
@@ -358,7 +359,7 @@ impl super::Run<'_> {
                         .push(("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".into()));
                 }
             }
-            Err(line) => report.warn(&format!(
+            Err(line) => self.observers.warn(&format!(
                 "{line}; the job keeps CUDA_VISIBLE_DEVICES as it is"
             )),
         }
@@ -375,7 +376,6 @@ impl super::Run<'_> {
         attempt: u32,
         why: &str,
     ) -> RoomWait {
-        let report = self.observers.console();
         let place = match want {
             Want::Card(_) => self.claims_place(),
             Want::Host(_) => None,
@@ -474,7 +474,7 @@ impl super::Run<'_> {
                     ),
                     _ => ("of host memory available".to_string(), String::new()),
                 };
-                report.say(&format!(
+                self.observers.say(&format!(
                     "waiting up to {} for {} {place_words} (room now {}{held}): {why}",
                     console::short_duration(limit),
                     human_bytes(want.bytes()),

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::Signal;
 
-use crate::console::{self, Reporter};
+use crate::console;
 use crate::supervise::{self, AttemptEnd, GpuWait, Supervisor};
 use crate::{hooks, policy, resume};
 
-use super::events::{Relaunch, RunEvent};
+use super::events::{Observers, Relaunch, RunEvent};
 
 impl super::Run<'_> {
     /// Before each attempt: `--resume-first`'s checkpoint for attempt 1, and the relaunch hooks
@@ -31,8 +31,8 @@ impl super::Run<'_> {
             self.ladder.first(),
             settings.resume.as_ref().filter(|r| r.first),
         ) {
-            let report = self.observers.console();
-            match resume_first(&mut self.supervisor, settings.interval, resume, report).await {
+            let (supervisor, observers) = (&mut self.supervisor, &mut self.observers);
+            match resume_first(supervisor, settings.interval, resume, observers).await {
                 Ok(path) => self.ladder.resume_from = path,
                 Err(signal) => return Some(signal),
             }
@@ -64,7 +64,6 @@ impl super::Run<'_> {
         next: policy::Next,
     ) -> Option<Signal> {
         let settings = self.settings;
-        let report = self.observers.console();
         let attempt = self.ladder.next_attempt() - 1;
         // Checkpoints written since the run started; any, with --resume-first (a relaunch
         // should not start over where attempt 1 did not).
@@ -83,7 +82,8 @@ impl super::Run<'_> {
             resume::Watch::start(resume.scan(since), Instant::now(), settings.interval)
         });
         let timeout = settings.gpu_free_timeout;
-        let gpu = wait_gpu_free(&mut self.supervisor, attempt, &end.pids, timeout, report);
+        let (supervisor, observers) = (&mut self.supervisor, &mut self.observers);
+        let gpu = wait_gpu_free(supervisor, attempt, &end.pids, timeout, observers);
         if let Some(signal) = gpu.await {
             return Some(signal);
         }
@@ -97,7 +97,12 @@ impl super::Run<'_> {
                 stop: &stop,
             };
             let pick = match looks
-                .settle(&mut self.supervisor, report, watch, backoff_end)
+                .settle(
+                    &mut self.supervisor,
+                    &mut self.observers,
+                    watch,
+                    backoff_end,
+                )
                 .await
             {
                 Ok(pick) => pick,
@@ -171,7 +176,7 @@ impl Looks<'_> {
     async fn settle(
         &self,
         supervisor: &mut Supervisor,
-        report: Reporter,
+        observers: &mut Observers<'_>,
         mut watch: resume::Watch,
         backoff_end: Instant,
     ) -> Result<resume::Pick, Signal> {
@@ -179,11 +184,13 @@ impl Looks<'_> {
         while let Some(wait) = watch.wait(Instant::now(), backoff_end) {
             if let (Some(path), false) = (watch.changing(), told) {
                 told = true;
-                report.say(&format!(
-                    "{} is still being written: waiting up to {} (the rest of the backoff) for it to be complete",
-                    path.display(),
-                    console::short_duration(backoff_end.saturating_duration_since(Instant::now()))
-                ));
+                observers.say(
+                    &format!(
+                        "{} is still being written: waiting up to {} (the rest of the backoff) for it to be complete",
+                        path.display(),
+                        console::short_duration(backoff_end.saturating_duration_since(Instant::now()))
+                    ),
+                );
             }
             if let Some(signal) = supervisor.pause(wait).await {
                 return Err(signal);
@@ -201,7 +208,7 @@ async fn resume_first(
     supervisor: &mut Supervisor,
     interval: Duration,
     resume: &resume::Resume,
-    report: Reporter,
+    observers: &mut Observers<'_>,
 ) -> Result<Option<PathBuf>, Signal> {
     let watch = resume::Watch::start(resume.scan(None), Instant::now(), interval);
     // No attempt yet, so no stop of oomguard's: only the files' formats are checked.
@@ -212,9 +219,9 @@ async fn resume_first(
         stop: &no_stop,
     };
     let pick = looks
-        .settle(supervisor, report, watch, Instant::now())
+        .settle(supervisor, observers, watch, Instant::now())
         .await?;
-    report.say(&format!(
+    observers.say(&format!(
         "attempt 1: {}",
         pick.clause(&resume.pattern, false)
     ));
@@ -229,7 +236,7 @@ async fn wait_gpu_free(
     attempt: u32,
     pids: &HashSet<u32>,
     timeout: Duration,
-    report: Reporter,
+    observers: &mut Observers<'_>,
 ) -> Option<Signal> {
     let started = Instant::now();
     let holders = match supervisor.wait_gpu_free(pids, Duration::ZERO).await {
@@ -237,14 +244,16 @@ async fn wait_gpu_free(
         GpuWait::Stopped(signal) => return Some(signal),
         GpuWait::NoGpu | GpuWait::Free => return None,
     };
-    report.say(&format!(
-        "waiting up to {} for the GPU to free attempt {attempt}'s memory (PIDs {holders:?} still listed)",
-        console::short_duration(timeout)
-    ));
+    observers.say(
+        &format!(
+            "waiting up to {} for the GPU to free attempt {attempt}'s memory (PIDs {holders:?} still listed)",
+            console::short_duration(timeout)
+        ),
+    );
     let waited = || console::short_duration(started.elapsed());
     match supervisor.wait_gpu_free(pids, timeout).await {
         GpuWait::StillHeld(left) => {
-            report.warn(&format!(
+            observers.warn(&format!(
                 "the GPU still lists PIDs {left:?} after {}; relaunching anyway",
                 waited()
             ));
@@ -252,7 +261,7 @@ async fn wait_gpu_free(
         }
         GpuWait::Stopped(signal) => Some(signal),
         GpuWait::NoGpu | GpuWait::Free => {
-            report.say(&format!("GPU free after {}", waited()));
+            observers.say(&format!("GPU free after {}", waited()));
             None
         }
     }
