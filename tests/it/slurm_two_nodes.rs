@@ -407,14 +407,17 @@ fn two_node_max_rss(
     );
     let csv = std::fs::read_to_string(sb.run_dir().join("samples.csv")).unwrap();
     let mut lines = csv.lines();
-    assert!(
-        lines.next().is_some_and(|h| h.ends_with(",slurm_parts")),
-        "samples.csv's last column is slurm_parts"
-    );
-    // The last cell holds no comma (`node:n1=1;node:n2=2`): the row's last comma ends the rest.
+    // Counted from the row's end: the cells after `gpu_neighbours` (whose user names are the
+    // system's to write) hold no comma (`node:n1=1;node:n2=2`, then the probe's `steps`).
+    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    let from_end = header
+        .iter()
+        .rev()
+        .position(|c| *c == "slurm_parts")
+        .expect("samples.csv has slurm_parts");
     let parts = lines
         .map(|row| {
-            let cell = row.rsplit(',').next().unwrap_or_default();
+            let cell = row.rsplit(',').nth(from_end).unwrap_or_default();
             cell.split(';')
                 .filter(|p| !p.is_empty())
                 .map(|p| {
