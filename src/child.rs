@@ -28,7 +28,7 @@ use crate::principal::RunAs;
 use crate::terminal::Pty;
 
 /// Why a command could not be started. Exit codes follow the shell: 127 not found, 126 not
-/// executable.
+/// executable ([`SpawnError::exit_code`], which [`crate::error`] keeps with every other status).
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
     #[error("command not found: {0} (check the spelling, or give its full path)")]
@@ -49,19 +49,6 @@ pub enum SpawnError {
     Setup(String),
     #[error("could not start {program}: {source}")]
     Other { program: String, source: io::Error },
-}
-
-impl SpawnError {
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            SpawnError::NotFound(_) | SpawnError::NotFoundFor(..) => 127,
-            SpawnError::NotExecutable(_)
-            | SpawnError::NotExecutableFor(..)
-            | SpawnError::BadInterpreter(_)
-            | SpawnError::Other { .. } => 126,
-            SpawnError::Setup(_) => crate::EXIT_INTERNAL,
-        }
-    }
 }
 
 /// [`resolve_program`] as `who` would find it (a job file's `user`, when oomguard is root): with

@@ -15,6 +15,7 @@ use nix::sys::signal::Signal;
 
 use crate::classify::Verdict;
 use crate::console::{self, Reporter};
+use crate::error::Error;
 use crate::jobs::run::JobRun;
 use crate::knobs::Value;
 use crate::outcome::{Cause, Outcome};
@@ -155,8 +156,8 @@ impl<'a> Observers<'a> {
         run_dir: &'a RunDir,
         summary: &'a mut Summary,
         metrics: Option<metrics::Exporter>,
-    ) -> Result<Observers<'a>, crate::Error> {
-        let samples = run_dir.open_samples().map_err(crate::Error::RunDir)?;
+    ) -> Result<Observers<'a>, Error> {
+        let samples = run_dir.open_samples().map_err(Error::RunDir)?;
         prepare::say_run_started(settings, run_dir, summary, console, metrics.as_ref());
         let job = prepare::open_job(settings, summary, &console);
         Ok(Observers {
