@@ -623,7 +623,7 @@ mod tests {
 
     fn knobs_of(command: &[OsString]) -> KnobSet {
         let cwd = std::env::current_dir().unwrap();
-        knobs::resolve::resolve(&knobs::resolve::Request::plain(command, &cwd), None).unwrap()
+        knobs::resolve::resolve(&knobs::resolve::Request::plain(command, &cwd)).unwrap()
     }
 
     #[test]

@@ -15,8 +15,8 @@
 //! This module is pure: text in, validated [`KnobSpec`]s and [`JobPart`] out (plus [`load`],
 //! which only reads the file). It does not look at the job's command, environment, config files,
 //! users or directories: whether a flag is in the command, a key in a file, a user in the passwd
-//! database or the workdir on disk is checked by whoever uses the specs (`knobs::resolve`,
-//! `runas`). An unknown top-level key is an error naming it.
+//! database or the workdir on disk is checked by whoever uses the specs
+//! ([`crate::settings::job_knobs`], [`crate::runas`]). An unknown top-level key is an error naming it.
 //!
 //! Its parts: [`ladder`] reads the `[[knob]]` tables, [`job`] the job part and `[run]`; this file
 //! holds what they share (the file as a whole, the parse context that turns a position into a

@@ -176,17 +176,14 @@ pub(super) mod tests {
     }
 
     pub(crate) fn knobs_of(command: &[OsString], min_batch: u64) -> KnobSet {
-        resolve(
-            &Request {
-                command,
-                batch_arg: None,
-                accum_arg: None,
-                min_batch,
-                cwd: Path::new("/"),
-                finish_left_patches: false,
-            },
-            None,
-        )
+        resolve(&Request {
+            command,
+            batch_arg: None,
+            accum_arg: None,
+            min_batch,
+            cwd: Path::new("/"),
+            finish_left_patches: false,
+        })
         .expect("the command's knobs resolve")
     }
 

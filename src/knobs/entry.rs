@@ -166,7 +166,7 @@ mod found {
         }
         let command: Vec<OsString> = command.split_whitespace().map(OsString::from).collect();
         let request = Request::plain(&command, dir);
-        resolve(&request, None).unwrap_or_else(|e| panic!("{e}"))
+        resolve(&request).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// (name, place, original) of each knob.
@@ -366,7 +366,7 @@ mod found {
         )
         .unwrap();
         let request = Request::plain(&command, dir.path());
-        let err = resolve(&request, None).unwrap_err().to_string();
+        let err = resolve(&request).unwrap_err().to_string();
         assert!(
             err.contains("set train_micro_batch_size_per_gpu (and its partner) to \"auto\""),
             "{err}"

@@ -1612,7 +1612,7 @@ mod tests {
         let cwd = fixture("packages");
         let command = argv("python app/main.py -cn interp");
         let request = Request::plain(&command, &cwd);
-        let set = crate::knobs::resolve::resolve(&request, None).expect("the run goes on");
+        let set = crate::knobs::resolve::resolve(&request).expect("the run goes on");
         assert!(set.batch().is_none());
         assert!(
             set.notes.iter().any(|n| n.contains("loader.batch_size=N")),
