@@ -44,10 +44,13 @@ impl Rule {
                     return None;
                 };
                 let next = match step {
-                    Step::Halve => now / 2,
-                    Step::Minus(by) => now.saturating_sub(*by),
-                }
-                .max(*min);
+                    // Halving is `fit::halve`'s alone, the floor included. Where the step lands
+                    // is `step_with`'s to say (the strategy, the effective batch); whether it
+                    // moves is the same without the effective batch: below `now` exactly when
+                    // plain halving is.
+                    Step::Halve => fit::halve(now, None, *min),
+                    Step::Minus(by) => now.saturating_sub(*by).max(*min),
+                };
                 (next < now).then_some(Value::Int(next))
             }
             Moves::Set(value) => (!value.same(current)).then(|| value.clone()),
