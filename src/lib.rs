@@ -33,6 +33,8 @@
 //! integration tests drive.
 
 mod error;
+#[cfg(test)]
+mod test_util;
 // settings
 mod cli;
 mod fsutil;

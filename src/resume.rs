@@ -609,17 +609,7 @@ impl Pick {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
-
-    fn words(argv: &[OsString]) -> String {
-        argv.iter()
-            .map(|t| t.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
+    use crate::test_util::{argv, words};
 
     fn knobs_of(command: &[OsString]) -> KnobSet {
         let cwd = std::env::current_dir().unwrap();

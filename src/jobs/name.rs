@@ -170,10 +170,7 @@ fn stem(shape: &[OsString]) -> String {
 pub(super) mod tests {
     use super::*;
     use crate::knobs::resolve::{resolve, Request};
-
-    pub(crate) fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
+    use crate::test_util::argv;
 
     pub(crate) fn knobs_of(command: &[OsString], min_batch: u64) -> KnobSet {
         resolve(&Request {

@@ -508,17 +508,7 @@ impl KnobSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
-
-    fn words(argv: &[OsString]) -> String {
-        argv.iter()
-            .map(|t| t.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
+    use crate::test_util::{argv, words};
 
     fn rule(name: &str, moves: Moves) -> Rule {
         Rule {

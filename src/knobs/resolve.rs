@@ -239,10 +239,7 @@ fn named_place(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
+    use crate::test_util::argv;
 
     fn request<'a>(command: &'a [OsString], cwd: &'a Path) -> Request<'a> {
         Request::plain(command, cwd)
@@ -377,6 +374,7 @@ mod lightning_on_the_command_line {
     //! Issue 28: a LightningCLI command's batch on the command line, its accumulation added as
     //! a flag that starts from what the `--config` files set.
     use super::*;
+    use crate::test_util::argv;
 
     #[test]
     fn the_added_accumulation_starts_from_the_configs_value() {
@@ -427,7 +425,7 @@ mod lightning_on_the_command_line {
             ),
         ];
         for &(cmd, start, note) in table {
-            let command: Vec<OsString> = cmd.split_whitespace().map(OsString::from).collect();
+            let command = argv(cmd);
             let request = Request::plain(&command, dir.path());
             let set = resolve(&request).unwrap();
             let accum = set.accum().expect("an accumulation knob");
@@ -438,10 +436,7 @@ mod lightning_on_the_command_line {
                 set.notes
             );
         }
-        let command: Vec<OsString> = "python main.py fit -c auto.yaml --data.batch_size 64"
-            .split_whitespace()
-            .map(OsString::from)
-            .collect();
+        let command = argv("python main.py fit -c auto.yaml --data.batch_size 64");
         let request = Request::plain(&command, dir.path());
         let err = resolve(&request).unwrap_err().to_string();
         assert!(

@@ -204,10 +204,7 @@ fn argv_knob(
 mod tests {
     use super::*;
     use crate::jobfile::ladder::{Moves as SpecMoves, Step as SpecStep};
-
-    fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
+    use crate::test_util::argv;
 
     fn request<'a>(command: &'a [OsString], cwd: &'a Path) -> Request<'a> {
         Request::plain(command, cwd)

@@ -1300,6 +1300,7 @@ fn pick(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::argv;
 
     #[test]
     fn decorators_in_their_spellings() {
@@ -1373,10 +1374,6 @@ mod tests {
         for (version, none) in table {
             assert_eq!(no_default_config_path(version), *none, "{version:?}");
         }
-    }
-
-    fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
     }
 
     #[test]
