@@ -6,7 +6,8 @@
 //! cgroup, if oomguard itself dies without cleaning up (SIGKILL, OOM), and then puts back the
 //! config files oomguard had patched (see [`crate::knobs::patch::restore_entry`]).
 //!
-//! It does not decide when to signal or what an ending means; `supervise` and `classify` do.
+//! It does not decide when to signal or what an ending means; [`crate::supervise`] and
+//! [`crate::classify`] do.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;

@@ -18,7 +18,7 @@
 //!
 //! Pure numbers in, a batch out: [`observe`] turns one attempt's numbers into [`Evidence`],
 //! [`estimate`] fits the line. Which knob moves, and what happens when there is no estimate
-//! (it halves), is `policy`'s decision.
+//! (it halves), is [`crate::policy`]'s decision.
 
 use crate::oom_numbers;
 use crate::outcome::Cause;

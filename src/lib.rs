@@ -11,16 +11,16 @@
 //!
 //! ## How it works
 //!
-//! [`run`] holds one `oomguard run`: its loop reads as the steps of one attempt, launch → run →
-//! judge → learn → decide → wait, and each step tells what happened as one event to everyone who
-//! listens (console, run directory, job memory, service manager, metrics, hooks). The modules,
-//! by the stage of the data path they serve:
+//! [`mod@run`] holds one `oomguard run`: its loop reads as the steps of one attempt, launch →
+//! run → judge → learn → decide → wait, and each step tells what happened as one event to
+//! everyone who listens (console, run directory, job memory, service manager, metrics, hooks).
+//! The modules, by the stage of the data path they serve:
 //!
 //! | stage | modules |
 //! |---|---|
 //! | settings | [`cli`] (the flags), [`settings`] (flags and job file → the run's settings), [`jobfile`] (`--config`: the knob ladder and the job), [`runas`] and [`principal`] (as root: whom the job and its files belong to), [`pathwalk`], [`fsutil`], [`units`] (sizes and durations) |
 //! | knobs | [`knobs`] (flags, overrides, environment, config files: found, rewritten, patched and given back), [`resume`] (the checkpoint to hand a relaunch) |
-//! | run | [`run`] (the attempt loop), [`supervise`] (one attempt: spawn, watch, stop, reap), [`child`], [`terminal`], [`stream`], [`signals`], [`slurm`], [`quiet`], [`watch`] |
+//! | run | [`mod@run`] (the attempt loop), [`supervise`] (one attempt: spawn, watch, stop, reap), [`child`], [`terminal`], [`stream`], [`signals`], [`slurm`], [`quiet`], [`watch`] |
 //! | observe | [`sampler`], [`mem`], [`gpu`], [`cgroup`], [`cgroup_chain`], [`kernel`], [`liveness`] |
 //! | judge | [`classify`] (the verdict), [`taken`] (a device OOM that neighbours on a shared card caused), [`scan`] (reading the output), [`oom_numbers`], [`outcome`] (the words of an ending) |
 //! | decide | [`policy`] (relaunch or stop, and with what), [`leftovers`] (a relaunch refused over the last attempt's files: set them aside or stop), [`fit`] (how much smaller, from the evidence), [`room`] (room on a shared card, the cards `--gpus` picks, other oomguards' claims) |
@@ -31,6 +31,10 @@
 //! Everything is private to the crate except the binary's entry ([`run()`], [`parse_from`],
 //! [`Reporter`], [`Error`] and the exit statuses) and [`api`], the short list the benchmarks and
 //! integration tests drive.
+
+// The crate's pages are its developers' map, read with `--document-private-items`: the public
+// items (the binary's entry, `api` for the tests) may name the private modules they stand on.
+#![allow(rustdoc::private_intra_doc_links)]
 
 mod error;
 #[cfg(test)]

@@ -14,7 +14,7 @@
 //! `NAME@N` (the occurrence in part N). Only the chosen part's tokens are ever rewritten.
 //!
 //! Only the script's own arguments are searched: a launcher in front of it (`torchrun`,
-//! `accelerate launch`, `srun`, `uv run`, ...: [`launch`]) keeps its options, which are never
+//! `accelerate launch`, `srun`, `uv run`, ...: [`mod@launch`]) keeps its options, which are never
 //! read nor rewritten, and the parts are cut to begin at the script's first argument.
 //!
 //! LightningCLI's (jsonargparse's) dotted flags are knobs too (`--data.batch_size 256`,
@@ -345,7 +345,7 @@ fn parts(argv: &[OsString]) -> Vec<Range<usize>> {
         .collect()
 }
 
-/// The argv index ranges of the command's parts: part 1 from argv[1] (argv[0] is the program,
+/// The argv index ranges of the command's parts: part 1 from `argv[1]` (`argv[0]` is the program,
 /// never a flag) to the first standalone `--`, each later part between two of them.
 fn raw_parts(argv: &[OsString]) -> Vec<Range<usize>> {
     let mut parts = Vec::new();

@@ -2,7 +2,7 @@
 //! [`RunSettings`] of a run: checks the flags against the command and each other, reads the job
 //! file's workdir, user and knobs, and names every problem in one line ([`UsageError`], exit 2)
 //! before anything is created or started. Parsing the flags themselves (their syntax, units and
-//! bounds) is clap's and `cli`'s; what the settings mean to the run is the run's.
+//! bounds) is clap's and [`crate::cli`]'s; what the settings mean to the run is the run's.
 
 use std::path::Path;
 use std::time::Duration;
