@@ -6,7 +6,8 @@
 //! cgroup, if oomguard itself dies without cleaning up (SIGKILL, OOM), and then puts back the
 //! config files oomguard had patched (see [`crate::knobs::patch::restore_entry`]).
 //!
-//! It does not decide when to signal or what an ending means; `supervise` and `classify` do.
+//! It does not decide when to signal or what an ending means; [`crate::supervise`] and
+//! [`crate::classify`] do.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -28,7 +29,7 @@ use crate::principal::RunAs;
 use crate::terminal::Pty;
 
 /// Why a command could not be started. Exit codes follow the shell: 127 not found, 126 not
-/// executable.
+/// executable ([`SpawnError::exit_code`], which [`crate::error`] keeps with every other status).
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
     #[error("command not found: {0} (check the spelling, or give its full path)")]
@@ -49,19 +50,6 @@ pub enum SpawnError {
     Setup(String),
     #[error("could not start {program}: {source}")]
     Other { program: String, source: io::Error },
-}
-
-impl SpawnError {
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            SpawnError::NotFound(_) | SpawnError::NotFoundFor(..) => 127,
-            SpawnError::NotExecutable(_)
-            | SpawnError::NotExecutableFor(..)
-            | SpawnError::BadInterpreter(_)
-            | SpawnError::Other { .. } => 126,
-            SpawnError::Setup(_) => crate::EXIT_INTERNAL,
-        }
-    }
 }
 
 /// [`resolve_program`] as `who` would find it (a job file's `user`, when oomguard is root): with

@@ -3,11 +3,10 @@
 //! failure, or a stop the user or oomguard itself asked for; and, for `oomguard classify
 //! --explain`, which lines and signature families decided and what came next.
 //!
-//! This module only weighs evidence that is handed to it: the [`Ending`], a tail of the
-//! output, and kernel counters the caller read around the attempt. Reading text (signatures,
-//! and which lines of a traceback are an error of the job's own) is `scan`'s job; collecting
-//! the evidence and acting on the verdict (relaunching with a smaller batch) belong to the
-//! supervisor.
+//! This module only weighs evidence that is handed to it: the [`Ending`], a tail of the output, and
+//! kernel counters the caller read around the attempt. Reading text (signatures, and which lines of
+//! a traceback are an error of the job's own) is [`crate::scan`]'s job; collecting the evidence and
+//! acting on the verdict (relaunching with a smaller batch) belong to the supervisor.
 
 use crate::cgroup_chain::ChainKill;
 use crate::outcome::{Cause, Ending};

@@ -36,6 +36,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a training command, relaunching it smaller after out-of-memory deaths.
     Run(Box<RunArgs>),
+    // The doc is clap's help text, printed as written: `<TAB>` there is no HTML tag.
+    #[allow(rustdoc::invalid_html_tags)]
     /// Tell why a log's job died, from its text alone: prints CLASS<TAB>FILE per file.
     Classify(ClassifyArgs),
     /// Every job in the state directory and where its latest run stands: running, waiting
@@ -434,6 +436,8 @@ pub struct ManArgs {
 
 #[derive(Debug, Args)]
 pub struct ClassifyArgs {
+    // The doc is clap's help text, printed as written: `<TAB>` there is no HTML tag.
+    #[allow(rustdoc::invalid_html_tags)]
     /// Print one JSON object per file instead of CLASS<TAB>FILE.
     #[arg(long)]
     pub json: bool,

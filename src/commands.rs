@@ -10,9 +10,10 @@ use std::path::Path;
 
 use crate::cli::{self, ClassifyArgs};
 use crate::console::Reporter;
+use crate::error::Error;
 use crate::record;
 use crate::settings::from_args::UsageError;
-use crate::{classify, install, report, status, Error};
+use crate::{classify, install, report, status};
 
 /// `oomguard report RUN_DIR`: the table (or `--json`) on stdout, and `--html FILE` written.
 pub fn show_report(args: &cli::ReportArgs) -> Result<i32, Error> {

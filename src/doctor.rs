@@ -244,7 +244,7 @@ fn knobs_finding(command: &[std::ffi::OsString]) -> String {
         Err(e) => return format!("cannot read the current directory: {e}"),
     };
     let request = crate::knobs::resolve::Request::plain(command, &cwd);
-    match crate::knobs::resolve::resolve(&request, None) {
+    match crate::knobs::resolve::resolve(&request) {
         Err(e) => format!("{e}"),
         Ok(set) => {
             let mut lines: Vec<String> = set

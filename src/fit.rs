@@ -18,7 +18,7 @@
 //!
 //! Pure numbers in, a batch out: [`observe`] turns one attempt's numbers into [`Evidence`],
 //! [`estimate`] fits the line. Which knob moves, and what happens when there is no estimate
-//! (it halves), is `policy`'s decision.
+//! (it halves), is [`crate::policy`]'s decision.
 
 use crate::oom_numbers;
 use crate::outcome::Cause;
@@ -568,7 +568,9 @@ pub fn need_at_least(points: &[Point], fixed_bytes: u64, batch: u64) -> u64 {
 
 /// Where halving takes a batch of `now`: the largest divisor of the effective batch from half
 /// down to a quarter (so batch × accumulation stays exact: 100 → 50 → 25 → 10, not 12 with an
-/// effective batch of 108), else half; never below `min`.
+/// effective batch of 108), else half; never below `min`. Below `now` exactly where plain
+/// halving is, whatever the effective batch: the policy asks it, without one, whether a halving
+/// knob can move at all.
 pub fn halve(now: u64, effective: Option<u64>, min: u64) -> u64 {
     let half = (now / 2).max(min);
     let Some(effective) = effective.filter(|e| *e > 0) else {
@@ -974,6 +976,25 @@ mod tests {
                 (Ok(e), Ok(b)) => assert_eq!(e.batch, b, "{points:?}: {}", e.reason),
                 (Err(why), Err(start)) => assert!(why.starts_with(start), "{why}"),
                 _ => panic!("{points:?}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+
+    /// The policy's "can it move" and its step are both `halve`: they must agree.
+    #[test]
+    fn whether_halving_moves_does_not_depend_on_the_effective_batch() {
+        for now in 0..=64 {
+            for min in 0..=66 {
+                let moves = halve(now, None, min) < now;
+                assert_eq!(moves, now > min && now > 0, "{now} (floor {min})");
+                for effective in [0, 1, 7, 97, 108, now, now * 3, u64::MAX] {
+                    let to = halve(now, Some(effective), min);
+                    assert_eq!(
+                        to < now,
+                        moves,
+                        "{now} (floor {min}), effective {effective}"
+                    );
+                }
             }
         }
     }

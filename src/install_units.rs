@@ -96,7 +96,7 @@ pub enum Action {
 }
 
 /// Why nothing (or not everything) was installed; `oomguard install-units` exits
-/// [`EXIT_CANT_CREATE`] with this as its one line.
+/// [`crate::error::EXIT_CANT_CREATE`] with this as its one line.
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
     #[error("{} exists and differs from this oomguard's; nothing replaced (--force replaces it)", path.display())]
@@ -113,10 +113,6 @@ pub enum InstallError {
     #[error("this oomguard's path {} cannot be written in a unit (it holds `$` or a control character): install oomguard where systemd finds it (/usr/local/bin)", .0.display())]
     Unnameable(PathBuf),
 }
-
-/// Exit status of `oomguard install-units` when it could not install (EX_CANTCREAT in
-/// sysexits.h): a different file in the way, a directory it may not write.
-pub const EXIT_CANT_CREATE: i32 = 73;
 
 /// The directory the unit goes into: `--dir`, else /etc/systemd/system or the user's
 /// $XDG_CONFIG_HOME/systemd/user (~/.config/systemd/user), where systemd reads an admin's units.

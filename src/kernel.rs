@@ -3,8 +3,8 @@
 //! (/dev/kmsg, when readable) that name a victim PID. Readers take their paths so tests can use
 //! fixtures; the parsers work on strings.
 //!
-//! Deciding whether a victim belonged to the job is `supervise`'s job; naming the cause is
-//! `classify`'s.
+//! Deciding whether a victim belonged to the job is [`crate::supervise`]'s job; naming the cause is
+//! [`crate::classify`]'s.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};

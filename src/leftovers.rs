@@ -16,7 +16,7 @@
 //! What is never done: deleting anything, moving a file that existed before the run (or that
 //! cannot be shown not to have), acting on a refusal of a kind not known here (it is named as
 //! the last attempt's leftovers, and the run stops). Where the job runs and how the relaunch is
-//! made are the run loop's ([`crate::run`]); what the policy does with [`Cause::Leftovers`]
+//! made are the run loop's ([`mod@crate::run`]); what the policy does with [`Cause::Leftovers`]
 //! is [`crate::policy`]'s.
 
 use std::path::{Path, PathBuf};

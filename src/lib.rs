@@ -11,25 +11,34 @@
 //!
 //! ## How it works
 //!
-//! [`run`] holds one `oomguard run`: its loop reads as the steps of one attempt, launch → run →
-//! judge → learn → decide → wait, and each step tells what happened as one event to everyone who
-//! listens (console, run directory, job memory, service manager, metrics, hooks). The modules,
-//! by the stage of the data path they serve:
+//! [`mod@run`] holds one `oomguard run`: its loop reads as the steps of one attempt, launch →
+//! run → judge → learn → decide → wait, and each step tells what happened as one event to
+//! everyone who listens (console, run directory, job memory, service manager, metrics, hooks).
+//! The modules, by the stage of the data path they serve:
 //!
 //! | stage | modules |
 //! |---|---|
 //! | settings | [`cli`] (the flags), [`settings`] (flags and job file → the run's settings), [`jobfile`] (`--config`: the knob ladder and the job), [`runas`] and [`principal`] (as root: whom the job and its files belong to), [`pathwalk`], [`fsutil`], [`units`] (sizes and durations) |
 //! | knobs | [`knobs`] (flags, overrides, environment, config files: found, rewritten, patched and given back), [`resume`] (the checkpoint to hand a relaunch) |
-//! | run | [`run`] (the attempt loop), [`supervise`] (one attempt: spawn, watch, stop, reap), [`child`], [`terminal`], [`stream`], [`signals`], [`slurm`], [`quiet`], [`watch`] |
+//! | run | [`mod@run`] (the attempt loop), [`supervise`] (one attempt: spawn, watch, stop, reap), [`child`], [`terminal`], [`stream`], [`signals`], [`slurm`], [`quiet`], [`watch`] |
 //! | observe | [`sampler`], [`mem`], [`gpu`], [`cgroup`], [`cgroup_chain`], [`kernel`], [`liveness`] |
 //! | judge | [`classify`] (the verdict), [`taken`] (a device OOM that neighbours on a shared card caused), [`scan`] (reading the output), [`oom_numbers`], [`outcome`] (the words of an ending) |
 //! | decide | [`policy`] (relaunch or stop, and with what), [`leftovers`] (a relaunch refused over the last attempt's files: set them aside or stop), [`fit`] (how much smaller, from the evidence), [`room`] (room on a shared card, the cards `--gpus` picks, other oomguards' claims) |
 //! | record | [`record`] (summary.json, samples.csv, the run directory), [`jobs`] (each job's memory), [`console`] and [`logging`] (what the user reads), [`notify`], [`metrics`], [`hooks`] |
 //! | commands | [`commands`] (`status`, `classify`, `report`, `man`), [`status`], [`report`], [`doctor`], [`install`], [`install_units`], [`dry_run`] |
 //!
+//! How oomguard itself ends early, and every exit status it ends with, is [`error`]'s.
 //! Everything is private to the crate except the binary's entry ([`run()`], [`parse_from`],
-//! [`Reporter`]) and [`api`], the short list the benchmarks and integration tests drive.
+//! [`Reporter`], [`Error`] and the exit statuses) and [`api`], the short list the benchmarks and
+//! integration tests drive.
 
+// The crate's pages are its developers' map, read with `--document-private-items`: the public
+// items (the binary's entry, `api` for the tests) may name the private modules they stand on.
+#![allow(rustdoc::private_intra_doc_links)]
+
+mod error;
+#[cfg(test)]
+mod test_util;
 // settings
 mod cli;
 mod fsutil;
@@ -89,14 +98,13 @@ mod install_units;
 mod report;
 mod status;
 
-use crate::child::SpawnError;
 use crate::cli::Command;
-use crate::record::run_dir::RunDirError;
-use crate::settings::from_args::UsageError;
 
 /// What the binary uses: the command line parsed, and the one line it prints on an error.
 pub use crate::cli::{parse_from, Cli, ParseError};
 pub use crate::console::Reporter;
+/// Its exit statuses, and the error that ends it early with one.
+pub use crate::error::{Error, EXIT_CANT_CREATE, EXIT_GAVE_UP, EXIT_INTERNAL, EXIT_USAGE};
 
 /// What the benchmarks (benches/) and the integration tests (tests/it/) drive directly, under
 /// the module paths they have inside the crate. Nothing else of the crate is public, so the
@@ -152,62 +160,6 @@ pub mod api {
     }
     pub mod units {
         pub use crate::units::human_bytes;
-    }
-}
-
-/// Exit status when out-of-memory deaths outlasted every remedy (EX_TEMPFAIL in sysexits.h:
-/// more memory, or a lower --min-batch, would let a retry succeed).
-pub const EXIT_GAVE_UP: i32 = 75;
-/// Exit status for usage errors: bad flags, no command, unusable run directory.
-pub const EXIT_USAGE: i32 = 2;
-/// Exit status when `oomguard install-units` could not install a unit (EX_CANTCREAT).
-pub const EXIT_CANT_CREATE: i32 = install_units::EXIT_CANT_CREATE;
-/// Exit status when oomguard itself failed (cannot write its files, cannot listen to signals).
-pub const EXIT_INTERNAL: i32 = 70;
-
-/// Everything that ends oomguard early, each with its exit status.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Usage(#[from] UsageError),
-    #[error(transparent)]
-    Spawn(#[from] SpawnError),
-    #[error(transparent)]
-    RunDir(RunDirError),
-    #[error("{0}")]
-    Cgroup(String),
-    /// A config file cannot be claimed for patching: nothing was started.
-    #[error("{0}")]
-    PatchStart(knobs::patch::PatchError),
-    /// A config file could not be patched for an attempt.
-    #[error("{0}")]
-    Patch(knobs::patch::PatchError),
-    /// `oomguard report` was given something that is not a readable run directory.
-    #[error(transparent)]
-    Report(#[from] report::ReportError),
-    /// `oomguard install-units` found a different file in the way, or could not write.
-    #[error(transparent)]
-    InstallUnits(#[from] install_units::InstallError),
-    #[error("{action}: {source}")]
-    Internal {
-        action: &'static str,
-        source: std::io::Error,
-    },
-}
-
-impl Error {
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            Error::Usage(_) | Error::Cgroup(_) | Error::PatchStart(_) => EXIT_USAGE,
-            Error::Patch(_) => EXIT_INTERNAL,
-            Error::Spawn(e) => e.exit_code(),
-            // A run directory we cannot create is bad input: nothing was started.
-            Error::RunDir(RunDirError::Write { .. }) => EXIT_INTERNAL,
-            Error::RunDir(_) => EXIT_USAGE,
-            Error::Internal { .. } => EXIT_INTERNAL,
-            Error::Report(_) => EXIT_USAGE,
-            Error::InstallUnits(_) => EXIT_CANT_CREATE,
-        }
     }
 }
 

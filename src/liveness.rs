@@ -2,7 +2,7 @@
 //! PID, start time, boot, host, PID namespace), and whether a recorded one still runs
 //! ([`liveness`]), looked up in this machine's /proc. A process on another machine or in another
 //! PID namespace is `Unknown`, never guessed. What is recorded where (the job's file) and what a
-//! dead run means are the callers' (`jobs`, `status`).
+//! dead run means are the callers' ([`crate::jobs`], [`crate::status`]).
 
 use std::fs;
 

@@ -1,12 +1,11 @@
-//! Metrics for Prometheus: `--metrics-addr ADDR` serves them over HTTP (`GET /metrics`, the
-//! text exposition format, one request per connection) and `--metrics-textfile PATH` writes them
-//! for node_exporter's textfile collector, replaced atomically (a temporary file in the same
-//! directory, then a rename) on every sample tick. The figures are those the run already has:
-//! the sampler's tree memory, cgroup usage and GPU memory, the attempt number and its optimizer
-//! steps so far (where the probe saw them), relaunches by cause and the knob values; this module
-//! only holds and publishes them. Sampling, classifying
-//! and deciding stay where they are (`sampler`, `classify`, `policy`); the encoding is the
-//! `prometheus` crate's.
+//! Metrics for Prometheus: `--metrics-addr ADDR` serves them over HTTP (`GET /metrics`, the text
+//! exposition format, one request per connection) and `--metrics-textfile PATH` writes them for
+//! node_exporter's textfile collector, replaced atomically (a temporary file in the same directory,
+//! then a rename) on every sample tick. The figures are those the run already has: the sampler's
+//! tree memory, cgroup usage and GPU memory, the attempt number and its optimizer steps so far
+//! (where the probe saw them), relaunches by cause and the knob values; this module only holds and
+//! publishes them. Sampling, classifying and deciding stay where they are ([`crate::sampler`],
+//! [`crate::classify`], [`crate::policy`]); the encoding is the `prometheus` crate's.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};

@@ -11,10 +11,10 @@
 //! variable's text as a path only (no abstract `@` names, which systemd documents and container
 //! managers use) and re-reads the environment on every message.
 //!
-//! What to say and when is decided by the attempt loop (lib.rs); this module only words it and
-//! sends it. The job never sees the variables ([`FOR_OOMGUARD_ONLY`], removed in
-//! [`crate::child::spawn`]): with `NotifyAccess=main` systemd ignores the job's own messages,
-//! and a job that read `WATCHDOG_USEC` would think the watchdog was its own to feed.
+//! What to say and when is decided by the attempt loop ([`mod@crate::run`], through its events);
+//! this module only words it and sends it. The job never sees the variables ([`FOR_OOMGUARD_ONLY`],
+//! removed in [`crate::child::spawn`]): with `NotifyAccess=main` systemd ignores the job's own
+//! messages, and a job that read `WATCHDOG_USEC` would think the watchdog was its own to feed.
 
 use std::ffi::OsStr;
 use std::io;

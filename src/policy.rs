@@ -1,7 +1,7 @@
 //! Decides what happens after an attempt: relaunch (one knob stepped down the ladder, or
 //! unchanged for an allowed retry) or stop with a run outcome. Pure: it sees the causes and the
 //! knob values of past attempts, the ladder's rules and the settings, nothing else. It does not
-//! know where a knob lives (a flag, a variable, a key in a file): `knobs` does; waiting,
+//! know where a knob lives (a flag, a variable, a key in a file): [`crate::knobs`] does; waiting,
 //! spawning and telling the user are other modules' jobs.
 //!
 //! The ladder's rule: after a death with cause C, the first knob in order that answers C and
@@ -44,10 +44,13 @@ impl Rule {
                     return None;
                 };
                 let next = match step {
-                    Step::Halve => now / 2,
-                    Step::Minus(by) => now.saturating_sub(*by),
-                }
-                .max(*min);
+                    // Halving is `fit::halve`'s alone, the floor included. Where the step lands
+                    // is `step_with`'s to say (the strategy, the effective batch); whether it
+                    // moves is the same without the effective batch: below `now` exactly when
+                    // plain halving is.
+                    Step::Halve => fit::halve(now, None, *min),
+                    Step::Minus(by) => now.saturating_sub(*by).max(*min),
+                };
                 (next < now).then_some(Value::Int(next))
             }
             Moves::Set(value) => (!value.same(current)).then(|| value.clone()),
@@ -277,7 +280,8 @@ pub struct Stepped {
     pub reason: Option<String>,
 }
 
-/// [`step`] from the last values in `history`, a halving knob moved by `plan`'s strategy.
+/// The step after a death of `cause` from the last values in `history`: the first knob that
+/// answers `cause` and can move takes one step, a halving knob as far as `plan`'s strategy says.
 pub fn step_with(
     cause: Cause,
     rules: &[Rule],

@@ -4,12 +4,12 @@
 //! and used no CPU for `--stall-timeout` (cause `stalled`).
 //!
 //! Pure and cheap per tick: it is handed the clock, how many bytes the job has written so far and
-//! its tree's CPU time, and keeps when each last moved. Whether the output shows an
-//! out-of-memory error is asked of the caller (the classifier's own reading of the tail) only
-//! once the job has been silent long enough, and once per silent stretch: a job that keeps
-//! printing is never read for it, whatever it printed, and one that caught its OOM and carries on
-//! restarts the clock with every byte. Reading the numbers is `sampler`'s and `stream`'s job,
-//! stopping the job `supervise`'s, naming the cause `classify`'s.
+//! its tree's CPU time, and keeps when each last moved. Whether the output shows an out-of-memory
+//! error is asked of the caller (the classifier's own reading of the tail) only once the job has
+//! been silent long enough, and once per silent stretch: a job that keeps printing is never read
+//! for it, whatever it printed, and one that caught its OOM and carries on restarts the clock with
+//! every byte. Reading the numbers is [`crate::sampler`]'s and [`crate::stream`]'s job, stopping
+//! the job [`crate::supervise`]'s, naming the cause [`crate::classify`]'s.
 
 use std::fmt;
 use std::time::{Duration, Instant};

@@ -4,17 +4,17 @@
 //!
 //! "Complete" is judged from outside: its size and modification time stayed the same for one
 //! `--interval`; where its format tells ([`shape`]: torch.save's zip, safetensors), it is whole;
-//! and oomguard's own stop of the job's processes did not cut it short ([`judge`]): a file the
-//! stop cut stops changing too, so one a process of the job had open for writing at the stop
-//! is never used, nor one modified within an interval of the stop (or after it) whose format
-//! cannot say it is whole (a writer that reopens the file per piece holds it open at no
-//! instant oomguard could catch). A [`Watch`] keeps the looks at
-//! the candidates and says how long to wait before the next one; it is pure (the caller lists
-//! the files with [`Resume::scan`] and does the waiting, during the backoff it waits anyway),
-//! so the rules are table-tested. It does not read checkpoints beyond the few bytes a format
-//! check needs, and knows nothing of what the job's processes were doing. Where the flag sits in the command, and how it is rewritten,
-//! is [`crate::knobs::argv`]'s: [`Resume::edits`] returns the [`Edit`]s that put the path there.
-//! Saying what was chosen is the caller's, through `report`.
+//! and oomguard's own stop of the job's processes did not cut it short ([`judge`]): a file the stop
+//! cut stops changing too, so one a process of the job had open for writing at the stop is never
+//! used, nor one modified within an interval of the stop (or after it) whose format cannot say it
+//! is whole (a writer that reopens the file per piece holds it open at no instant oomguard could
+//! catch). A [`Watch`] keeps the looks at the candidates and says how long to wait before the next
+//! one; it is pure (the caller lists the files with [`Resume::scan`] and does the waiting, during
+//! the backoff it waits anyway), so the rules are table-tested. It does not read checkpoints beyond
+//! the few bytes a format check needs, and knows nothing of what the job's processes were doing.
+//! Where the flag sits in the command, and how it is rewritten, is [`crate::knobs::argv`]'s:
+//! [`Resume::edits`] returns the [`Edit`]s that put the path there. Saying what was chosen is the
+//! caller's: the run's events (`RunEvent`, in [`mod@crate::run`]).
 
 use std::cmp::Ordering;
 use std::collections::HashSet;
@@ -609,21 +609,11 @@ impl Pick {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
-
-    fn words(argv: &[OsString]) -> String {
-        argv.iter()
-            .map(|t| t.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
+    use crate::test_util::{argv, words};
 
     fn knobs_of(command: &[OsString]) -> KnobSet {
         let cwd = std::env::current_dir().unwrap();
-        knobs::resolve::resolve(&knobs::resolve::Request::plain(command, &cwd), None).unwrap()
+        knobs::resolve::resolve(&knobs::resolve::Request::plain(command, &cwd)).unwrap()
     }
 
     #[test]

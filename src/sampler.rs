@@ -20,8 +20,8 @@
 //! counters are the record (exact, O(1)): no PSS. `--pss-interval` (off by default) adds a read at
 //! most that often for those who want the clock. A PSS is never guessed: ticks that did not read
 //! it leave it unknown, in the timeline and for the growth trend, which then count only ticks
-//! with a real reading. Deciding what a sample means is `watch`'s job; writing it down is
-//! `report`'s.
+//! with a real reading. Deciding what a sample means is [`crate::watch`]'s job; writing it down is
+//! [`crate::record`]'s.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime};

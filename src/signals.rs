@@ -6,7 +6,7 @@
 //!
 //! The kernel itself still merges a standard signal sent while the same one is pending and not
 //! yet handled; what the handler saw is what we count. Deciding what a signal means is
-//! `supervise`'s job.
+//! [`crate::supervise`]'s job.
 
 use std::collections::VecDeque;
 use std::io;

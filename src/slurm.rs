@@ -8,10 +8,11 @@
 //! tasks (the attempt cgroup holds only srun), and asks `sstat` for the memory of all a step's
 //! tasks where some node's cgroup is not here to read.
 //!
-//! It does not decide when to stop (`supervise` does), nor read the cgroups' counters (`cgroup`
-//! does), nor choose between cgroups and sstat for a step (`supervise` does, so that no task is
-//! counted twice). Finding the steps runs `scontrol` (a round trip to slurmctld), so callers ask
-//! only when a new srun appears, and again, less and less often, while a step is not found.
+//! It does not decide when to stop ([`crate::supervise`] does), nor read the cgroups' counters
+//! ([`crate::cgroup`] does), nor choose between cgroups and sstat for a step ([`crate::supervise`]
+//! does, so that no task is counted twice). Finding the steps runs `scontrol` (a round trip to
+//! slurmctld), so callers ask only when a new srun appears, and again, less and less often, while a
+//! step is not found.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -8,7 +8,7 @@
 //! last wrote them, which is every few seconds while they move.
 //!
 //! This module only reads: it never takes the jobs' locks nor moves a file aside (a file it
-//! cannot read is skipped with a warning). Printing is left to the caller, through `report`;
+//! cannot read is skipped with a warning). Printing is left to the caller ([`crate::commands`]);
 //! the table's cells are escaped for the terminal here ([`crate::console::printable`]).
 
 use std::fs;

@@ -5,7 +5,7 @@
 //!
 //! Output post-processing is off on the pseudo-terminal (no OPOST: `\n` stays `\n`, as through a
 //! pipe); oomguard's real terminal does its own. The job's stdin is not touched. Reading the
-//! master is `stream`'s job; when to resize and whom to signal is `supervise`'s.
+//! master is [`crate::stream`]'s job; when to resize and whom to signal is [`crate::supervise`]'s.
 
 use std::fs::File;
 use std::io::{self, IsTerminal};

@@ -2,7 +2,8 @@
 //! `--min-available`) has been crossed for long enough to stop the job, and whether memory is
 //! growing steadily enough to warn that it will hit a ceiling within the hour.
 //!
-//! It sees plain numbers; sampling them is `sampler`'s job and stopping the job `supervise`'s.
+//! It sees plain numbers; sampling them is [`crate::sampler`]'s job and stopping the job
+//! [`crate::supervise`]'s.
 
 use std::collections::VecDeque;
 use std::fmt;

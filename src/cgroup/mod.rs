@@ -14,10 +14,10 @@
 //! differences, `parse` the file parsers both share, `teardown` killing and removing a cgroup
 //! tree, `stale` attempt names and the cleanup of leftovers.
 //!
-//! It does not spawn the job (`child` does, using [`JobCgroup::open_procs`] and
-//! [`JobCgroup::join_from_child`]), sample on a schedule (callers read counters when they want),
-//! or decide anything (naming the cause of a death is `classify`'s job). The file parsers work on
-//! strings and every reader takes its paths, so tests use fake trees in a temp dir.
+//! It does not spawn the job ([`crate::child`] does, using [`JobCgroup::open_procs`] and
+//! [`JobCgroup::join_from_child`]), sample on a schedule (callers read counters when they want), or
+//! decide anything (naming the cause of a death is [`crate::classify`]'s job). The file parsers
+//! work on strings and every reader takes its paths, so tests use fake trees in a temp dir.
 
 mod parse;
 mod stale;
@@ -303,11 +303,11 @@ impl Parent {
         Parent::detect(&root, &text)
     }
 
-    /// The one-time work before attempt cgroups can be made. v2: makes sure `+memory` is in our
-    /// own `cgroup.subtree_control`; where the "no internal processes" rule forbids it (EBUSY,
-    /// see [`needs_leaf`]), first moves oomguard, and any of its descendants still in our cgroup,
-    /// into a [`SUPERVISOR_LEAF`] below it. v1: nothing to do. Idempotent: once `memory` is
-    /// listed it only reads that one file.
+    /// The one-time work before attempt cgroups can be made. v2: makes sure `+memory` is in our own
+    /// `cgroup.subtree_control`; where the "no internal processes" rule forbids it (EBUSY, see
+    /// [`v2::needs_leaf`]), first moves oomguard, and any of its descendants still in our cgroup,
+    /// into a [`SUPERVISOR_LEAF`] below it. v1: nothing to do. Idempotent: once `memory` is listed
+    /// it only reads that one file.
     ///
     /// Call it once at startup, before starting any helper process that is not oomguard's
     /// descendant, and before any thread that forks runs: the leaf trick works only if every

@@ -48,7 +48,7 @@ pub struct DeviceShare {
     pub job_bytes: Option<u64>,
     /// The listed processes that are not the job's, largest first. Where no job PID is listed
     /// anywhere they may still be the job's own under other PIDs (a container); the caller
-    /// weighs that ([`Neighbour::visible`]).
+    /// weighs that (see [`attribute`]).
     pub neighbours: Vec<Neighbour>,
     /// What they hold (a memory the driver does not give counts as none).
     pub neighbours_bytes: u64,
@@ -157,9 +157,10 @@ fn device_shares(snapshot: &GpuSnapshot, job_pids: &HashSet<u32>) -> Vec<DeviceS
 /// * **no job PID is listed**: either the job holds no GPU memory yet, or it runs in another PID
 ///   namespace; a snapshot cannot tell which. The job's share is unknown (`job_bytes` `None`),
 ///   and every listed process is a neighbour that may be the job's own: the caller weighs that
-///   (`supervise` warns of a PID namespace only where the evidence points to one). No processes listed at all
-///   (the job has not touched the GPU, or the driver hides processes in this container) gives
-///   `None` and an empty list; `devices_used_bytes` still shows what the devices hold.
+///   ([`crate::supervise`] warns of a PID namespace only where the evidence points to one). No
+///   processes listed at all (the job has not touched the GPU, or the driver hides processes in
+///   this container) gives `None` and an empty list; `devices_used_bytes` still shows what the
+///   devices hold.
 ///
 /// `job_pids` should hold every PID of the job's process tree, its root included.
 pub fn attribute(snapshot: &GpuSnapshot, job_pids: &HashSet<u32>) -> JobGpu {

@@ -6,7 +6,7 @@
 //! [`attribute`](fn@attribute) turns a snapshot into the job's share.
 //!
 //! It does not find the job's PIDs (that is `mem::tree`'s job), keep peaks or decide
-//! anything from the numbers: the sampler and `supervise` do.
+//! anything from the numbers: the sampler and [`crate::supervise`] do.
 
 mod attribute;
 mod fake;

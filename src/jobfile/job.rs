@@ -1,9 +1,9 @@
 //! The job part of a job file ([`JobPart`]): its `name`, `command`, `workdir`, `[env]`,
 //! `user`/`group`, and the `[run]` table, whose keys and values are checked against the clap
-//! definition of `oomguard run` itself (handed in by the caller, `cli::run_command()`, so that
-//! this module does not import `cli`, which imports it), key by key so that a bad value names
-//! its line. It does not look at users, directories or the command line: that is `runas`'s and
-//! `cli`'s.
+//! definition of `oomguard run` itself (handed in by the caller, [`crate::cli::run_command`], so
+//! that this module does not import [`crate::cli`], which imports it), key by key so that a bad
+//! value names its line. It does not look at users, directories or the command line: that is
+//! [`crate::runas`]'s and [`crate::cli`]'s.
 
 use std::path::PathBuf;
 
@@ -30,7 +30,7 @@ pub struct JobPart {
     pub has_command: bool,
     /// The `[run]` options, and the top-level `name` as `--name`, in file order.
     pub run: Vec<RunOption>,
-    /// How the file was reached when it was read ([`load`]); `None` when parsed from text.
+    /// How the file was reached when it was read ([`super::load`]); `None` when parsed from text.
     pub opened: Option<crate::pathwalk::Opened>,
 }
 

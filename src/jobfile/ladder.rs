@@ -1,7 +1,8 @@
 //! The `[[knob]]` ladder of a job file: each table's keys read and checked ([`KnobSpec`]: the
 //! knob's name, its one place, how it moves, its partner, the causes it answers), then the
 //! ladder as a whole (names unique, partners that exist). It does not look at the job's command
-//! or files: whether a flag is in the command or a key in a file is `knobs::resolve`'s.
+//! or files: whether a flag is in the command or a key in a file is
+//! [`crate::settings::job_knobs`]'s.
 
 use std::path::PathBuf;
 

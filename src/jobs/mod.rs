@@ -12,7 +12,7 @@
 //! moved aside (`NAME.json.corrupt-<time>`) and the run goes on as the job's first: job memory
 //! never stops a run. Which values an attempt runs with is the attempt loop's business; this
 //! module only proposes the first attempt's (see [`start::start_from`]) and says it through
-//! `report`.
+//! the [`crate::console::Reporter`] it is given.
 //!
 //! One job per file: [`name`] names the job and says where its memory lives, [`memory`] is the
 //! file's format, [`store`] the only code that touches the file (locked, atomic), [`start`] the

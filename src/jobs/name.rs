@@ -170,23 +170,17 @@ fn stem(shape: &[OsString]) -> String {
 pub(super) mod tests {
     use super::*;
     use crate::knobs::resolve::{resolve, Request};
-
-    pub(crate) fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
+    use crate::test_util::argv;
 
     pub(crate) fn knobs_of(command: &[OsString], min_batch: u64) -> KnobSet {
-        resolve(
-            &Request {
-                command,
-                batch_arg: None,
-                accum_arg: None,
-                min_batch,
-                cwd: Path::new("/"),
-                finish_left_patches: false,
-            },
-            None,
-        )
+        resolve(&Request {
+            command,
+            batch_arg: None,
+            accum_arg: None,
+            min_batch,
+            cwd: Path::new("/"),
+            finish_left_patches: false,
+        })
         .expect("the command's knobs resolve")
     }
 

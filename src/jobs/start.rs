@@ -260,9 +260,10 @@ mod tests {
     use super::*;
     use crate::jobs::memory::RunState;
     use crate::jobs::name::command_shape;
-    use crate::jobs::name::tests::{argv, knobs_of};
+    use crate::jobs::name::tests::knobs_of;
     use crate::liveness::ProcessId;
     use crate::record::summary::KnobValues;
+    use crate::test_util::argv;
 
     fn last(knobs: &[(&str, serde_json::Value)]) -> LastSuccess {
         LastSuccess {

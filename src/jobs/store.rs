@@ -146,7 +146,9 @@ impl JobStore {
         self.update_with(true, change)
     }
 
-    /// [`JobStore::update`], synced before it returns only when `durable`. Between attempts
+    /// Read-modify-write under the job's lock (`update`, for the tests, always `durable`): `change`
+    /// gets the file's memory (empty if missing or moved aside), and the result is written, and
+    /// synced before it returns only when `durable`. Between attempts
     /// the write is atomic (a reader sees the old file or the new one) and synced by a
     /// background thread: the fsyncs of three updates per relaunch (attempt recorded,
     /// waiting, running) were the tail of the time from a death to the next attempt (149 ms

@@ -14,7 +14,7 @@
 //! `NAME@N` (the occurrence in part N). Only the chosen part's tokens are ever rewritten.
 //!
 //! Only the script's own arguments are searched: a launcher in front of it (`torchrun`,
-//! `accelerate launch`, `srun`, `uv run`, ...: [`launch`]) keeps its options, which are never
+//! `accelerate launch`, `srun`, `uv run`, ...: [`mod@launch`]) keeps its options, which are never
 //! read nor rewritten, and the parts are cut to begin at the script's first argument.
 //!
 //! LightningCLI's (jsonargparse's) dotted flags are knobs too (`--data.batch_size 256`,
@@ -345,7 +345,7 @@ fn parts(argv: &[OsString]) -> Vec<Range<usize>> {
         .collect()
 }
 
-/// The argv index ranges of the command's parts: part 1 from argv[1] (argv[0] is the program,
+/// The argv index ranges of the command's parts: part 1 from `argv[1]` (`argv[0]` is the program,
 /// never a flag) to the first standalone `--`, each later part between two of them.
 fn raw_parts(argv: &[OsString]) -> Vec<Range<usize>> {
     let mut parts = Vec::new();
@@ -1126,10 +1126,7 @@ pub fn part_end(argv: &[OsString], index: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
+    use crate::test_util::argv;
 
     #[test]
     fn locates_known_flags_in_both_forms() {
@@ -1301,18 +1298,8 @@ mod parts_and_choices {
     //! batches, one knob never in both roles, the command untouched at its original sizes, and
     //! argv bytes that are not UTF-8.
     use super::*;
+    use crate::test_util::{argv, words};
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
-
-    fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
-
-    fn words(argv: &[OsString]) -> String {
-        argv.iter()
-            .map(|t| t.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
 
     #[test]
     #[allow(clippy::single_range_in_vec_init)] // one part is one range, not a Vec of indices
@@ -1667,17 +1654,7 @@ mod launchers_and_lightning {
     //! Issue 28: the script's own arguments behind launchers, LightningCLI's dotted flags and
     //! its accumulation added, and `--auto_find_batch_size` noticed.
     use super::*;
-
-    fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
-
-    fn words(argv: &[OsString]) -> String {
-        argv.iter()
-            .map(|t| t.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
+    use crate::test_util::{argv, words};
 
     /// `name@part=value`, or "" for none.
     fn knob_text(knob: Option<&Knob>) -> String {

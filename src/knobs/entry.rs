@@ -132,10 +132,7 @@ fn count_at(format: Format, text: &str, key: &str) -> Result<Option<u64>, String
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn argv(text: &str) -> Vec<OsString> {
-        text.split_whitespace().map(OsString::from).collect()
-    }
+    use crate::test_util::argv;
 
     #[test]
     fn flag_values_are_read_in_both_spellings_in_order() {
@@ -151,12 +148,12 @@ mod tests {
 /// the knobs and notes `resolve` gives with no knob flag.
 #[cfg(test)]
 mod found {
-    use std::ffi::OsString;
     use std::path::Path;
 
     use crate::knobs::argv;
     use crate::knobs::resolve::{resolve, Request};
     use crate::knobs::{KnobSet, Place, Value};
+    use crate::test_util::argv;
 
     fn resolved(dir: &Path, files: &[(&str, &str)], command: &str) -> KnobSet {
         for (name, text) in files {
@@ -164,9 +161,9 @@ mod found {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, text).unwrap();
         }
-        let command: Vec<OsString> = command.split_whitespace().map(OsString::from).collect();
+        let command = argv(command);
         let request = Request::plain(&command, dir);
-        resolve(&request, None).unwrap_or_else(|e| panic!("{e}"))
+        resolve(&request).unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// (name, place, original) of each knob.
@@ -355,18 +352,14 @@ mod found {
 
         // A number in the config beside the Trainer's flag: the Trainer would refuse a relaunch
         // that moves the flag alone, so the run does not start.
-        let command: Vec<OsString> =
-            "python train.py --deepspeed ds4.json --per_device_train_batch_size 8"
-                .split_whitespace()
-                .map(OsString::from)
-                .collect();
+        let command = argv("python train.py --deepspeed ds4.json --per_device_train_batch_size 8");
         std::fs::write(
             dir.path().join("ds4.json"),
             "{\"train_micro_batch_size_per_gpu\": 8}",
         )
         .unwrap();
         let request = Request::plain(&command, dir.path());
-        let err = resolve(&request, None).unwrap_err().to_string();
+        let err = resolve(&request).unwrap_err().to_string();
         assert!(
             err.contains("set train_micro_batch_size_per_gpu (and its partner) to \"auto\""),
             "{err}"

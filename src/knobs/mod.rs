@@ -4,14 +4,14 @@
 //! The batch and accumulation pair found automatically are two knobs of this model, named
 //! `batch` and `accum`.
 //!
-//! A module per place: [`argv`] finds and rewrites flags, [`env`](mod@env) variables, [`file`](mod@file) edits a
-//! key's value in YAML, JSON, TOML or Python text, [`patch`] puts an edited file where the job
-//! reads it and always gives the user's file back. [`resolve`] builds a run's knobs from the
-//! command line and `--config`, asking [`entry`] where a training entrypoint (LightningCLI, a
-//! Trainer's arguments file, DeepSpeed, Hydra) keeps the batch in a file; both read files
-//! through [`reader`]. Which knob moves when is [`crate::policy`]'s decision, made
-//! without knowing where knobs live; this module turns values into an attempt's argv,
-//! environment and file texts, and tells what changed.
+//! A module per place: [`argv`] finds and rewrites flags, [`env`](mod@env) variables,
+//! [`file`](mod@file) edits a key's value in YAML, JSON, TOML or Python text, [`patch`] puts an
+//! edited file where the job reads it and always gives the user's file back. [`resolve`] finds a
+//! run's knobs in its command line, asking [`entry`] where a training entrypoint (LightningCLI, a
+//! Trainer's arguments file, DeepSpeed, Hydra) keeps the batch in a file; both read files through
+//! [`reader`], as do the knobs a `--config` job file names ([`crate::settings::job_knobs`]). Which
+//! knob moves when is [`crate::policy`]'s decision, made without knowing where knobs live; this
+//! module turns values into an attempt's argv, environment and file texts, and tells what changed.
 
 pub mod argv;
 pub mod entry;
@@ -508,17 +508,7 @@ impl KnobSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
-
-    fn words(argv: &[OsString]) -> String {
-        argv.iter()
-            .map(|t| t.to_string_lossy().into_owned())
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
+    use crate::test_util::{argv, words};
 
     fn rule(name: &str, moves: Moves) -> Rule {
         Rule {

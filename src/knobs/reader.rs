@@ -1,6 +1,8 @@
-//! What a run's knob discovery is asked ([`Request`]), how it fails ([`KnobError`]), and the
-//! reader of the config files it names ([`Reader`]: read once each, as the job's user). Shared by
-//! the resolver and the entrypoints it asks, so neither imports the other for them.
+//! What a run's knob discovery is asked ([`Request`]), how it fails ([`KnobError`]), the reader
+//! of the config files it names ([`Reader`]: read once each, as the job's user), and the checks
+//! of a value read ([`count`], [`env_value`]) and a place's name in messages ([`label_of`]).
+//! Shared by the resolver, the entrypoints it asks, and the job file's knobs
+//! ([`crate::settings::job_knobs`]), so none imports another for them. It decides no knob.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -8,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::argv::{self, RewriteError};
 use super::file::{self, EditError, Format};
-use super::{ConfigFile, Value};
+use super::{env, ConfigFile, Place, Value};
 
 /// What the command line asks for.
 #[derive(Debug, Clone, Copy)]
@@ -60,14 +62,14 @@ pub enum KnobError {
 }
 
 /// Reads the places of knobs and caches each config file once.
-pub(super) struct Reader<'a> {
-    pub(super) request: &'a Request<'a>,
-    pub(super) files: Vec<ConfigFile>,
+pub(crate) struct Reader<'a> {
+    pub(crate) request: &'a Request<'a>,
+    pub(crate) files: Vec<ConfigFile>,
     by_path: HashMap<PathBuf, usize>,
 }
 
 impl<'a> Reader<'a> {
-    pub(super) fn new(request: &'a Request<'a>) -> Self {
+    pub(crate) fn new(request: &'a Request<'a>) -> Self {
         Reader {
             request,
             files: Vec::new(),
@@ -76,7 +78,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The index of `path` among the run's files, read on first use.
-    pub(super) fn file(&mut self, path: &Path, who: &str) -> Result<usize, KnobError> {
+    pub(crate) fn file(&mut self, path: &Path, who: &str) -> Result<usize, KnobError> {
         let fail = |problem: String| KnobError::Knob {
             where_: who.to_string(),
             problem,
@@ -116,14 +118,14 @@ impl<'a> Reader<'a> {
     }
 
     /// The value at `key` in file `i` as the file spells it (`6.4e1`, `0x40`), for messages.
-    pub(super) fn file_text(&self, i: usize, key: &str) -> Option<String> {
+    pub(crate) fn file_text(&self, i: usize, key: &str) -> Option<String> {
         let f = &self.files[i];
         let found = file::locate(f.format, &f.text, key).ok()?;
         f.text.get(found.span).map(str::to_string)
     }
 
     /// The value at `key` in file `i`.
-    pub(super) fn file_value(&self, i: usize, key: &str, who: &str) -> Result<Value, KnobError> {
+    pub(crate) fn file_value(&self, i: usize, key: &str, who: &str) -> Result<Value, KnobError> {
         let f = &self.files[i];
         file::locate(f.format, &f.text, key)
             .map(|found| Value::from_scalar(&found.value))
@@ -136,5 +138,54 @@ impl<'a> Reader<'a> {
                     other => format!("{}: {other}", f.path.display()),
                 },
             })
+    }
+}
+
+/// A knob's value that must be a whole number of at least `min`. `written`: the value as its
+/// file spells it, quoted in the message (JSON's `6.4e1` reads as 64, which would puzzle).
+pub fn count(
+    value: &Value,
+    min: u64,
+    label: &str,
+    who: &str,
+    written: Option<&str>,
+) -> Result<u64, KnobError> {
+    match value {
+        Value::Int(n) if *n >= min => Ok(*n),
+        other => Err(KnobError::Knob {
+            where_: who.to_string(),
+            problem: format!(
+                "{label} is {}, not a whole number{}: oomguard steps an integer",
+                match other {
+                    Value::Unset => "not set".to_string(),
+                    v => format!(
+                        "`{}`",
+                        written.map_or_else(|| v.to_string(), str::to_string)
+                    ),
+                },
+                if min > 0 {
+                    format!(" of at least {min}")
+                } else {
+                    String::new()
+                }
+            ),
+        }),
+    }
+}
+
+/// The job's value of variable `name`.
+pub fn env_value(name: &str, who: &str) -> Result<Value, KnobError> {
+    env::current(name).map_err(|_| KnobError::Knob {
+        where_: who.to_string(),
+        problem: format!("{name} is not UTF-8 text"),
+    })
+}
+
+/// A place as an error message names it.
+pub fn label_of(place: &Place, files: &[ConfigFile]) -> String {
+    match place {
+        Place::Argv(p) => p.name().to_string(),
+        Place::Env(name) => name.clone(),
+        Place::File { file, key } => format!("{key} ({})", files[*file].path.display()),
     }
 }

@@ -550,10 +550,7 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn argv(line: &str) -> Vec<OsString> {
-        line.split_whitespace().map(OsString::from).collect()
-    }
+    use crate::test_util::argv;
 
     #[test]
     fn python_commands_are_told_from_others() {

@@ -4,8 +4,8 @@
 //! cards come and go), and which cards `--gpus N` gives the job and how `CUDA_VISIBLE_DEVICES`
 //! names them. Pure numbers and lists; the claims' files are [`claims`]'s.
 //!
-//! Waiting (the clock, the user's stop signal, what is said) is `run`'s; whether a death was a
-//! neighbour's doing is `taken`'s.
+//! Waiting (the clock, the user's stop signal, what is said) is [`mod@crate::run`]'s; whether a
+//! death was a neighbour's doing is [`crate::taken`]'s.
 
 pub mod claims;
 

@@ -16,6 +16,7 @@ use nix::sys::signal::Signal;
 
 use crate::classify::Verdict;
 use crate::console::{self, Reporter};
+use crate::error::Error;
 use crate::jobs::run::JobRun;
 use crate::knobs::Value;
 use crate::outcome::{Cause, Outcome};
@@ -166,8 +167,8 @@ impl<'a> Observers<'a> {
         run_dir: &'a RunDir,
         summary: &'a mut Summary,
         metrics: Option<metrics::Exporter>,
-    ) -> Result<Observers<'a>, crate::Error> {
-        let samples = run_dir.open_samples().map_err(crate::Error::RunDir)?;
+    ) -> Result<Observers<'a>, Error> {
+        let samples = run_dir.open_samples().map_err(Error::RunDir)?;
         let mut observers = Observers {
             settings,
             console,

@@ -8,7 +8,8 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 use crate::child::Launch;
-use crate::{policy, Error};
+use crate::error::Error;
+use crate::policy;
 
 impl super::Run<'_> {
     /// The argv and environment of the next attempt, its config files put where it reads them.

@@ -28,13 +28,14 @@ use nix::sys::signal::Signal;
 use crate::child::Launch;
 use crate::classify::{self, AttemptFacts, Verdict};
 use crate::console::Reporter;
+use crate::error::{Error, EXIT_GAVE_UP};
 use crate::knobs::patch::Patcher;
 use crate::outcome::Outcome;
 use crate::policy::Decision;
 use crate::sampler::Sampler;
 use crate::settings::{CgroupPlan, RunSettings};
 use crate::supervise::{AttemptEnd, KernelPaths, Setup, Supervisor};
-use crate::{gpu, signals, stream, terminal, Error, EXIT_GAVE_UP};
+use crate::{gpu, signals, stream, terminal};
 
 use events::{Observers, RunEvent};
 use ladder::Ladder;

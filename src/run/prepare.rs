@@ -7,13 +7,14 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use crate::console::Reporter;
+use crate::error::Error;
 use crate::jobs::run::JobRun;
 use crate::knobs::patch::Patcher;
 use crate::record::run_dir::{self, RunDir};
 use crate::record::summary::{RunLimits, Summary};
 use crate::settings::from_args::UsageError;
 use crate::settings::{CgroupPlan, RunSettings};
-use crate::{cgroup, knobs, metrics, principal, runas, Error};
+use crate::{cgroup, knobs, metrics, principal, runas};
 
 /// Files an oomguard killed together with its guard left patched come back, and the user hears
 /// so: before anything else, and before any knob is read from them.

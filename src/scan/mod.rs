@@ -7,9 +7,9 @@
 //! skipped batches).
 //!
 //! This module only recognises text. It never decides why an attempt ended: weighing findings
-//! against the exit status and the kernel's counters is `classify`'s job, and reading logs,
-//! `/proc/vmstat` or `/dev/kmsg` belongs to the caller. Everything here is pure and runs in time
-//! linear in the input: every family's patterns are compiled once into one [`RegexSet`], each
+//! against the exit status and the kernel's counters is [`crate::classify`]'s job, and reading
+//! logs, `/proc/vmstat` or `/dev/kmsg` belongs to the caller. Everything here is pure and runs in
+//! time linear in the input: every family's patterns are compiled once into one [`RegexSet`], each
 //! line is tested once on its own and once glued to its neighbour (to see through terminal
 //! hard-wraps).
 

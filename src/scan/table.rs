@@ -6,7 +6,8 @@
 //! matches.
 //!
 //! This module only holds the patterns. Compiling them and running them over text (prefixes,
-//! hard-wraps, repeats) is the parent module's job, and weighing what they find is `classify`'s.
+//! hard-wraps, repeats) is the parent module's job, and weighing what they find is
+//! [`crate::classify`]'s.
 
 /// glibc's translations of strsignal(SIGKILL), "Killed", as bash prints it for a job killed by
 /// SIGKILL under each locale: read from glibc's own message catalogues (the `libc.mo` files of
@@ -725,7 +726,7 @@ pub(super) const SRUN_STEP_ABORTED: &str = r"\bsrun: Job step aborted\b";
 pub(super) const SRUN_NODE_FAILURE: &str = r"\bsrun: error: Node failure on\b";
 
 /// A shell's job-status line for a job killed by SIGKILL, the line alone: bash's "Killed" (or its
-/// translation), job control's "[1]+  Killed   python train.py", zsh's "zsh: killed  python
+/// translation), job control's "\[1\]+  Killed   python train.py", zsh's "zsh: killed  python
 /// train.py", macOS's "Killed: 9".
 pub(super) const SHELL_JOB_KILLED: &str = concat!(
     r"(?i)^(?:\[\d+\][+-]?\s+)?(?:zsh:\s+)?(?:",

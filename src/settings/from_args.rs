@@ -2,7 +2,7 @@
 //! [`RunSettings`] of a run: checks the flags against the command and each other, reads the job
 //! file's workdir, user and knobs, and names every problem in one line ([`UsageError`], exit 2)
 //! before anything is created or started. Parsing the flags themselves (their syntax, units and
-//! bounds) is clap's and `cli`'s; what the settings mean to the run is the run's.
+//! bounds) is clap's and [`crate::cli`]'s; what the settings mean to the run is the run's.
 
 use std::path::Path;
 use std::time::Duration;
@@ -14,6 +14,7 @@ use crate::jobs::name::JobSettings;
 use crate::knobs::{resolve, KnobSet};
 use crate::outcome::Cause;
 use crate::runas::JobContext;
+use crate::settings::job_knobs;
 use crate::settings::{CgroupPlan, RunSettings};
 use crate::watch::Bounds;
 
@@ -168,7 +169,7 @@ impl RunArgs {
             self.run_dir = self.run_dir.map(|dir| started_in.join(dir));
             self.state_dir = self.state_dir.map(|dir| started_in.join(dir));
         }
-        let knobs = resolve::resolve(
+        let knobs = job_knobs::resolve(
             &resolve::Request {
                 command: &self.command,
                 batch_arg: self.batch_arg.as_deref(),

@@ -7,9 +7,10 @@
 //! for the GPU only: sstat's total already holds them, and a task counted twice would stop a
 //! job that fits.
 //!
-//! It asks Slurm through the functions it is given (`slurm::steps_of`,
-//! `slurm::step_memory_cgroups`, `slurm::step_memory_bytes` in the supervisor; fakes in the
-//! tests) and never signals anything: the supervisor does, with [`SrunSteps::known`].
+//! It asks Slurm through the functions it is given ([`crate::slurm::steps_of`],
+//! [`crate::slurm::step_memory_cgroups`], [`crate::slurm::step_memory_bytes`] in the
+//! supervisor; fakes in the tests) and never signals anything: the supervisor does, with
+//! [`SrunSteps::known`].
 
 use std::collections::HashMap;
 use std::path::PathBuf;

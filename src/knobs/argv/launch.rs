@@ -456,10 +456,7 @@ fn command_after(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
+    use crate::test_util::argv;
 
     #[test]
     fn the_script_is_found_behind_its_launchers() {

@@ -1300,6 +1300,7 @@ fn pick(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::argv;
 
     #[test]
     fn decorators_in_their_spellings() {
@@ -1373,10 +1374,6 @@ mod tests {
         for (version, none) in table {
             assert_eq!(no_default_config_path(version), *none, "{version:?}");
         }
-    }
-
-    fn argv(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
     }
 
     #[test]
@@ -1612,7 +1609,7 @@ mod tests {
         let cwd = fixture("packages");
         let command = argv("python app/main.py -cn interp");
         let request = Request::plain(&command, &cwd);
-        let set = crate::knobs::resolve::resolve(&request, None).expect("the run goes on");
+        let set = crate::knobs::resolve::resolve(&request).expect("the run goes on");
         assert!(set.batch().is_none());
         assert!(
             set.notes.iter().any(|n| n.contains("loader.batch_size=N")),
