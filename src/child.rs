@@ -25,6 +25,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{getppid, Pid};
 
 use crate::outcome::Ending;
+use crate::pinned::{target, Pinned};
 use crate::principal::RunAs;
 use crate::terminal::Pty;
 
@@ -334,7 +335,7 @@ pub(crate) fn leave_terminal() -> io::Result<()> {
 /// What a job or hook inherits of oomguard's environment `vars`. Never oomguard's own
 /// `OOMGUARD_` namespace (the job sees only what this attempt says: an `OOMGUARD_PREV_CAUSE`
 /// in oomguard's environment must not reach attempt 1) or the service manager's variables
-/// (they are oomguard's: see crate::notify). For a job run as another user (`run_as`), only
+/// ([`FOR_OOMGUARD_ONLY`]). For a job run as another user (`run_as`), only
 /// [`KEPT_FOR_ANOTHER_USER`] of root's environment and that user's HOME, USER and LOGNAME:
 /// root's tokens and settings are not lent; the job file's `[env]` adds what the job needs.
 pub(crate) fn inherited_env(
@@ -346,9 +347,7 @@ pub(crate) fn inherited_env(
         .filter(|(key, _)| {
             let key = key.as_bytes();
             !key.starts_with(b"OOMGUARD_")
-                && !crate::notify::FOR_OOMGUARD_ONLY
-                    .iter()
-                    .any(|own| own.as_bytes() == key)
+                && !FOR_OOMGUARD_ONLY.iter().any(|own| own.as_bytes() == key)
                 && (run_as.is_none() || kept_for_another_user(key))
         })
         .collect();
@@ -360,6 +359,11 @@ pub(crate) fn inherited_env(
     }
     kept
 }
+
+/// The variables the service manager sets for oomguard alone ([`crate::notify`] speaks to it);
+/// the job does not inherit them: with `NotifyAccess=main` systemd ignores the job's messages,
+/// and a job that read `WATCHDOG_USEC` would think the watchdog its own to feed.
+pub const FOR_OOMGUARD_ONLY: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
 
 /// The variables of root's environment a job or hook run as another user keeps: where programs
 /// are found, the language and the time zone, and the terminal's kind (its output goes to that
@@ -438,77 +442,6 @@ pub(crate) fn signal_pinned(
         Some(pinned) if still_ours() => pinned.signal(signal),
         _ => Ok(false),
     }
-}
-
-/// The process now numbered `pid`, held by a pidfd: whatever is read about it afterwards (its
-/// parent, the cgroup it is listed in) is about that very process or, if it has ended since,
-/// a signal goes nowhere (ESRCH), never to a process given the number afterwards. Without
-/// pidfds (Linux before 5.3) the number alone, and a plain kill.
-pub(crate) enum Pinned {
-    Fd(OwnedFd),
-    Number(Pid),
-}
-
-impl Pinned {
-    /// `None` when no process has the number (or it names no single process: see [`target`]).
-    pub(crate) fn pin(pid: u32) -> Result<Option<Pinned>, Errno> {
-        let Some(target) = target(pid) else {
-            return Ok(None);
-        };
-        // SAFETY: a system call on integers; the descriptor it returns is owned below.
-        let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, target.as_raw(), 0) };
-        if fd < 0 {
-            return match Errno::last() {
-                Errno::ENOSYS => Ok(Some(Pinned::Number(target))),
-                Errno::ESRCH => Ok(None),
-                e => Err(e),
-            };
-        }
-        // SAFETY: `fd` was just returned by the kernel and nothing else owns it.
-        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
-        Ok(Some(Pinned::Fd(fd)))
-    }
-
-    /// Sends `signal`; `Ok(false)` when the process has ended.
-    pub(crate) fn signal(&self, signal: Signal) -> Result<bool, Errno> {
-        let sent = match self {
-            Pinned::Number(pid) => nix::sys::signal::kill(*pid, signal),
-            Pinned::Fd(fd) => {
-                use std::os::fd::AsRawFd;
-                // SAFETY: a system call on a descriptor we own, a signal number and a null
-                // siginfo.
-                let rc = unsafe {
-                    nix::libc::syscall(
-                        nix::libc::SYS_pidfd_send_signal,
-                        fd.as_raw_fd(),
-                        signal as i32,
-                        std::ptr::null::<nix::libc::siginfo_t>(),
-                        0,
-                    )
-                };
-                if rc == 0 {
-                    Ok(())
-                } else {
-                    Err(Errno::last())
-                }
-            }
-        };
-        match sent {
-            Ok(()) => Ok(true),
-            Err(Errno::ESRCH) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-}
-
-/// A PID or pgid as the kernel's signal calls take it, or `None` where those calls would hit
-/// something else: 0 is our own group, 1 as a pgid means every process we may signal
-/// (`killpg(1)` is `kill(-1)`), and anything above `i32::MAX` turns negative (a group, or -1).
-fn target(id: u32) -> Option<Pid> {
-    i32::try_from(id)
-        .ok()
-        .filter(|&raw| raw > 1)
-        .map(Pid::from_raw)
 }
 
 /// Makes oomguard the reaper of every orphaned descendant (PR_SET_CHILD_SUBREAPER), so a job's

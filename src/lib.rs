@@ -20,7 +20,7 @@
 //! |---|---|
 //! | settings | [`cli`] (the flags), [`settings`] (flags and job file → the run's settings), [`jobfile`] (`--config`: the knob ladder and the job), [`runas`] and [`principal`] (as root: whom the job and its files belong to), [`pathwalk`], [`fsutil`], [`units`] (sizes and durations) |
 //! | knobs | [`knobs`] (flags, overrides, environment, config files: found, rewritten, patched and given back), [`resume`] (the checkpoint to hand a relaunch) |
-//! | run | [`mod@run`] (the attempt loop), [`supervise`] (one attempt: spawn, watch, stop, reap), [`child`], [`terminal`], [`stream`], [`signals`], [`slurm`], [`quiet`], [`watch`] |
+//! | run | [`mod@run`] (the attempt loop), [`supervise`] (one attempt: spawn, watch, stop, reap; its rules apart in `supervise::attempt`), [`child`], [`pinned`], [`terminal`], [`stream`], [`signals`], [`slurm`], [`quiet`], [`watch`] |
 //! | observe | [`sampler`], [`mem`], [`gpu`], [`cgroup`], [`cgroup_chain`], [`kernel`], [`liveness`] |
 //! | judge | [`classify`] (the verdict), [`taken`] (a device OOM that neighbours on a shared card caused), [`scan`] (reading the output), [`oom_numbers`], [`outcome`] (the words of an ending) |
 //! | decide | [`policy`] (relaunch or stop, and with what), [`leftovers`] (a relaunch refused over the last attempt's files: set them aside or stop), [`fit`] (how much smaller, from the evidence), [`room`] (room on a shared card, the cards `--gpus` picks, other oomguards' claims) |
@@ -53,6 +53,7 @@ mod knobs;
 mod resume;
 // run
 mod child;
+mod pinned;
 mod probe;
 mod quiet;
 mod run;

@@ -12,8 +12,8 @@
 //! managers use) and re-reads the environment on every message.
 //!
 //! What to say and when is decided by the attempt loop ([`mod@crate::run`], through its events);
-//! this module only words it and sends it. The job never sees the variables ([`FOR_OOMGUARD_ONLY`],
-//! removed in [`crate::child::spawn`]): with `NotifyAccess=main` systemd ignores the job's own
+//! this module only words it and sends it. The job never sees the variables
+//! ([`crate::child::FOR_OOMGUARD_ONLY`], removed in [`crate::child::spawn`]): with `NotifyAccess=main` systemd ignores the job's own
 //! messages, and a job that read `WATCHDOG_USEC` would think the watchdog was its own to feed.
 
 use std::ffi::OsStr;
@@ -24,9 +24,6 @@ use std::time::Duration;
 
 use crate::knobs::{ACCUM, BATCH};
 use crate::units::human_bytes;
-
-/// The variables the service manager sets for oomguard alone; the job does not inherit them.
-pub const FOR_OOMGUARD_ONLY: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
 
 /// The link to the service manager, or nothing where there is none.
 #[derive(Debug, Default)]

@@ -49,7 +49,7 @@ pub(super) fn kill_all_at(dir: &Path) -> Result<(), CgroupError> {
                 tracing::warn!(dir = %dir.display(), "oomguard is inside the attempt cgroup; not killing itself");
                 continue;
             }
-            if let Some(p) = crate::child::Pinned::pin(pid).map_err(kill_error(pid, dir))? {
+            if let Some(p) = crate::pinned::Pinned::pin(pid).map_err(kill_error(pid, dir))? {
                 pinned.push((pid, p));
             }
         }
