@@ -58,8 +58,9 @@ impl Error {
             Error::Usage(_) | Error::Cgroup(_) | Error::PatchStart(_) => EXIT_USAGE,
             Error::Patch(_) => EXIT_INTERNAL,
             Error::Spawn(e) => e.exit_code(),
-            // A run directory we cannot create is bad input: nothing was started.
+            // A write that failed mid-run (a full disk) is not the user's input.
             Error::RunDir(RunDirError::Write { .. }) => EXIT_INTERNAL,
+            // A run directory we cannot create is bad input: nothing was started.
             Error::RunDir(_) => EXIT_USAGE,
             Error::Internal { .. } => EXIT_INTERNAL,
             Error::Report(_) => EXIT_USAGE,

@@ -16,8 +16,12 @@
 //! evidence allows, is already over the limit ([`need_at_least`]); otherwise the caller
 //! halves.
 //!
+//! Where the probe saw attempts at two batches complete their steps, [`exact`] draws the line
+//! from those measured points instead ([`StepsPeak`], GPU memory), under the same guard below
+//! half; where it cannot, [`estimate`] does as above.
+//!
 //! Pure numbers in, a batch out: [`observe`] turns one attempt's numbers into [`Evidence`],
-//! [`estimate`] fits the line. Which knob moves, and what happens when there is no estimate
+//! [`exact`] or [`estimate`] fits the line. Which knob moves, and what happens when there is no estimate
 //! (it halves), is [`crate::policy`]'s decision.
 
 use crate::oom_numbers;
@@ -178,9 +182,11 @@ pub fn observe(o: &Observed) -> Option<Evidence> {
                 reserved_bytes: numbers.reserved_unallocated_bytes.unwrap_or(0),
                 tried_bytes: numbers.tried_bytes.unwrap_or(0),
             });
+            let message_shows =
+                numbers.reserved_unallocated_bytes.is_some() && numbers.tried_bytes.is_some();
             evidence.fragmented = probe_fragmentation(o)
                 .or(from_message)
-                .or(retries_rising(o));
+                .or_else(|| retries_rising(o).filter(|_| !message_shows));
             Some(evidence)
         }
         (Cause::OomKilled, _) => {
@@ -213,7 +219,7 @@ fn from_probe(o: &Observed) -> Option<Evidence> {
         failed: true,
         bytes: need,
         limit: Some(limit),
-        fragmented: probe_fragmentation(o).or(retries_rising(o)),
+        fragmented: probe_fragmentation(o).or_else(|| retries_rising(o)),
         fixed_bytes: None,
     })
 }
@@ -228,9 +234,17 @@ fn probe_fragmentation(o: &Observed) -> Option<Fragmentation> {
     })
 }
 
-/// Fragmentation as the retries climbing over the steps before the death show it: the
-/// weakest sign, read where neither the observer nor the message names it.
+/// Fragmentation as the retries climbing over the steps before the death show it: the weakest
+/// sign (retries also grow on any card that is nearly full), read only where neither the
+/// observer's figures nor the message's say how much was reserved but unallocated. Where they
+/// do and it was less than the request, the death was the batch's.
 fn retries_rising(o: &Observed) -> Option<Fragmentation> {
+    let observer_shows = o
+        .probe_oom
+        .is_some_and(|f| f.reserved_bytes.is_some() && f.allocated_bytes.is_some());
+    if observer_shows {
+        return None;
+    }
     let (reports, retries) = o.probe_retries_rising?;
     Some(Fragmentation::RetriesClimbing { reports, retries })
 }
@@ -416,21 +430,22 @@ pub fn estimate(req: &Request) -> Result<Estimate, String> {
 }
 
 /// An attempt's memory at its completed steps, from the probe: what steps at its batch took
-/// (a point on the line), where a failure's number is only a lower bound.
+/// (a point on the line), where a failure's number is only a lower bound. GPU memory only: a
+/// card's limit counts one rank's allocator, which the probe reads, while a host limit counts
+/// every rank and DataLoader worker, of which the probe sees one process's peak (a slope from
+/// it would be a fraction of the tree's).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StepsPeak {
     /// The CUDA allocator's reserved bytes at their peak over the completed steps.
     pub gpu_bytes: Option<u64>,
-    /// The peak resident set of the process that stepped, over the completed steps.
-    pub host_bytes: Option<u64>,
 }
 
 impl StepsPeak {
-    /// The peak in `memory`.
+    /// The peak in `memory`; none for host memory.
     pub fn bytes(&self, memory: Memory) -> Option<u64> {
         match memory {
             Memory::Gpu => self.gpu_bytes,
-            Memory::Host => self.host_bytes,
+            Memory::Host => None,
         }
     }
 }
@@ -444,9 +459,11 @@ impl StepsPeak {
 /// A failure barely over the limit must be one the line explains (its batch over the limit
 /// on the line): one the line says fits died of something beyond the steps (a long sample,
 /// an evaluation) by an amount nothing shows. The batch is the largest the line plus that puts
-/// under the limit less the margin, never at or above a failed batch. `None` where fewer than
-/// two batches completed a step, memory did not grow with the batch, or a failure is not
-/// explained (the caller estimates as without the probe).
+/// under the limit less the margin, never at or above a failed batch, and below half of the
+/// last batch only where half cannot fit by the least the evidence allows. `None` where fewer
+/// than two batches completed a step, memory did not grow with the batch, a failure is not
+/// explained, or the line would go below half unshown (the caller estimates as without the
+/// probe).
 pub fn exact(req: &Request, steps: &[(u64, u64)]) -> Option<Estimate> {
     // At each batch, its largest peak (steps at one batch differ by their inputs).
     let mut at: Vec<(u64, u64)> = steps.to_vec();
@@ -490,6 +507,17 @@ pub fn exact(req: &Request, steps: &[(u64, u64)]) -> Option<Estimate> {
         req.min
     };
     let batch = prefer_divisor(candidate, req.effective, req.min);
+    // Below half only where half cannot fit even by the least the evidence allows (the line
+    // without what lies beyond it, the bounds scaled down): the constant beyond the line is
+    // one reading of a lower bound, and an outlier's (an evaluation's one large allocation)
+    // would otherwise send the batch to the floor. Else the rules without the probe decide.
+    if batch < req.halved {
+        let least = need_at_least(req.points, fixed.max(0.0) as u64, req.halved)
+            .max(line(req.halved).max(0.0) as u64);
+        if least <= req.limit_bytes {
+            return None;
+        }
+    }
     let gib = |b: f64| human_bytes(b.max(0.0) as u64);
     let beyond = if beyond >= 1.0 {
         format!(", {} beyond them", gib(beyond))
@@ -899,6 +927,20 @@ mod tests {
                 "{steps:?} {points:?}: {got:?}"
             );
         }
+        // Below half (of 60, 30) only where half cannot fit by the least the evidence allows:
+        // a bound 102 GiB over the line at 60 says (72 − 102 − 8) / 1: below 1, the floor, but
+        // at 30 the least it shows is 8 + 102 / 2 = 59 GiB, within the card: not shown. A bound
+        // of 200 GiB shows 104 GiB at 30: the floor stands.
+        let steps = [(16, 24 * GIB), (32, 40 * GIB)];
+        for (bound_gib, want) in [(110, None), (200, Some(1))] {
+            let points = [fail(60, bound_gib * GIB)];
+            let req = Request {
+                halved: 30,
+                ..request(&points, 80 * GIB, None)
+            };
+            let got = exact(&req, &steps).map(|e| e.batch);
+            assert_eq!(got, want, "{bound_gib} GiB at 60");
+        }
     }
 
     #[test]
@@ -1184,8 +1226,9 @@ mod tests {
         let cuda = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.02 GiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 0.50 GiB is reserved by PyTorch but unallocated.";
         let e = observe(&Observed { tail: cuda, ..bare }).unwrap();
         assert_eq!(e.fragmented, Some(HELD_8_OF_2));
-        // Retries climbing name it only where nothing else does: not over the observer's
-        // figures, nor over a message that names it; alone, yes.
+        // Retries climbing name it only where no figures say how much was reserved but
+        // unallocated: not over the observer's or the message's, whether they name it or show
+        // it was the batch; over a message without that clause, yes.
         let climbing = Fragmentation::RetriesClimbing {
             reports: 3,
             retries: 9,
@@ -1204,7 +1247,11 @@ mod tests {
             probe_oom: Some(tight),
             ..rising
         };
-        assert_eq!(fragmented(unnamed), Some(climbing));
+        assert_eq!(
+            fragmented(unnamed),
+            None,
+            "the observer showed it was the batch"
+        );
         let named = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79.10 GiB of which 1.02 GiB is free. Of the allocated memory 70.00 GiB is allocated by PyTorch, and 4.00 GiB is reserved by PyTorch but unallocated.";
         let by_message = fragmented(Observed {
             tail: named,
@@ -1221,7 +1268,18 @@ mod tests {
             probe_oom: None,
             ..rising
         };
-        assert_eq!(fragmented(with_sizes), Some(climbing));
+        assert_eq!(
+            fragmented(with_sizes),
+            None,
+            "the message showed it was the batch"
+        );
+        let older = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.07 GiB memory in use.";
+        let without_clause = Observed {
+            tail: older,
+            probe_oom: None,
+            ..rising
+        };
+        assert_eq!(fragmented(without_clause), Some(climbing));
         assert_eq!(
             fragmented(Observed {
                 probe_retries_rising: None,

@@ -12,9 +12,10 @@
 //!
 //! How far a halving knob moves is the [`Strategy`]'s: halve, multiply by a factor, or (`fit`)
 //! the largest batch the attempts' memory evidence says will fit ([`crate::fit`]), halving
-//! with the reason said where the evidence cannot tell. Before anything moves, a PyTorch
-//! message showing fragmentation gets one relaunch at the same values with the allocator's
-//! expandable segments ([`Hint`]).
+//! with the reason said where the evidence cannot tell. Before anything moves, a CUDA
+//! out-of-memory death that the evidence names fragmentation ([`crate::fit::Fragmentation`]:
+//! the probe's observer, PyTorch's message, or the allocator's retries climbing) gets one
+//! relaunch at the same values with the allocator's expandable segments ([`Hint`]).
 
 use std::time::Duration;
 
@@ -425,8 +426,11 @@ fn fit_step(
                 })
             })
             .collect();
+    // This run's steps too only at the same other settings (a ladder may have moved another
+    // knob earlier in the run): a line through two settings' steps means nothing.
     let steps: Vec<(u64, u64)> =
         here_and_before(history, &plan.steps, &plan.past_steps, &same_setting)
+            .filter(|(values, _)| same_setting(values))
             .filter_map(|(values, s)| Some((values.get(i)?.as_int()?, s.bytes(last.memory)?)))
             .collect();
     let request = fit::Request {
@@ -1054,7 +1058,6 @@ mod tests {
         });
         let peak = |gib: u64| fit::StepsPeak {
             gpu_bytes: Some(gib << 30),
-            host_bytes: None,
         };
         let at = |batch: u64, seq: u64| vec![int(batch), int(seq)];
         struct Row {

@@ -256,7 +256,8 @@ pub struct PastSteps {
     /// The CUDA allocator's reserved bytes at their peak over the completed steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps_peak_gpu_bytes: Option<u64>,
-    /// The peak resident set of a process that stepped, over the completed steps.
+    /// The peak resident set of a process that stepped, over the completed steps (kept for
+    /// the record; the fit does not draw host memory from one process's peak).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps_peak_host_bytes: Option<u64>,
 }
@@ -268,9 +269,9 @@ impl PastSteps {
         Some(PastSteps {
             steps: seen.steps.filter(|&n| n > 0)?,
             samples_per_second,
-            steps_peak_gpu_bytes: seen
-                .cuda_peak_reserved_bytes
-                .or(seen.cuda_peak_allocated_bytes),
+            // Reserved only: allocated bytes are another scale, and two attempts' points on
+            // different scales draw no line.
+            steps_peak_gpu_bytes: seen.cuda_peak_reserved_bytes,
             steps_peak_host_bytes: seen.rss_peak_bytes,
         })
     }
@@ -279,7 +280,6 @@ impl PastSteps {
     pub fn peak(&self) -> StepsPeak {
         StepsPeak {
             gpu_bytes: self.steps_peak_gpu_bytes,
-            host_bytes: self.steps_peak_host_bytes,
         }
     }
 }

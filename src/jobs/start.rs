@@ -122,8 +122,10 @@ pub struct Fastest {
 /// The fastest setting that fitted, where the job's memory holds the samples a second (the
 /// probe's) of the last success's setting and of another that also fitted, differing from it
 /// only in batch and accumulation: a run starts from it where it is [`FASTER_BY`] faster.
-/// Each setting counts its latest measurement; a setting the command would not start from
-/// (a batch above the command's) does not count. `None`: start from the last success.
+/// Each setting counts its latest measurement, and only while its latest attempt succeeded; a
+/// setting the command would not start from (a batch above the command's) does not count.
+/// The rates may come from other cards than the next run's (the job's file keeps no card
+/// model). `None`: start from the last success.
 pub fn fastest_fit(
     attempts: &[PastAttempt],
     last: &LastSuccess,
@@ -162,19 +164,32 @@ pub fn fastest_fit(
             .zip(&start)
             .all(|(knob, v)| value_of(values, &knob.name).is_some_and(|r| r.same(v)))
     };
-    let mut measured: Vec<(KnobValues, f64)> = Vec::new();
-    for attempt in attempts.iter().filter(|a| a.cause() == Some(Cause::Ok)) {
-        let Some(rate) = attempt.steps.and_then(|s| s.samples_per_second) else {
-            continue;
+    // Each setting's latest rate, while its latest attempt succeeded: one that fitted once and
+    // died later (new data, another card) fits no more, and starting there would cost every
+    // run a death.
+    let mut measured: Vec<(KnobValues, Option<f64>)> = Vec::new();
+    for attempt in attempts.iter().filter(|a| comparable(&a.knobs)) {
+        let i = match measured.iter().position(|(k, _)| k.same_as(&attempt.knobs)) {
+            Some(i) => i,
+            None => {
+                measured.push((attempt.knobs.clone(), None));
+                measured.len() - 1
+            }
         };
-        if !comparable(&attempt.knobs) {
-            continue;
-        }
-        match measured.iter_mut().find(|(k, _)| k.same_as(&attempt.knobs)) {
-            Some(seen) => seen.1 = rate,
-            None => measured.push((attempt.knobs.clone(), rate)),
+        let rate = &mut measured[i].1;
+        match attempt.cause() {
+            Some(Cause::Ok) => {
+                if let Some(r) = attempt.steps.and_then(|s| s.samples_per_second) {
+                    *rate = Some(r);
+                }
+            }
+            _ => *rate = None,
         }
     }
+    let measured: Vec<(KnobValues, f64)> = measured
+        .into_iter()
+        .filter_map(|(k, rate)| Some((k, rate?)))
+        .collect();
     let (_, last_rate) = measured
         .iter()
         .find(|(k, _)| k.same_as(&last.knobs))?
@@ -476,6 +491,24 @@ mod tests {
                 "another knob differs",
                 vec![attempt((16, 4, 2), ok, Some(400.0)), last_ran(300.0)],
                 None,
+            ),
+            (
+                "it fitted, then died at the same values: no more",
+                vec![
+                    attempt((16, 4, 4), ok, Some(400.0)),
+                    attempt((16, 4, 4), Cause::DeviceOom, None),
+                    last_ran(300.0),
+                ],
+                None,
+            ),
+            (
+                "it died, then fitted again",
+                vec![
+                    attempt((16, 4, 4), Cause::DeviceOom, None),
+                    attempt((16, 4, 4), ok, Some(400.0)),
+                    last_ran(300.0),
+                ],
+                Some((16, 4)),
             ),
         ];
         for (what, attempts, want) in table {

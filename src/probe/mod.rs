@@ -265,6 +265,11 @@ struct ProbeState {
 #[derive(Debug, Clone, Copy, Default)]
 struct Steps {
     rank: u32,
+    /// The most steps reported, the count written at exit included.
+    count: Option<u64>,
+    /// The first and last report during the steps (time, count), which set the pace: the
+    /// count written at exit comes after whatever ran after the last step (an evaluation, a
+    /// checkpoint, the shutdown), and its time would slow the pace.
     first: Option<(f64, u64)>,
     last: Option<(f64, u64)>,
     rss_peak_bytes: Option<u64>,
@@ -302,12 +307,13 @@ impl ProbeState {
                 }
                 let steps = self.processes.entry(pid).or_default();
                 steps.rank = rank;
+                steps.count = steps.count.max(Some(step));
+                if exit {
+                    return;
+                }
                 steps.first.get_or_insert((t, step));
                 if steps.last.is_none_or(|(_, n)| step >= n) {
                     steps.last = Some((t, step));
-                }
-                if exit {
-                    return;
                 }
                 steps.retries_rising = match (steps.cuda_alloc_retries, cuda_alloc_retries) {
                     (Some(before), Some(now)) if now > before => steps.retries_rising + 1,
@@ -357,12 +363,14 @@ impl ProbeState {
         let lead = self
             .processes
             .values()
-            .filter(|s| s.last.is_some())
-            .max_by_key(|s| s.last.map(|(_, n)| n))?;
-        let ((t0, n0), (t1, n1)) = (lead.first?, lead.last?);
+            .filter(|s| s.count.is_some())
+            .max_by_key(|s| s.count)?;
+        let pace = lead.first.zip(lead.last);
         Some(Progress {
-            steps: n1,
-            seconds_per_step: (n1 > n0 && t1 > t0).then(|| (t1 - t0) / (n1 - n0) as f64),
+            steps: lead.count?,
+            seconds_per_step: pace.and_then(|((t0, n0), (t1, n1))| {
+                (n1 > n0 && t1 > t0).then(|| (t1 - t0) / (n1 - n0) as f64)
+            }),
         })
     }
 
@@ -659,6 +667,17 @@ mod tests {
             assert_eq!(summary.rss_peak_bytes, Some(*reserved), "{reports:?}");
             assert_eq!(summary.retries_rising, *rising, "{reports:?}");
         }
+        // Its time neither: a minute of evaluation after the last step does not slow the pace.
+        let summary = state_of(&[
+            r#"{"event":"step","pid":10,"t":1.0,"step":1}"#,
+            r#"{"event":"step","pid":10,"t":2.0,"step":3}"#,
+            r#"{"event":"step","pid":10,"t":62.0,"step":4,"exit":true}"#,
+        ])
+        .summary();
+        assert_eq!(
+            (summary.steps, summary.seconds_per_step),
+            (Some(4), Some(0.5))
+        );
     }
 
     #[test]

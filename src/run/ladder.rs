@@ -727,45 +727,50 @@ mod tests {
         assert_eq!(ints(knobs, &next.values), (Some(2), Some(4)));
     }
 
-    /// The probe's figures reach the decision: the completed steps of two attempts fix the
-    /// fit's line, and allocation retries climbing over the steps name fragmentation.
+    /// The probe's figures reach the decision: this run's completed steps are kept in history
+    /// order, an earlier run's steps at two batches fix the fit's line, and allocation retries
+    /// climbing over the steps name fragmentation where the message shows no figures.
     #[test]
     fn the_probes_steps_and_retries_reach_the_decision() {
         let s = settings(&["--strategy", "fit"]);
-        // A 24 GiB card; the message's in use and tried (well over the card: bounds with
-        // scale), the probe's steps.
-        let oom = |in_use_gib: u64, tried_gib: u64, steps_gib: u64, retries_rising: Option<u32>| {
-            let tail = format!(
-                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {tried_gib}.00 GiB. GPU 0 has a total capacity of 24.00 GiB of which {free_gib}.00 GiB is free. Including non-PyTorch memory, this process has {in_use_gib}.00 GiB memory in use.\n",
-                free_gib = 24 - in_use_gib
+        // A 24 GiB card; the job at 8 just over what it has of it (no scale).
+        let oom = |steps_gib: Option<u64>, retries_rising: Option<u32>| {
+            let mut e = end(
+                Ending::Exited(1),
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 24.00 GiB of which 1.00 GiB is free. Including non-PyTorch memory, this process has 22.00 GiB memory in use.\n",
             );
-            let mut e = end(Ending::Exited(1), &tail);
             e.probe = Some(crate::probe::ProbeSummary {
-                steps: Some(40),
-                cuda_peak_reserved_bytes: Some(steps_gib << 30),
+                steps: steps_gib.map(|_| 40),
+                cuda_peak_reserved_bytes: steps_gib.map(|g| g << 30),
                 cuda_alloc_retries: Some(12),
                 retries_rising,
                 ..Default::default()
             });
             e
         };
+        let peak = |gib: u64| fit::StepsPeak {
+            gpu_bytes: Some(gib << 30),
+        };
+        let at = |batch: u64| vec![Value::Int(batch), Value::Int(8 / batch)];
         let mut ladder = Ladder::new(&s, None, Vec::new());
-        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom(20, 8, 20, None));
-        let reason = next.reason.clone().unwrap_or_default();
-        assert!(
-            !reason.contains("completed steps"),
-            "one batch's steps: {reason}"
-        );
-        ladder.advance(next);
-        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom(12, 15, 11, None));
+        // An earlier run's steps: 7 GiB at 2, 13 GiB at 4 (3 GiB a sample, 1 GiB fixed, so 25
+        // GiB at 8: the death in the first step is explained); the card as the job would have
+        // it alone is 23 GiB, (20.7 − 1) / 3 → 6, and 4 the divisor of 8 below it.
+        ladder.past_steps = vec![(at(2), peak(7)), (at(4), peak(13))];
+        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom(None, None));
+        assert_eq!(ladder.steps, [None], "no step seen");
         let reason = next.reason.unwrap_or_default();
         assert!(
-            reason.starts_with("GPU 24.0 GiB, completed steps took 11.0 GiB at 4 and 20.0 GiB at 8, per sample 2.2 GiB, fixed 2.0 GiB, 16.0 GiB beyond them: trying "),
+            reason.starts_with("GPU 23.0 GiB, completed steps took 7.0 GiB at 2 and 13.0 GiB at 4, per sample 3.0 GiB, fixed 1.0 GiB"),
             "{reason}"
         );
+        assert_eq!(ints(&s.knobs, &next.values), (Some(4), Some(2)), "{reason}");
 
+        // This run's own steps are kept in history order; with them, the same death at 8 after
+        // 20 GiB of steps is one the line says fits (something beyond the steps).
         let mut ladder = Ladder::new(&s, None, Vec::new());
-        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom(20, 8, 20, Some(3)));
+        let next = relaunch_after(&mut ladder, &s, Cause::DeviceOom, &oom(Some(20), Some(3)));
+        assert_eq!(ladder.steps, [Some(peak(20))], "this run's steps, kept");
         assert_eq!(next.hint, Some(Hint::AllocatorFragmentation));
         let reason = next.reason.unwrap_or_default();
         assert!(

@@ -412,7 +412,22 @@ mod tests {
                 },
             ),
             (
-                "after SIGTERM, a SIGINT kills too; a second SIGTERM only asks again",
+                "after SIGTERM, a SIGINT kills at once too",
+                vec![Wake::Signal(SIGTERM), Wake::Signal(SIGINT)],
+                After {
+                    acts: vec![
+                        Act::Say("second SIGINT: killing the job's processes".into()),
+                        Act::KillTree,
+                        Act::KillSlurmSteps,
+                    ],
+                    stopping: Some((Why::User(SIGTERM), Some(GRACE))),
+                    stopping_for_user: true,
+                    memory_stop: false,
+                    quiet_stop: false,
+                },
+            ),
+            (
+                "a second SIGTERM only asks again",
                 vec![Wake::Signal(SIGTERM), Wake::Signal(SIGTERM)],
                 After {
                     acts: vec![ask(SIGTERM, false)],

@@ -1,7 +1,7 @@
-//! Runs one attempt from spawn to the last reaped descendant, and waits between attempts: the
-//! only async code of oomguard (signal streams, timers; [`crate`] builds the runtime and awaits
-//! these methods) and the only code that touches the job's processes. It puts the job in its
-//! own memory cgroup where it can, gives it a pseudo-terminal under a terminal, streams its
+//! Runs one attempt from spawn to the last reaped descendant, and the waits between attempts
+//! that need its signals: the async side of an attempt (signal streams, timers; [`mod@crate::run`]
+//! awaits these methods) and the one place where the running job's processes are signalled
+//! ([`crate::child`] holds the calls). It puts the job in its own memory cgroup where it can, gives it a pseudo-terminal under a terminal, streams its
 //! output, reaps everything below us, and hands back a plain record of what happened
 //! ([`AttemptEnd`]).
 //!
