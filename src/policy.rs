@@ -917,6 +917,22 @@ mod tests {
         ));
     }
 
+    /// A batch alone, and a sequence length that halves down to 128: a knob whose other value
+    /// makes another job (its points are not this one's).
+    fn batch_and_sequence() -> Vec<Rule> {
+        let mut rules = batch_alone();
+        rules.push(Rule {
+            name: "seq".into(),
+            moves: Moves::Step {
+                step: Step::Halve,
+                min: 128,
+            },
+            on: default_causes(),
+            partner: None,
+        });
+        rules
+    }
+
     fn gpu_failure(need_gib: u64, fragmented: Option<fit::Fragmentation>) -> Option<fit::Evidence> {
         Some(fit::Evidence {
             memory: fit::Memory::Gpu,
@@ -993,16 +1009,7 @@ mod tests {
     /// sequence length is not taken.
     #[test]
     fn earlier_runs_at_the_same_settings_are_points() {
-        let mut rules = batch_alone();
-        rules.push(Rule {
-            name: "seq".into(),
-            moves: Moves::Step {
-                step: Step::Halve,
-                min: 128,
-            },
-            on: default_causes(),
-            partner: None,
-        });
+        let rules = batch_and_sequence();
         let success = |gib: u64| fit::Evidence {
             memory: fit::Memory::Gpu,
             failed: false,
@@ -1046,16 +1053,7 @@ mod tests {
     /// steps: today's rules.
     #[test]
     fn completed_steps_at_two_batches_fit_the_line_exactly() {
-        let mut rules = batch_alone();
-        rules.push(Rule {
-            name: "seq".into(),
-            moves: Moves::Step {
-                step: Step::Halve,
-                min: 128,
-            },
-            on: default_causes(),
-            partner: None,
-        });
+        let rules = batch_and_sequence();
         let peak = |gib: u64| fit::StepsPeak {
             gpu_bytes: Some(gib << 30),
         };

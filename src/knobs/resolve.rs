@@ -239,19 +239,10 @@ fn named_place(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_util::argv;
+    use crate::test_util::{argv, yaml_project as project, TRAINING_YAML as YAML};
 
     fn request<'a>(command: &'a [OsString], cwd: &'a Path) -> Request<'a> {
         Request::plain(command, cwd)
-    }
-
-    const YAML: &str = "training:\n  batch_size: 64\n  gradient_accumulation_steps: 1\n  num_workers: 4\n  pin_memory: true\n  lr: 3e-4\n";
-
-    fn project() -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("configs")).unwrap();
-        std::fs::write(dir.path().join("configs/default.yaml"), YAML).unwrap();
-        dir
     }
 
     #[test]

@@ -204,19 +204,10 @@ fn argv_knob(
 mod tests {
     use super::*;
     use crate::jobfile::ladder::{Moves as SpecMoves, Step as SpecStep};
-    use crate::test_util::argv;
+    use crate::test_util::{argv, yaml_project as project};
 
     fn request<'a>(command: &'a [OsString], cwd: &'a Path) -> Request<'a> {
         Request::plain(command, cwd)
-    }
-
-    const YAML: &str = "training:\n  batch_size: 64\n  gradient_accumulation_steps: 1\n  num_workers: 4\n  pin_memory: true\n  lr: 3e-4\n";
-
-    fn project() -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("configs")).unwrap();
-        std::fs::write(dir.path().join("configs/default.yaml"), YAML).unwrap();
-        dir
     }
 
     fn spec(name: &str, place: PlaceSpec, moves: SpecMoves, partner: Option<&str>) -> KnobSpec {
