@@ -254,7 +254,6 @@ impl RunDir {
     /// half-written one would make Python print an error at start): the directory to put on
     /// the job's `PYTHONPATH`.
     pub fn write_probe(&self, text: &str) -> io::Result<PathBuf> {
-        use std::io::Write;
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         let dir = self.at("probe");
         crate::principal::as_user_if(self.as_user, || {
@@ -264,14 +263,14 @@ impl RunDir {
             }
             let tmp = dir.join(".sitecustomize.py.tmp");
             let _ = std::fs::remove_file(&tmp);
-            let mut file = std::fs::OpenOptions::new()
+            let file = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o644)
                 .custom_flags(nix::libc::O_NOFOLLOW)
                 .open(&tmp)?;
-            file.write_all(text.as_bytes())?;
-            std::fs::rename(&tmp, dir.join("sitecustomize.py"))
+            let target = dir.join("sitecustomize.py");
+            crate::fsutil::write_then_rename(file, &tmp, &target, text.as_bytes(), false)
         })?;
         Ok(self.path.join("probe"))
     }

@@ -214,12 +214,18 @@ impl<'a> Run<'a> {
             .supervisor
             .run_attempt(attempt, &launch, log, &mut self.observers)
             .await?;
-        end.probe = self.probe_heard(&mut launch);
+        let (probe, stop) = self.probe_heard(&mut launch).await;
+        end.probe = probe;
         let verdict = self.judge_taken(&end, judge(&end));
         let (verdict, refusal) = aside::judge_refusal(attempt, &end, verdict);
         self.tell_ended(attempt, &launch, &verdict, &end);
         self.ladder
             .learn(self.settings, verdict.cause, &end, self.observers.ramp());
+        if let Some(signal) = stop {
+            // The user stopped the run while the probe's last lines were awaited: the attempt
+            // is recorded, nothing more starts.
+            return Ok(Some(interrupted(signal)));
+        }
         let decision = match self
             .room_for_relaunch(&end, self.ladder.decide(self.settings))
             .await
@@ -299,12 +305,26 @@ impl<'a> Run<'a> {
 
 impl Run<'_> {
     /// What the probe said of the attempt that ended: oomguard's write end dropped, then the
-    /// job's last lines read where its processes closed theirs within a moment.
-    fn probe_heard(&mut self, launch: &mut Launch) -> Option<crate::probe::ProbeSummary> {
+    /// job's last lines read where its processes closed theirs within a moment. The wait ends
+    /// on the user's stop signal, which is returned.
+    async fn probe_heard(
+        &mut self,
+        launch: &mut Launch,
+    ) -> (Option<crate::probe::ProbeSummary>, Option<Signal>) {
         launch.probe_fd = None;
-        let channel = self.probe.take()?;
-        channel.wait_closed(PROBE_LAST_LINES);
-        Some(channel.summary())
+        let Some(channel) = self.probe.take() else {
+            return (None, None);
+        };
+        let deadline = std::time::Instant::now() + PROBE_LAST_LINES;
+        let mut stop = None;
+        while !channel.wait_closed(PROBE_LOOK) && std::time::Instant::now() < deadline {
+            // Signals queue while the thread waits on the pipe; a stop among them ends the wait.
+            if let Some(signal) = self.supervisor.pause(std::time::Duration::ZERO).await {
+                stop = Some(signal);
+                break;
+            }
+        }
+        (Some(channel.summary()), stop)
     }
 }
 
@@ -314,6 +334,9 @@ impl Run<'_> {
 /// reader thread's time to drain it, which a loaded machine can stretch past a fraction of a
 /// second; the bound is for a process outside the tree that was handed the descriptor.
 const PROBE_LAST_LINES: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long one look at the probe's pipe blocks before the user's signals are looked at.
+const PROBE_LOOK: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Where the probe lives for this run: `probe/` in the run directory, for a Python command
 /// unless `--no-probe`; `None` (said once) where it cannot be written.

@@ -378,6 +378,18 @@ fn hook_saw(dir: &Path, name: &str) -> Value {
 /// Python on a busy machine is never taken for a hanging hook.
 const HOOK_LIMIT: &str = "5m";
 
+/// `run-1` of the job with the hook flags `hooks`, which fits at batch 2 after two relaunches
+/// (8, 4, 2) and must succeed whatever its hooks do: oomguard's stderr.
+fn run_with_hooks(p: &Project, hooks: &[&str]) -> String {
+    let out = job(p, "run-1", "0s", hooks, "s['batch_size'] <= 2", None)
+        .output()
+        .unwrap();
+    let stderr = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(sizes(p, "run-1"), [(8, 1), (4, 2), (2, 4)], "{stderr}");
+    stderr
+}
+
 #[test]
 fn hooks_get_their_environment_and_a_failing_one_does_not_stop_the_run() {
     let p = Project::new();
@@ -389,10 +401,8 @@ fn hooks_get_their_environment_and_a_failing_one_does_not_stop_the_run() {
         seen_dir.display()
     );
     let relaunch_hook = format!("{hook} 'two words' plain");
-    let out = job(
+    let stderr = run_with_hooks(
         &p,
-        "run-1",
-        "0s",
         &[
             "--hook-timeout",
             HOOK_LIMIT,
@@ -403,14 +413,7 @@ fn hooks_get_their_environment_and_a_failing_one_does_not_stop_the_run() {
             "--on-exit",
             &hook,
         ],
-        "s['batch_size'] <= 2",
-        None,
-    )
-    .output()
-    .unwrap();
-    let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert_eq!(sizes(&p, "run-1"), [(8, 1), (4, 2), (2, 4)], "{stderr}");
+    );
     let run_dir = p.sb.path("run-1");
     let summary = run_dir.join("summary.json");
 
@@ -481,19 +484,7 @@ fn a_hanging_hook_is_killed_at_its_limit_and_does_not_stop_the_run() {
     // however slowly it started (if it got as far as saying its PID, that PID is checked too).
     let pid_file = p.sb.path("hanging.pid");
     let hanging = format!("sh -c 'echo $$ > {}; exec sleep 1000'", pid_file.display());
-    let out = job(
-        &p,
-        "run-1",
-        "0s",
-        &["--hook-timeout", "1s", "--on-relaunch", &hanging],
-        "s['batch_size'] <= 2",
-        None,
-    )
-    .output()
-    .unwrap();
-    let stderr = stderr_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert_eq!(sizes(&p, "run-1"), [(8, 1), (4, 2), (2, 4)], "{stderr}");
+    let stderr = run_with_hooks(&p, &["--hook-timeout", "1s", "--on-relaunch", &hanging]);
 
     // Each relaunch's hook cost a warning, and nothing of it is left.
     let killed = stderr
