@@ -505,11 +505,16 @@ fn torchrun_with_two_ranks_counts_each_ranks_steps() {
         "--steps",
         "5",
     ]);
-    let out = run(&sb, &[], &job, None);
+    // torch's gloo teardown can abort a rank after its steps on a loaded machine ("terminate
+    // called without an active exception", seen once in four CI runs): that is torch's, not
+    // what this test is about, so the run may retry, and the attempt that succeeded is read.
+    let out = run(&sb, &["--retries", "2"], &job, None);
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert!(probe_on_line(&out), "{}", stderr_of(&out));
     let attempts = attempts(&sb);
-    let probe = probe_of(&attempts[0], &out);
+    let last = attempts.last().expect("an attempt");
+    assert_eq!(last["cause"], "ok", "{attempts:#?}");
+    let probe = probe_of(last, &out);
     assert_eq!(probe["ranks"], 2, "{probe:#}");
     assert_eq!(
         probe["steps"], 5,
