@@ -75,6 +75,7 @@ pub fn install_units(args: &cli::InstallUnitsArgs) -> Result<i32, Error> {
             .filter(|h| !h.is_empty())
             .map(Into::into),
         exe,
+        as_root: nix::unistd::geteuid().is_root(),
     };
     let written = install(&place, args.force)?;
     print_bytes(next_steps(scope, &written).as_bytes())

@@ -35,10 +35,11 @@ pub fn open_regular(path: &Path) -> io::Result<File> {
     let kind = handle.metadata()?.file_type();
     if kind.is_file() {
         use std::os::fd::AsRawFd;
-        // Reads of a regular file never wait: O_NONBLOCK changes nothing for them.
+        // Reads of a regular file never wait: O_NONBLOCK changes nothing for them. O_NOCTTY:
+        // should the name ever reach a terminal, it never becomes oomguard's controlling one.
         return std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(nix::libc::O_NONBLOCK)
+            .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
             .open(format!("/proc/self/fd/{}", handle.as_raw_fd()));
     }
     use std::os::unix::fs::FileTypeExt;
@@ -78,6 +79,53 @@ pub fn read_capped(reader: impl Read, max_bytes: u64) -> io::Result<Vec<u8>> {
         ));
     }
     Ok(bytes)
+}
+
+/// Text files read once each, known by the file an open reached (device and inode): one named
+/// again, or through another path or link, is given from memory, never read or held twice. For
+/// readers that follow what a user's files name (a config's defaults list, a command's
+/// repeated `--config`), so that what they hold is bounded by the distinct files' bytes.
+#[derive(Debug, Default)]
+pub struct ReadOnce {
+    texts: std::collections::HashMap<(u64, u64), std::rc::Rc<str>>,
+}
+
+/// What [`ReadOnce::text`] found.
+#[derive(Debug)]
+pub enum Once {
+    /// Read before: its text, from memory.
+    Again(std::rc::Rc<str>),
+    /// Read now, for the first time.
+    New(std::rc::Rc<str>),
+    /// Not read before, and longer than the bytes allowed: nothing of it is kept.
+    TooLong,
+}
+
+impl ReadOnce {
+    /// The text of the regular file at `path` ([`open_regular`]). A file not read before is read
+    /// up to `max_bytes` only ([`Once::TooLong`] past it); one that is not UTF-8 is an
+    /// `InvalidData` error. Opened with the caller's identity: wrap it in
+    /// [`crate::principal::as_user`] for a user's file.
+    pub fn text(&mut self, path: &Path, max_bytes: u64) -> io::Result<Once> {
+        use std::os::unix::fs::MetadataExt;
+        let file = open_regular(path)?;
+        let meta = file.metadata()?;
+        let id = (meta.dev(), meta.ino());
+        if let Some(text) = self.texts.get(&id) {
+            return Ok(Once::Again(std::rc::Rc::clone(text)));
+        }
+        let mut bytes = Vec::new();
+        file.take(max_bytes.saturating_add(1))
+            .read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > max_bytes {
+            return Ok(Once::TooLong);
+        }
+        let text: std::rc::Rc<str> = String::from_utf8(bytes)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))?
+            .into();
+        self.texts.insert(id, std::rc::Rc::clone(&text));
+        Ok(Once::New(text))
+    }
 }
 
 /// Creates a new file at the first free `name(n)` for n in 0..100 with `options` (which must ask
@@ -168,6 +216,20 @@ pub fn write_then_rename(
         let _ = std::fs::remove_file(temp);
     }
     written
+}
+
+/// Eight bytes from the kernel's random source: part of a file name another user must not be
+/// able to guess (and so take first) in a directory everyone writes. getrandom(2) by its system
+/// call (glibc 2.17, the wheel's, has no wrapper), `/dev/urandom` where the kernel lacks it.
+pub fn random_u64() -> io::Result<u64> {
+    let mut bytes = [0u8; 8];
+    // SAFETY: the kernel writes at most `bytes.len()` bytes into `bytes`, alive for the call.
+    let got =
+        unsafe { nix::libc::syscall(nix::libc::SYS_getrandom, bytes.as_mut_ptr(), bytes.len(), 0) };
+    if got != bytes.len() as i64 {
+        File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    }
+    Ok(u64::from_le_bytes(bytes))
 }
 
 /// renameat2(2) through its system call rather than glibc's wrapper, which only glibc 2.28 and
@@ -282,6 +344,37 @@ mod tests {
         }
         let missing = read_regular_capped(&dir.path().join("missing"), 1).unwrap_err();
         assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+    }
+
+    /// A file is read once however it is reached again (its name, a link to it), within the
+    /// bytes allowed; one past them is not kept, one that is not UTF-8 is an error.
+    #[test]
+    fn read_once_reads_each_file_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, link, long, bytes) = (
+            dir.path().join("a"),
+            dir.path().join("link"),
+            dir.path().join("long"),
+            dir.path().join("bytes"),
+        );
+        std::fs::write(&a, "text").unwrap();
+        std::os::unix::fs::symlink(&a, &link).unwrap();
+        std::fs::write(&long, "12345").unwrap();
+        std::fs::write(&bytes, [0xff, 0xfe]).unwrap();
+        let mut once = ReadOnce::default();
+        let Ok(Once::New(first)) = once.text(&a, 4) else {
+            panic!("not read new")
+        };
+        for path in [&a, &link] {
+            match once.text(path, 0) {
+                Ok(Once::Again(text)) => assert!(std::rc::Rc::ptr_eq(&text, &first)),
+                other => panic!("{}: {other:?}", path.display()),
+            }
+        }
+        assert!(matches!(once.text(&long, 4), Ok(Once::TooLong)));
+        assert!(matches!(once.text(&long, 5), Ok(Once::New(t)) if &*t == "12345"));
+        let err = once.text(&bytes, 10).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
     }
 
     /// What is not a regular file is never opened for reading: inotify sees no open of a FIFO

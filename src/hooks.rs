@@ -3,8 +3,11 @@
 //! webhook). CMD is one string split into argv as a POSIX shell splits words (quotes and
 //! backslashes honoured, nothing expanded) and run directly: no shell unless the user writes
 //! one (`sh -c '...'`). Each hook gets the event in `OOMGUARD_*` variables (see
-//! [`Occasion::env`]), its stdin from /dev/null and its output appended to
-//! `<run dir>/hooks.log`, in a process group of its own.
+//! [`Occasion::env`]), its stdin from /dev/null and its output on a pipe that oomguard drains
+//! into `<run dir>/hooks.log`, capped by `--log-max` as an attempt's log is (the same writer,
+//! [`crate::record::attempt_log`], the same marker where output was cut), in a process group
+//! of its own. A pipe and not the file itself: a hook holding the log's descriptor could write
+//! past any cap.
 //!
 //! A hook is never fatal: one that cannot start, fails, or outlives its time limit (its whole
 //! group is then killed) costs a warning. Hooks run while the attempt loop goes on (a relaunch
@@ -15,13 +18,12 @@
 //! would be mistaken for one of the job's processes.
 
 use std::ffi::OsString;
-use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::AsFd;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
@@ -30,6 +32,7 @@ use nix::unistd::Pid;
 
 use crate::console::{self, Reporter};
 use crate::outcome::{Cause, Outcome};
+use crate::record::attempt_log::AttemptLog;
 use crate::record::summary::KnobValues;
 
 /// How long a hook may run before it is killed, unless `--hook-timeout` says otherwise.
@@ -168,12 +171,30 @@ struct Started {
     /// A backstop past the wrapper's own limit, should the wrapper itself hang.
     deadline: Instant,
     timeout: Duration,
+    /// The wrapper's result line, once it came.
+    result: Option<String>,
+    /// Disconnected once the hook's output is all in its log (the pipe's every write end
+    /// closed); `None` where its output goes nowhere.
+    drained: Option<mpsc::Receiver<()>>,
 }
 
 /// The hooks still running.
 #[derive(Default)]
 pub struct Pending {
     started: Vec<Started>,
+    log: HooksLog,
+    /// The bytes of the hooks' output already said to be cut from `hooks.log`.
+    said_cut_bytes: u64,
+}
+
+/// The run's `hooks.log`: opened when the first hook runs, then shared by every hook's drain.
+#[derive(Default)]
+enum HooksLog {
+    #[default]
+    NotYet,
+    Open(Arc<Mutex<AttemptLog>>),
+    /// It could not be made: hooks' output goes to /dev/null.
+    Unavailable,
 }
 
 impl Pending {
@@ -186,14 +207,15 @@ impl Pending {
     /// oomguard reaps any child that ends while it waits between attempts; and nothing of a
     /// hook is left to be reaped by an attempt, where a killed process counts as the job's.
     ///
-    /// `open_log` opens the hooks' log (`<run dir>/hooks.log`, see
-    /// [`crate::record::run_dir::RunDir::open_append`]); it is called only when a hook is to run.
+    /// `open_log` makes the hooks' capped log (`<run dir>/hooks.log`, see
+    /// [`crate::record::run_dir::RunDir::open_hooks_log`]); it is called once in a run, when the
+    /// first hook is to run.
     pub fn start(
         &mut self,
         hooks: &Hooks,
         occasion: &Occasion,
         report: &Reporter,
-        open_log: impl FnOnce() -> std::io::Result<File>,
+        open_log: impl FnOnce() -> std::io::Result<AttemptLog>,
     ) {
         let list = match occasion.event {
             Event::Relaunch => &hooks.on_relaunch,
@@ -203,13 +225,28 @@ impl Pending {
             return;
         }
         let env = occasion.env();
-        let log = open_log()
-            .map_err(|e| tracing::info!("hooks write to /dev/null: {e}"))
-            .ok();
+        if matches!(self.log, HooksLog::NotYet) {
+            self.log = match open_log() {
+                Ok(log) => HooksLog::Open(Arc::new(Mutex::new(log))),
+                Err(e) => {
+                    tracing::info!("hooks write to /dev/null: {e}");
+                    HooksLog::Unavailable
+                }
+            };
+        }
         let flag = occasion.event.flag();
         for hook in list {
-            let log = log.as_ref().and_then(|log| log.try_clone().ok());
-            match spawn_wrapped(hook, &env, log, hooks.timeout) {
+            let output = match &self.log {
+                HooksLog::Open(log) => drain_into(Arc::clone(log))
+                    .map_err(|e| tracing::info!("{flag} `{}` writes to /dev/null: {e}", hook.text))
+                    .ok(),
+                HooksLog::NotYet | HooksLog::Unavailable => None,
+            };
+            let (write_end, drained) = match output {
+                Some((write_end, drained)) => (Some(write_end), Some(drained)),
+                None => (None, None),
+            };
+            match spawn_wrapped(hook, &env, write_end, hooks.timeout) {
                 Ok((wrapper, lines)) => self.started.push(Started {
                     flag,
                     text: hook.text.clone(),
@@ -218,6 +255,8 @@ impl Pending {
                     hook_pid: None,
                     deadline: Instant::now() + hooks.timeout + WRAPPER_SLACK,
                     timeout: hooks.timeout,
+                    result: None,
+                    drained,
                 }),
                 Err(e) => report.warn(&format!(
                     "{flag} `{}` could not start: {e}; the run goes on",
@@ -228,26 +267,41 @@ impl Pending {
     }
 
     /// Collects the results that came by `now`, warning for each hook that failed or was
-    /// killed at its limit. Returns whether none is left.
+    /// killed at its limit. A hook counts as done once its output is all in the log too (or at
+    /// its deadline: a process it left holding the pipe is not waited for). Returns whether
+    /// none is left.
     pub fn check(&mut self, now: Instant, report: &Reporter, log_dir: &Path) -> bool {
         let mut left = Vec::new();
         for mut hook in self.started.drain(..) {
-            let result = loop {
-                match hook.lines.try_recv() {
-                    Ok(line) => match line.strip_prefix("pid ") {
-                        Some(pid) => hook.hook_pid = pid.trim().parse().ok(),
-                        None => break Some(line),
-                    },
-                    Err(mpsc::TryRecvError::Empty) => break None,
-                    // The wrapper ended without a result line.
-                    Err(mpsc::TryRecvError::Disconnected) => break Some(String::new()),
+            if hook.result.is_none() {
+                hook.result = loop {
+                    match hook.lines.try_recv() {
+                        Ok(line) => match line.strip_prefix("pid ") {
+                            Some(pid) => hook.hook_pid = pid.trim().parse().ok(),
+                            None => break Some(line),
+                        },
+                        Err(mpsc::TryRecvError::Empty) => break None,
+                        // The wrapper ended without a result line.
+                        Err(mpsc::TryRecvError::Disconnected) => break Some(String::new()),
+                    }
+                };
+            }
+            let drained = hook
+                .drained
+                .as_ref()
+                .is_none_or(|rx| matches!(rx.try_recv(), Err(mpsc::TryRecvError::Disconnected)));
+            let why = match hook.result.take() {
+                Some(line) if drained || now >= hook.deadline => {
+                    match describe(&line, hook.timeout) {
+                        None => continue,
+                        Some(why) => why,
+                    }
                 }
-            };
-            let why = match result {
-                Some(line) => match describe(&line, hook.timeout) {
-                    None => continue,
-                    Some(why) => why,
-                },
+                Some(line) => {
+                    hook.result = Some(line);
+                    left.push(hook);
+                    continue;
+                }
                 None if now >= hook.deadline => {
                     // Looked up while the wrapper is still the hook's parent.
                     let group = hook_group(hook.hook_pid, hook.wrapper.id());
@@ -273,6 +327,17 @@ impl Pending {
             ));
         }
         self.started = left;
+        // Said once the hooks running are done, and again only where more was cut since: exit
+        // hooks run after the run's closing lines, which name the cut attempt logs.
+        if let (true, HooksLog::Open(log)) = (self.started.is_empty(), &self.log) {
+            let log = log.lock().unwrap_or_else(|e| e.into_inner());
+            if log.cut_bytes() > self.said_cut_bytes {
+                self.said_cut_bytes = log.cut_bytes();
+                if let Some(line) = log.cut_line() {
+                    report.warn(&line);
+                }
+            }
+        }
         self.started.is_empty()
     }
 
@@ -314,8 +379,40 @@ pub const POLL: Duration = Duration::from_millis(20);
 /// How long past a hook's limit oomguard waits for its wrapper's word before giving up on it.
 const WRAPPER_SLACK: Duration = Duration::from_secs(5);
 
+/// A pipe whose write end is a hook's output: a thread of its own reads the other end into
+/// `log` until every writer has closed it, with the job's user's filesystem identity and
+/// without `CAP_SYS_RESOURCE` where oomguard acts for one (as the job's output is written:
+/// [`crate::principal::write_as_user_from_now`]). The receiver disconnects when it is done.
+fn drain_into(log: Arc<Mutex<AttemptLog>>) -> std::io::Result<(OwnedFd, mpsc::Receiver<()>)> {
+    let (read_end, write_end) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (done, drained) = mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("hook-output".into())
+        .spawn(move || {
+            let _done = done;
+            let mut pipe = std::fs::File::from(read_end);
+            // Past a failed switch or write the pipe is still read, so a hook never blocks on it.
+            let mut keep = crate::principal::write_as_user_from_now().is_ok();
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) if keep => {
+                        let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+                        keep = log.write_all(&buf[..n]).is_ok();
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+        })?;
+    Ok((write_end, drained))
+}
+
 /// Starts `oomguard __hook TIMEOUT_MS -- ARGV...` with the hook's environment, its output
-/// going to the log; a thread forwards the wrapper's lines.
+/// going to `output` (a pipe drained into the log), or nowhere; a thread forwards the wrapper's
+/// lines.
 ///
 /// A root oomguard acting for a job's `user` ([`crate::principal`]) starts the wrapper, and so
 /// the hook, as that user: its groups, gid and uid set between fork and exec as for the job,
@@ -324,7 +421,7 @@ const WRAPPER_SLACK: Duration = Duration::from_secs(5);
 fn spawn_wrapped(
     hook: &Hook,
     env: &[(String, OsString)],
-    log: Option<File>,
+    output: Option<OwnedFd>,
     timeout: Duration,
 ) -> std::io::Result<(Child, mpsc::Receiver<String>)> {
     let exe = std::env::current_exe()?;
@@ -344,8 +441,8 @@ fn spawn_wrapped(
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
-    match log {
-        Some(log) => cmd.stderr(log),
+    match output {
+        Some(output) => cmd.stderr(output),
         None => cmd.stderr(Stdio::null()),
     };
     if who.is_none() {

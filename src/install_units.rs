@@ -76,6 +76,9 @@ pub struct Place {
     pub xdg_config_home: Option<PathBuf>,
     /// This oomguard's own path (`std::env::current_exe`).
     pub exe: PathBuf,
+    /// The install runs as root: a system unit then runs `exe` as root, so it must be a file
+    /// only root could change ([`check_exe`]).
+    pub as_root: bool,
 }
 
 /// One file of the install and what became of it.
@@ -110,6 +113,17 @@ pub enum InstallError {
     },
     #[error("no home directory ($HOME is not set): give the directory with --dir")]
     NoHome,
+    #[error("refusing to install the system unit for {}: {why} change the program systemd runs as root at every start of an oomguard@ unit; copy it to /usr/local/bin (install -m 0755 {} /usr/local/bin/oomguard) and run /usr/local/bin/oomguard install-units, or install the .deb", exe.display(), exe.display())]
+    NotRootsAlone {
+        exe: PathBuf,
+        /// Who could change it, and how ([`crate::runas::changeable_by_others`]).
+        why: String,
+    },
+    #[error("cannot check who could change {}: {source}; install oomguard in /usr/local/bin (or the .deb) and run it from there", exe.display())]
+    Unchecked {
+        exe: PathBuf,
+        source: std::io::Error,
+    },
     #[error("this oomguard's path {} cannot be written in a unit (it holds `$` or a control character): install oomguard where systemd finds it (/usr/local/bin)", .0.display())]
     Unnameable(PathBuf),
 }
@@ -147,6 +161,7 @@ pub fn files(place: &Place) -> Result<Vec<(PathBuf, String)>, InstallError> {
 /// Writes the unit (and drop-in) as [`files`] says; all are checked before any is written, so a
 /// refusal leaves everything as it was.
 pub fn install(place: &Place, force: bool) -> Result<Vec<Written>, InstallError> {
+    check_exe(place)?;
     let files = files(place)?;
     let mut plan = Vec::new();
     for (path, text) in files {
@@ -176,6 +191,28 @@ pub fn install(place: &Place, force: bool) -> Result<Vec<Written>, InstallError>
         done.push(Written { path, action });
     }
     Ok(done)
+}
+
+/// Refuses a system unit, installed as root, for a binary that anyone but root could change:
+/// the file itself or a directory above it (a user's virtual environment, a group-writable conda
+/// env). The unit, or its drop-in naming the binary's path, would have systemd run whatever is
+/// there as root at every start and restart of every `oomguard@` unit, for good. The rule is a
+/// job file's ([`crate::runas::changeable_by_others`]); a user unit is its user's own business.
+fn check_exe(place: &Place) -> Result<(), InstallError> {
+    if place.scope != Scope::System || !place.as_root {
+        return Ok(());
+    }
+    match crate::runas::changeable_by_others(&place.exe) {
+        Ok(None) => Ok(()),
+        Ok(Some(why)) => Err(InstallError::NotRootsAlone {
+            exe: place.exe.clone(),
+            why,
+        }),
+        Err(source) => Err(InstallError::Unchecked {
+            exe: place.exe.clone(),
+            source,
+        }),
+    }
 }
 
 /// What to run next, for the lines printed after the install.
@@ -306,6 +343,7 @@ mod tests {
             home: Some(PathBuf::from("/home/ada")),
             xdg_config_home: None,
             exe: exe.to_path_buf(),
+            as_root: false,
         }
     }
 
@@ -406,6 +444,60 @@ mod tests {
             .expect("meta")
             .file_type()
             .is_symlink());
+    }
+
+    /// As root, the system unit is refused for a binary another user (or a group) could change,
+    /// naming who and which path, before anything is written; the user unit is not.
+    #[test]
+    fn a_system_unit_as_root_needs_a_binary_only_root_can_change() {
+        use std::os::unix::fs::PermissionsExt;
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED a_system_unit_as_root_needs_a_binary_only_root_can_change: not root (chown needs it)");
+            return;
+        }
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod")
+        };
+        mode(tmp.path(), 0o755);
+        // (directory, its mode, its owner, the refusal's words; None: installed)
+        let table: &[(&str, u32, u32, Option<&str>)] = &[
+            ("root", 0o755, 0, None),
+            ("venv", 0o755, 65534, Some("this directory above it is owned by uid 65534, so user nobody could")),
+            ("conda", 0o775, 0, Some("this directory above it is group-writable (mode 775), so the members of group root could")),
+            ("open", 0o777, 0, Some("is world-writable (mode 777), so every user could")),
+        ];
+        for &(name, dir_mode, owner, want) in table {
+            let bin = tmp.path().join(name).join("bin");
+            std::fs::create_dir_all(&bin).expect("mkdir");
+            let exe = bin.join("oomguard");
+            std::fs::write(&exe, "").expect("binary");
+            mode(&exe, 0o755);
+            mode(&bin, dir_mode);
+            std::os::unix::fs::chown(&bin, Some(owner), None).expect("chown");
+            let units = tmp.path().join(format!("units-{name}"));
+            let mut p = place(&units, Scope::System, &exe);
+            p.as_root = true;
+            match (install(&p, false), want) {
+                (Ok(_), None) => {}
+                (Err(e), Some(words)) => {
+                    let line = e.to_string();
+                    assert!(matches!(e, InstallError::NotRootsAlone { .. }), "{line}");
+                    assert!(line.contains(words), "{name}: {line}");
+                    assert!(line.contains(&bin.display().to_string()), "{line}");
+                    assert!(
+                        line.contains("/usr/local/bin") && line.contains(".deb"),
+                        "{line}"
+                    );
+                    assert!(!line.contains('\n'), "{line}");
+                    assert!(!units.exists(), "{name}: something was written");
+                    // The user's own unit is theirs to point at their own binary.
+                    p.scope = Scope::User;
+                    install(&p, false).expect("--user");
+                }
+                (got, _) => panic!("{name}: {got:?}"),
+            }
+        }
     }
 
     #[test]

@@ -49,6 +49,8 @@ pub struct Step {
     pub path: PathBuf,
     pub kind: Kind,
     pub uid: u32,
+    /// Its group: who a group-writable step lets change it.
+    pub gid: u32,
     /// The permission bits, with the sticky bit (`mode & 0o7777`).
     pub mode: u32,
     /// Whether the directory holding it has the sticky bit: there, an entry's owner may replace
@@ -255,6 +257,7 @@ fn step_of(fd: &OwnedFd, path: PathBuf, in_sticky_dir: bool) -> io::Result<Step>
         path,
         kind,
         uid: st.st_uid,
+        gid: st.st_gid,
         mode: st.st_mode & 0o7777,
         in_sticky_dir,
     })

@@ -270,15 +270,10 @@ pub fn check_steps(
     owner_uid: Option<u32>,
     owner: Option<&str>,
 ) -> Result<Writers, String> {
-    use crate::pathwalk::Kind;
     let file = &opened.resolved;
     let allowed = allowed_words(owner_uid, owner);
     judge(&opened.steps, owner_uid).map_err(|(step, problem)| {
-        let what = match step.kind {
-            _ if step.path == *file => "it",
-            Kind::Symlink => "this symlink on its path",
-            _ => "this directory above it",
-        };
+        let what = step_words(step, file);
         format!(
             "{}: refusing the job file {}: {what} {problem}, so a user other than {allowed} could choose what runs; \
              make it writable only by {allowed} (chown, chmod go-w), or move the job file",
@@ -286,6 +281,53 @@ pub fn check_steps(
             file.display(),
         )
     })
+}
+
+/// Who besides root could change the file at `path`, as one phrase (`/home/alice/venv/bin: this
+/// directory above it is owned by uid 1001, so user alice could`), or `None` where root alone
+/// could: the rule [`check_steps`] applies to a job file, with no user allowed, on a walk made
+/// now ([`crate::pathwalk::open`]). For a file root will run again later by its path (a unit's
+/// `ExecStart=`), which gives whoever could change it root's rights for the same reason a job
+/// file does.
+pub fn changeable_by_others(path: &Path) -> std::io::Result<Option<String>> {
+    let (_, opened) = crate::pathwalk::open(path)?;
+    let Err((step, problem)) = judge(&opened.steps, None) else {
+        return Ok(None);
+    };
+    let what = step_words(step, &opened.resolved);
+    Ok(Some(format!(
+        "{}: {what} {problem}, so {} could",
+        step.path.display(),
+        could_change(step)
+    )))
+}
+
+/// What a step on the way to `file` is, in a refusal: "it", "this symlink on its path" or
+/// "this directory above it".
+fn step_words(step: &crate::pathwalk::Step, file: &Path) -> &'static str {
+    match step.kind {
+        _ if step.path == file => "it",
+        crate::pathwalk::Kind::Symlink => "this symlink on its path",
+        _ => "this directory above it",
+    }
+}
+
+/// Who a step that [`judge`] refused lets change it, by name: its owner, else its group's
+/// members, else every user.
+fn could_change(step: &crate::pathwalk::Step) -> String {
+    if step.uid != 0 {
+        return match User::from_uid(Uid::from_raw(step.uid)) {
+            Ok(Some(user)) => format!("user {}", user.name),
+            _ => format!("uid {}", step.uid),
+        };
+    }
+    if step.mode & 0o002 != 0 {
+        return "every user".to_string();
+    }
+    match Group::from_gid(Gid::from_raw(step.gid)) {
+        Ok(Some(group)) => format!("the members of group {}", group.name),
+        _ => format!("the members of group {}", step.gid),
+    }
 }
 
 /// "root", or "root or NAME".
@@ -354,6 +396,47 @@ pub fn place_is_users(path: &Path, who: Option<&RunAs>, what: &str) -> Result<bo
             step.path.display(),
         )),
     }
+}
+
+/// For an oomguard run without root, an existing run directory at `path` (`--run-dir`,
+/// `run_dir`): refused where another user (not root) owns it, since they could change what
+/// oomguard and the job read there, the probe's directory first on the job's `PYTHONPATH`
+/// among it; a warning (`Ok(Some)`) where every user may write it without the sticky bit (they
+/// could rename what is in it and put their own in its place, the probe's directory too);
+/// else nothing. A directory others in its group may write is
+/// neither: with a private group per user (umask 002) that is everyone's home, and a group
+/// that can write the run directory can write the job's own files beside it anyway. As root,
+/// [`place_is_users`] decides instead. A directory still to be made is the run's own.
+pub fn own_run_dir(path: &Path) -> Result<Option<String>, String> {
+    use std::os::unix::fs::MetadataExt;
+    let me = Uid::effective();
+    if me.is_root() {
+        return Ok(None);
+    }
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(None);
+    };
+    if !meta.is_dir() {
+        return Ok(None);
+    }
+    if meta.uid() != me.as_raw() && meta.uid() != 0 {
+        let owner = match User::from_uid(Uid::from_raw(meta.uid())) {
+            Ok(Some(user)) => format!("user {} (uid {})", user.name, meta.uid()),
+            _ => format!("uid {}", meta.uid()),
+        };
+        return Err(format!(
+            "run directory {}: it is owned by {owner}, who could change what oomguard and the job read there (the probe, first on the job's PYTHONPATH); choose a directory of your own with --run-dir",
+            path.display()
+        ));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        return Ok(Some(format!(
+            "run directory {} is world-writable (mode {mode:o}): any user could replace what oomguard and the job read there while the run goes on, the probe's directory first on the job's PYTHONPATH among it (and so run code as you); chmod o-w it",
+            path.display()
+        )));
+    }
+    Ok(None)
 }
 
 #[cfg(test)]

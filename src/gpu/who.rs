@@ -6,6 +6,11 @@
 //! Looked up once per PID while the driver keeps listing it ([`Names`]), so a neighbour that
 //! stays on the card for hours costs two small reads, not two per tick. It reads; it does not
 //! judge or decide anything.
+//!
+//! Root reads every process's /proc entry, but its lines and records are the job's: where root
+//! runs the job for another user and /proc is mounted with `hidepid` (proc(5): that user may not
+//! see others' processes), a neighbour that user could not see is named only as hidden, never
+//! by its user and command ([`Viewer`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -28,6 +33,72 @@ pub struct Who {
 pub struct Names {
     proc_root: PathBuf,
     known: HashMap<u32, Option<Who>>,
+    /// Whom the names are for, where /proc would hide others' processes from them; found at the
+    /// first lookup (oomguard knows whom it acts for by then).
+    viewer: std::cell::OnceCell<Option<Viewer>>,
+}
+
+/// A user /proc's `hidepid` hides other users' processes from: root reading for them names
+/// only the processes they could see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Viewer {
+    pub uid: u32,
+    pub name: String,
+}
+
+impl Viewer {
+    /// The job's user where root acts for one and this machine's /proc hides others'
+    /// processes from them (`hidepid` 1, 2 or 4, and the user outside its `gid=` group).
+    fn of_the_job() -> Option<Viewer> {
+        let who = crate::principal::acting_for()?;
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let hides = proc_hides(&mountinfo)?;
+        if let Some(gid) = hides.exempt_gid {
+            if who.groups.iter().any(|g| g.as_raw() == gid) || who.gid.as_raw() == gid {
+                return None;
+            }
+        }
+        Some(Viewer {
+            uid: who.uid.as_raw(),
+            name: who.name.clone(),
+        })
+    }
+}
+
+/// How /proc hides processes: on, and the group exempt from it (`gid=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Hides {
+    exempt_gid: Option<u32>,
+}
+
+/// Whether the proc filesystem mounted at /proc hides other users' processes, from
+/// `/proc/self/mountinfo` (proc(5)); a sample line:
+/// `22 27 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:13 - proc proc rw,hidepid=invisible,gid=27`.
+/// `hidepid=0`/`off` hides nothing; 1 (`noaccess`), 2 (`invisible`) and 4 (`ptraceable`) hide
+/// another user's command line and status. The last mount at /proc wins, as the kernel's does.
+fn proc_hides(mountinfo: &str) -> Option<Hides> {
+    let mut found = None;
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(dash) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        if fields.get(4) != Some(&"/proc") || fields.get(dash + 1) != Some(&"proc") {
+            continue;
+        }
+        let options = fields.get(dash + 3).copied().unwrap_or_default();
+        let mut hides = false;
+        let mut exempt_gid = None;
+        for option in options.split(',') {
+            match option.split_once('=') {
+                Some(("hidepid", value)) => hides = !matches!(value, "0" | "off"),
+                Some(("gid", value)) => exempt_gid = value.parse().ok(),
+                _ => {}
+            }
+        }
+        found = Some(hides.then_some(Hides { exempt_gid }));
+    }
+    found.flatten()
 }
 
 impl Default for Names {
@@ -41,15 +112,25 @@ impl Names {
         Names {
             proc_root: proc_root.into(),
             known: HashMap::new(),
+            viewer: std::cell::OnceCell::new(),
         }
     }
 
-    /// Who `pid` is, `None` where /proc does not show it.
+    /// Names for `viewer` alone (see [`Viewer`]), whatever whom oomguard acts for: for tests.
+    #[cfg(test)]
+    pub fn for_viewer(mut self, viewer: Option<Viewer>) -> Names {
+        self.viewer = std::cell::OnceCell::from(viewer);
+        self
+    }
+
+    /// Who `pid` is, `None` where /proc does not show it; hidden (user `?`) where it is not the
+    /// viewer's to see.
     pub fn who(&mut self, pid: u32) -> Option<Who> {
         let root = &self.proc_root;
+        let viewer = self.viewer.get_or_init(Viewer::of_the_job).as_ref();
         self.known
             .entry(pid)
-            .or_insert_with(|| read_who(root, pid))
+            .or_insert_with(|| read_who(root, pid, viewer))
             .clone()
     }
 
@@ -59,7 +140,7 @@ impl Names {
     }
 }
 
-fn read_who(proc_root: &std::path::Path, pid: u32) -> Option<Who> {
+fn read_who(proc_root: &std::path::Path, pid: u32, viewer: Option<&Viewer>) -> Option<Who> {
     let dir = proc_root.join(pid.to_string());
     let status = std::fs::read_to_string(dir.join("status")).ok()?;
     let uid: u32 = status
@@ -67,6 +148,14 @@ fn read_who(proc_root: &std::path::Path, pid: u32) -> Option<Who> {
         .find_map(|l| l.strip_prefix("Uid:"))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|n| n.parse().ok())?;
+    // There, but not the viewer's to see: it stays a neighbour (not a process in another PID
+    // namespace), with nothing of whose it is.
+    if let Some(viewer) = viewer.filter(|v| v.uid != uid) {
+        return Some(Who {
+            user: "?".to_string(),
+            command: format!("hidden from {} by /proc's hidepid", viewer.name),
+        });
+    }
     let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
         .ok()
         .flatten()
@@ -161,5 +250,63 @@ mod tests {
         // ...until the driver stops listing it.
         names.keep_only(|pid| pid != 10);
         assert_eq!(names.who(10).unwrap().command, "other");
+    }
+
+    /// Root reading /proc for a user it may hide others' processes from names only that user's.
+    #[test]
+    fn hidepid_hides_others_from_the_jobs_user_in_roots_names_too() {
+        let dir = tempfile::tempdir().unwrap();
+        fake_proc(dir.path(), 10, 1001, b"python3\0mine.py\0");
+        fake_proc(dir.path(), 11, 1002, b"python3\0secret-project.py\0");
+        let viewer = Viewer {
+            uid: 1001,
+            name: "alice".into(),
+        };
+        let mut names = Names::new(dir.path()).for_viewer(Some(viewer));
+        assert_eq!(names.who(10).unwrap().command, "python3 mine.py");
+        let hidden = names.who(11).unwrap();
+        assert_eq!(
+            hidden,
+            Who {
+                user: "?".into(),
+                command: "hidden from alice by /proc's hidepid".into()
+            }
+        );
+        assert_eq!(names.who(12), None, "not in this /proc");
+        let mut all = Names::new(dir.path()).for_viewer(None);
+        assert_eq!(all.who(11).unwrap().command, "python3 secret-project.py");
+    }
+
+    #[test]
+    fn hidepid_is_read_from_the_mount_at_proc() {
+        let line = |mount: &str, options: &str| {
+            format!("22 27 0:21 / {mount} rw,nosuid shared:13 - proc proc {options}\n")
+        };
+        // (mountinfo, what it says)
+        let table = [
+            (line("/proc", "rw"), None),
+            (line("/proc", "rw,hidepid=0"), None),
+            (line("/proc", "rw,hidepid=off"), None),
+            (
+                line("/proc", "rw,hidepid=2"),
+                Some(Hides { exempt_gid: None }),
+            ),
+            (
+                line("/proc", "rw,hidepid=invisible,gid=27"),
+                Some(Hides {
+                    exempt_gid: Some(27),
+                }),
+            ),
+            (
+                line("/proc", "rw,hidepid=ptraceable"),
+                Some(Hides { exempt_gid: None }),
+            ),
+            (line("/mnt/proc", "rw,hidepid=2"), None),
+            // A later mount at /proc covers the earlier one.
+            (line("/proc", "rw,hidepid=2") + &line("/proc", "rw"), None),
+        ];
+        for (mountinfo, want) in table {
+            assert_eq!(proc_hides(&mountinfo), want, "{mountinfo}");
+        }
     }
 }

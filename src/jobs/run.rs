@@ -90,6 +90,17 @@ impl JobRun {
             ),
         }
         run.store = Some(store);
+        // Run directories of this job that an earlier version left readable by every user. Not
+        // where the job's user could write the job memory that names them (a `state_dir` of
+        // theirs): it could name another job's, which root would then hand to them.
+        if !settings.state_dir_is_users {
+            let earlier = run.memory.attempts().iter().map(|a| a.run.as_str());
+            let latest = run.memory.run.iter().map(|r| r.run_dir.as_str());
+            let tightened = crate::record::run_dir::tighten_earlier(earlier.chain(latest));
+            if tightened > 0 {
+                tracing::info!("made {tightened} earlier run directories of the job private");
+            }
+        }
         // The job's last run, if its oomguard died without writing an end.
         let died = run.memory.run.clone().filter(|last| {
             last.state.under_way()

@@ -11,6 +11,9 @@
 //! most once more), so the file stays under the cap (plus the marker, and one chunk between two
 //! compactions) and always ends with the newest output, even if oomguard dies. The run's
 //! closing warning names the logs that were cut ([`cut_summary`]).
+//!
+//! The hooks' output (`hooks.log`, [`AttemptLog::for_hooks`]) is kept the same way, under the
+//! same cap and with the same marker: one more log of the run's, never more than `--log-max`.
 
 use std::fs::File;
 use std::io;
@@ -32,10 +35,20 @@ const MARKER_BYTES: u64 = 320;
 /// would start (a longer line is cut where it falls).
 const LINE_ALIGN_BYTES: u64 = 64 << 10;
 
+/// Whose output a log keeps: its marker and the closing warning say so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
+    /// An attempt's: the job's stdout and stderr, which the terminal also got whole.
+    Job,
+    /// The hooks' (`hooks.log`): kept here only.
+    Hooks,
+}
+
 /// One attempt's log file, capped at `max_bytes`.
 #[derive(Debug)]
 pub struct AttemptLog {
     file: File,
+    output: Output,
     /// The file's name (`attempt-2.log`), for the closing warning.
     name: String,
     max_bytes: u64,
@@ -59,6 +72,7 @@ impl AttemptLog {
         let max_bytes = max_bytes.max(MIN_MAX_BYTES);
         AttemptLog {
             file,
+            output: Output::Job,
             name,
             max_bytes,
             head_bytes: max_bytes / 2,
@@ -67,6 +81,36 @@ impl AttemptLog {
             head_ends_line: true,
             cut_bytes: None,
         }
+    }
+
+    /// A new, empty log of the hooks' output (`hooks.log`), capped at `max_bytes` as an
+    /// attempt's log is.
+    pub fn for_hooks(file: File, name: String, max_bytes: u64) -> AttemptLog {
+        AttemptLog {
+            output: Output::Hooks,
+            ..AttemptLog::new(file, name, max_bytes)
+        }
+    }
+
+    /// Bytes cut from the middle so far (0 before the first cut).
+    pub fn cut_bytes(&self) -> u64 {
+        self.cut_bytes.unwrap_or(0)
+    }
+
+    /// The warning for this log once its middle was cut (`hooks.log kept only the first and last
+    /// part of the hooks' output: ...`); `None` while it holds everything.
+    pub fn cut_line(&self) -> Option<String> {
+        let cut = self.cut_bytes?;
+        let whose = match self.output {
+            Output::Job => "the job's output",
+            Output::Hooks => "the hooks' output",
+        };
+        Some(format!(
+            "{} kept only the first and last part of {whose}: {} cut from the middle (marked where), as --log-max {} allows",
+            self.name,
+            human_bytes(cut),
+            human_bytes(self.max_bytes)
+        ))
     }
 
     /// Adds `bytes` of output: to the head while it has room, else after it, compacting the
@@ -131,18 +175,31 @@ impl AttemptLog {
         self.cut_bytes = Some(cut);
         self.end = dst;
         self.file.write_all_at(&self.marker(cut), self.head_bytes)?;
-        note_cut(&self.name, cut, self.max_bytes);
+        // The hooks' log is told by its reader ([`AttemptLog::cut_line`]): the hooks at the
+        // run's end write after the closing warning.
+        if self.output == Output::Job {
+            note_cut(&self.name, cut, self.max_bytes);
+        }
         Ok(())
     }
 
     /// The marker line, exactly [`MARKER_BYTES`] long (padded with spaces before its newline).
     fn marker(&self, cut_bytes: u64) -> Vec<u8> {
+        let (whose, each, rest) = match self.output {
+            Output::Job => (
+                "the job's output",
+                "each attempt's",
+                "; the terminal got all of it",
+            ),
+            Output::Hooks => ("the hooks' output", "their", ""),
+        };
         let text = format!(
-            "{}[oomguard: {cut_bytes} bytes ({}) of the job's output cut here; --log-max {} keeps each attempt's first {} and about its last {} or more; the terminal got all of it]",
+            "{}[oomguard: {cut_bytes} bytes ({}) of {whose} cut here; --log-max {} keeps {each} first {} and about {} last {} or more{rest}]",
             if self.head_ends_line { "" } else { "\n" },
             human_bytes(cut_bytes),
             human_bytes(self.max_bytes),
             human_bytes(self.head_bytes),
+            if self.output == Output::Job { "its" } else { "their" },
             human_bytes(self.tail_bytes),
         );
         let mut line = text.into_bytes();
@@ -153,8 +210,9 @@ impl AttemptLog {
     }
 }
 
-/// The logs cut so far in this run: (file name, bytes cut), and the cap. Process-wide because
-/// the logs are written by the stream's reader threads, which hold no handle of the run's.
+/// The attempt logs cut so far in this run: (file name, bytes cut), and the cap. Process-wide
+/// because the logs are written by the stream's reader threads, which hold no handle of the
+/// run's.
 static CUT: Mutex<(Vec<(String, u64)>, u64)> = Mutex::new((Vec::new(), 0));
 
 fn note_cut(name: &str, cut_bytes: u64, max_bytes: u64) {
@@ -284,6 +342,52 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_hooks_log_is_cut_under_the_same_cap_with_the_same_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hooks.log");
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        let max = 64 << 10;
+        let mut log = AttemptLog::for_hooks(file, "hooks.log".into(), max);
+        let output = lines(60_000);
+        for chunk in output.chunks(4096) {
+            log.write_all(chunk).unwrap();
+        }
+        let kept = std::fs::read(&path).unwrap();
+        assert!(
+            kept.len() as u64 <= max + MARKER_BYTES + 4096,
+            "{}",
+            kept.len()
+        );
+        let head = (max / 2) as usize;
+        let marker = String::from_utf8_lossy(&kept[head..head + MARKER_BYTES as usize]);
+        assert!(
+            marker.trim_start_matches('\n').starts_with(&format!(
+                "[oomguard: {} bytes (",
+                log.cut_bytes.expect("cut")
+            )) && marker
+                .contains("of the hooks' output cut here; --log-max 64.0 KiB keeps their first"),
+            "{marker}"
+        );
+        assert!(output.ends_with(&kept[head + MARKER_BYTES as usize..]));
+        assert_eq!(
+            log.cut_line().unwrap(),
+            format!(
+                "hooks.log kept only the first and last part of the hooks' output: {} cut from the middle (marked where), as --log-max 64.0 KiB allows",
+                human_bytes(log.cut_bytes())
+            )
+        );
+        assert!(
+            !CUT.lock().unwrap().0.iter().any(|(n, _)| n == "hooks.log"),
+            "told by its reader, not in the attempt logs' warning"
+        );
     }
 
     #[test]

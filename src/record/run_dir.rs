@@ -4,6 +4,13 @@
 //! summary.json saved atomically, `samples.csv` through [`crate::record::samples`]); where default
 //! run directories go, and oomguard's state directory.
 //!
+//! Run as root in its own default place (the system unit's `/var/lib/oomguard/runs/`), a run
+//! directory holds a job's whole output, so it is private: made 0700 and given to the job's
+//! user (who then owns, and pays the disk quota for, its files), `runs/` itself listable by
+//! root alone (0711), and a run directory an earlier version left readable by all is tightened
+//! the same way at the job's next run ([`tighten_earlier`]). The probe's directory is made new,
+//! under a fresh name and 0700, at every run ([`RunDir::write_probe`]).
+//!
 //! It decides nothing about the run and formats nothing for the user: summary.json's text is
 //! [`crate::record::summary`]'s.
 
@@ -66,6 +73,9 @@ pub struct RunDir {
     /// Whether the directory is the job's user's (see [`RunDir::create`]): then every file here
     /// is made as that user ([`crate::principal`]).
     as_user: bool,
+    /// Whether the directories in `made_dirs` were made as that user (removed as them): not
+    /// where root made a private run directory in its own place and handed it over.
+    dirs_as_user: bool,
 }
 
 impl RunDir {
@@ -76,8 +86,13 @@ impl RunDir {
     /// `as_user`: the directory is the job's user's (chosen by a job file they could write, or in
     /// a place they can write), so it is made, and every file in it, as that user
     /// ([`crate::principal`]).
+    ///
+    /// In root's own default place, the new directory is private: 0700, `runs/` above it 0711
+    /// (nobody else lists the runs), and, for a job run as another user, handed to that user
+    /// (`fchown`), whose files it then holds: they are made as that user.
     pub fn create(dir: Option<&Path>, program: &str, as_user: bool) -> Result<RunDir, RunDirError> {
         let as_user = as_user && crate::principal::acting_for().is_some();
+        let private = dir.is_none() && !as_user && nix::unistd::Uid::effective().is_root();
         let switch_failed = |source| RunDirError::Create {
             path: dir.map(Path::to_path_buf).unwrap_or_default(),
             source,
@@ -99,7 +114,12 @@ impl RunDir {
                     }
                 })?;
                 let mut made = create_dirs(&base)?;
-                let path = make_run_dir_in(&base, program).inspect_err(|_| remove_dirs(&made))?;
+                if private {
+                    unlist_runs(&base);
+                }
+                let mode = if private { 0o700 } else { 0o777 };
+                let path =
+                    make_run_dir_in(&base, program, mode).inspect_err(|_| remove_dirs(&made))?;
                 made.push(path.clone());
                 Ok((path, made))
             }
@@ -122,13 +142,25 @@ impl RunDir {
                 return Err(RunDirError::Create { path, source });
             }
         };
+        // Handed over before any file is made in it: every file is then the user's.
+        let handed = match crate::principal::acting_for().filter(|_| private) {
+            Some(who) => match hand_over(&pinned, who) {
+                Ok(()) => true,
+                Err(source) => {
+                    remove_dirs(&made_dirs);
+                    return Err(RunDirError::Create { path, source });
+                }
+            },
+            None => false,
+        };
         let run_dir = RunDir {
             path,
             pinned,
             made_dirs,
             made_files: Default::default(),
             summary_claimed: Default::default(),
-            as_user,
+            as_user: as_user || handed,
+            dirs_as_user: as_user,
         };
         if let Err(e) = run_dir.check_unused() {
             remove_dirs(&run_dir.made_dirs);
@@ -197,40 +229,22 @@ impl RunDir {
             for name in self.made_files.borrow().iter() {
                 let _ = std::fs::remove_file(self.at(name));
             }
+            Ok(())
+        });
+        let _ = crate::principal::as_user_if(self.dirs_as_user, || {
             remove_dirs(&self.made_dirs);
             Ok(())
         });
     }
 
-    /// Opens `name` (hooks.log) for appending, made on first use. Refused unless it is a regular
-    /// file with one link owned by whoever writes here: the directory was checked free of it
-    /// when the run started, so anything else there now (a symlink, a hard link to another
-    /// file) was planted by someone else.
-    pub fn open_append(&self, name: &str) -> io::Result<File> {
-        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-        let path = self.at(name);
-        crate::principal::as_user_if(self.as_user, || {
-            let file = std::fs::OpenOptions::new()
-                .append(true)
-                .create(true)
-                .mode(0o644)
-                .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-                .open(&path)?;
-            let meta = file.metadata()?;
-            let writer = match crate::principal::acting_for().filter(|_| self.as_user) {
-                Some(who) => who.uid.as_raw(),
-                None => nix::unistd::Uid::effective().as_raw(),
-            };
-            if !meta.is_file() || meta.nlink() != 1 || meta.uid() != writer {
-                return Err(io::Error::other(format!(
-                    "{} is not a file oomguard made (owner uid {}, {} links): someone else put it there",
-                    self.path.join(name).display(),
-                    meta.uid(),
-                    meta.nlink()
-                )));
-            }
-            Ok(file)
-        })
+    /// Creates `hooks.log`, the hooks' output kept under the same cap as an attempt's
+    /// (`max_bytes`, [`AttemptLog::for_hooks`]). Made new (`O_EXCL`, no link followed) as whoever
+    /// writes here, when the first hook runs: the directory was checked free of it when the run
+    /// started, so anything at that name now was put there by someone else, and is refused.
+    pub fn open_hooks_log(&self, max_bytes: u64) -> io::Result<AttemptLog> {
+        let name = crate::hooks::LOG_NAME;
+        let file = self.create_file(name)?;
+        Ok(AttemptLog::for_hooks(file, name.to_string(), max_bytes))
     }
 
     pub fn path(&self) -> &Path {
@@ -249,30 +263,70 @@ impl RunDir {
         self.files().join(name)
     }
 
-    /// Writes the probe's `sitecustomize.py` (`text`) into `probe/` in the run directory, as
-    /// the run directory's owner, whole or not at all (a temporary file renamed into place: a
-    /// half-written one would make Python print an error at start): the directory to put on
-    /// the job's `PYTHONPATH`.
+    /// Writes the probe's `sitecustomize.py` (`text`) into a new directory of the run directory,
+    /// `probe-XXXXXX` (mkdtemp(3): a fresh name, made 0700, by whoever makes the run directory's
+    /// files), never one that was there: a `probe/` someone put in the run directory beforehand,
+    /// with a sitecustomize.py of theirs, is never what the job's Python imports first. Where
+    /// the run directory is root's and the job runs as another user, the new directory is given
+    /// to that user, who must read it (and no one else can). The file is made with `O_EXCL`;
+    /// on a failure nothing is left, so the job never gets a half-written probe. Returns the
+    /// directory to put first on the job's `PYTHONPATH`.
     pub fn write_probe(&self, text: &str) -> io::Result<PathBuf> {
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        let dir = self.at("probe");
-        crate::principal::as_user_if(self.as_user, || {
-            match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
-                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
-                _ => {}
+        use std::io::Write;
+        use std::os::unix::ffi::OsStringExt;
+        use std::os::unix::fs::OpenOptionsExt;
+        let name = crate::principal::as_user_if(self.as_user, || {
+            let template = self.at("probe-XXXXXX").into_os_string().into_vec();
+            let mut raw = std::ffi::CString::new(template)
+                .map_err(io::Error::other)?
+                .into_bytes_with_nul();
+            // SAFETY: `raw` is a NUL-terminated template, filled in place by mkdtemp.
+            if unsafe { nix::libc::mkdtemp(raw.as_mut_ptr().cast()) }.is_null() {
+                return Err(io::Error::last_os_error());
             }
-            let tmp = dir.join(".sitecustomize.py.tmp");
-            let _ = std::fs::remove_file(&tmp);
-            let file = std::fs::OpenOptions::new()
+            raw.pop();
+            let dir = PathBuf::from(std::ffi::OsString::from_vec(raw));
+            let file = dir.join("sitecustomize.py");
+            let written = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o644)
                 .custom_flags(nix::libc::O_NOFOLLOW)
-                .open(&tmp)?;
-            let target = dir.join("sitecustomize.py");
-            crate::fsutil::write_then_rename(file, &tmp, &target, text.as_bytes(), false)
+                .open(&file)
+                .and_then(|mut f| f.write_all(text.as_bytes()));
+            if let Err(e) = written {
+                let _ = std::fs::remove_file(&file);
+                let _ = std::fs::remove_dir(&dir);
+                return Err(e);
+            }
+            Ok(dir
+                .file_name()
+                .expect("mkdtemp names a file")
+                .to_os_string())
         })?;
-        Ok(self.path.join("probe"))
+        if let Some(who) = crate::principal::acting_for().filter(|_| !self.as_user) {
+            use std::os::fd::AsRawFd;
+            use std::os::unix::ffi::OsStrExt;
+            let c_name = std::ffi::CString::new(name.as_bytes()).map_err(io::Error::other)?;
+            // SAFETY: a valid directory descriptor and a NUL-terminated name in it.
+            let rc = unsafe {
+                nix::libc::fchownat(
+                    self.pinned.as_raw_fd(),
+                    c_name.as_ptr(),
+                    who.uid.as_raw(),
+                    who.gid.as_raw(),
+                    nix::libc::AT_SYMLINK_NOFOLLOW,
+                )
+            };
+            if rc != 0 {
+                let e = io::Error::last_os_error();
+                let dir = self.files().join(&name);
+                let _ = std::fs::remove_file(dir.join("sitecustomize.py"));
+                let _ = std::fs::remove_dir(&dir);
+                return Err(e);
+            }
+        }
+        Ok(self.path.join(name))
     }
 
     /// Creates `attempt-N.log`, capped at `max_bytes` ([`AttemptLog`]). `None` if it cannot:
@@ -410,10 +464,114 @@ pub fn state_dir() -> Option<PathBuf> {
         .map(|state| state.join("oomguard"))
 }
 
-/// Makes a new `<base>/<UTC time>-<program>[-N]`. The directory is made with mkdir(2), which
-/// fails if it exists, so runs started in the same second (a Slurm array on a shared home) each
-/// get their own.
-fn make_run_dir_in(base: &Path, program: &str) -> Result<PathBuf, RunDirError> {
+/// `runs/` in root's own place, where it is root's: others may pass through it to their own
+/// run directory but not list it (0711), since the names tell whose programs ran when.
+fn unlist_runs(base: &Path) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // Only root can write its path (checked before the run: see runas::place_is_users), so the
+    // name reaches the directory that was checked.
+    if let Ok(meta) = std::fs::symlink_metadata(base) {
+        if meta.is_dir() && meta.uid() == 0 && meta.mode() & 0o7777 != 0o711 {
+            let _ = std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o711));
+        }
+    }
+}
+
+/// Gives the run directory `pinned` (opened `O_PATH`) to `who`: owner and group, through the
+/// descriptor itself (`fchownat` with `AT_EMPTY_PATH`), so no name is looked up again.
+fn hand_over(pinned: &File, who: &crate::principal::RunAs) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid descriptor and an empty NUL-terminated path, as AT_EMPTY_PATH asks.
+    let rc = unsafe {
+        nix::libc::fchownat(
+            pinned.as_raw_fd(),
+            c"".as_ptr(),
+            who.uid.as_raw(),
+            who.gid.as_raw(),
+            nix::libc::AT_EMPTY_PATH,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Makes private, as a new one is made (0700, given to the job's user where oomguard acts for
+/// one), the run directories an earlier oomguard made for this job in root's own default place
+/// and left readable by every user (`root 0755`, its logs 0644): `dirs` are the run directories
+/// the job's memory names, and this runs at the job's next run. Only a directory directly in
+/// `runs/` that root owns, with `runs/` root's alone, is touched, each reached through
+/// descriptors that follow no link; anything else is left as it is. Returns how many were.
+///
+/// Handing such a directory to the job's user gives them nothing of anyone else's: a run
+/// directory holds one run's files (oomguard refuses one that holds another's), this job's
+/// memory names it only because this job's run used it (the caller does not call this where the
+/// job's user could write that memory), and everyone could read it already.
+pub fn tighten_earlier<'a>(dirs: impl IntoIterator<Item = &'a str>) -> usize {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::{fchmod, fstat, Mode};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::fs::OpenOptionsExt;
+    if !nix::unistd::Uid::effective().is_root() {
+        return 0;
+    }
+    let Ok(base) = std::path::absolute(default_runs_base()) else {
+        return 0;
+    };
+    let Ok(base_dir) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
+        .open(&base)
+    else {
+        return 0;
+    };
+    match fstat(base_dir.as_raw_fd()) {
+        Ok(st) if st.st_uid == 0 && st.st_mode & 0o022 == 0 => {}
+        _ => return 0,
+    }
+    let who = crate::principal::acting_for();
+    let mut done = std::collections::HashSet::new();
+    for dir in dirs {
+        let dir = Path::new(dir);
+        let Some(name) = dir
+            .file_name()
+            .filter(|_| dir.parent() == Some(base.as_path()))
+        else {
+            continue;
+        };
+        if done.contains(name) {
+            continue;
+        }
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let Ok(fd) = openat(Some(base_dir.as_raw_fd()), name, flags, Mode::empty()) else {
+            continue;
+        };
+        // SAFETY: `openat` returned a new descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        match fstat(fd.as_raw_fd()) {
+            // As an earlier version left it: readable by every user (0755, 0775), so handing
+            // it over gives the job's user nothing they could not already read.
+            Ok(st) if st.st_uid == 0 && st.st_mode & 0o005 == 0o005 => {}
+            _ => continue,
+        }
+        if fchmod(fd.as_raw_fd(), Mode::from_bits_truncate(0o700)).is_err() {
+            continue;
+        }
+        if let Some(who) = who {
+            let _ = nix::unistd::fchown(fd.as_raw_fd(), Some(who.uid), Some(who.gid));
+        }
+        done.insert(name.to_os_string());
+    }
+    done.len()
+}
+
+/// Makes a new `<base>/<UTC time>-<program>[-N]` with permission bits `mode` (less the umask).
+/// The directory is made with mkdir(2), which fails if it exists, so runs started in the same
+/// second (a Slurm array on a shared home) each get their own.
+fn make_run_dir_in(base: &Path, program: &str, mode: u32) -> Result<PathBuf, RunDirError> {
+    use std::os::unix::fs::DirBuilderExt;
     let stamp: String = rfc3339(SystemTime::now())
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
@@ -427,7 +585,7 @@ fn make_run_dir_in(base: &Path, program: &str) -> Result<PathBuf, RunDirError> {
             1 => base.join(format!("{stamp}-{name}")),
             n => base.join(format!("{stamp}-{name}-{n}")),
         };
-        match std::fs::create_dir(&path) {
+        match std::fs::DirBuilder::new().mode(mode).create(&path) {
             Ok(()) => return Ok(path),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(source) => return Err(RunDirError::Create { path, source }),
@@ -530,7 +688,7 @@ mod tests {
     fn runs_started_together_get_their_own_directories() {
         let base = tempfile::tempdir().unwrap();
         let made: std::collections::HashSet<PathBuf> = (0..5)
-            .map(|_| make_run_dir_in(base.path(), "/usr/bin/python3").unwrap())
+            .map(|_| make_run_dir_in(base.path(), "/usr/bin/python3", 0o777).unwrap())
             .collect();
         assert_eq!(made.len(), 5);
         assert!(made

@@ -16,6 +16,12 @@
 //! wait at most its `--gpu-wait` (then it runs on the room left), which is less than what the
 //! same user can do by holding the card's memory itself.
 //!
+//! Nobody can take a claim's name first: it ends in a random part ([`crate::fsutil::random_u64`]),
+//! as does its temporary file, both made without replacing anything (`O_EXCL`, `renameat2`'s
+//! `RENAME_NOREPLACE`), so a file another user put in the shared directory under the name an
+//! oomguard would use (it could not be removed there: the directory is sticky) never makes that
+//! oomguard launch without its claim. Readers go by what a file holds, not by its name.
+//!
 //! Race-free without a lock nobody could be trusted to hold: claims are ordered by when they
 //! were made; after writing its claim an oomguard reads the others again and counts those made
 //! before its own. Of two that claim at once, the earlier goes and the later sees it and waits.
@@ -172,19 +178,36 @@ impl Place {
             bytes,
             at_ms: now_ms(),
         };
-        let name = format!("{}-{}-{device}.json", record.uid, record.process.pid);
+        let name = format!(
+            "{}-{}-{device}-{:016x}.json",
+            record.uid,
+            record.process.pid,
+            crate::fsutil::random_u64()?
+        );
         let path = self.dir.join(&name);
         let tmp = self.dir.join(format!(".{name}.tmp"));
-        let _ = std::fs::remove_file(&tmp);
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o644)
             .custom_flags(nix::libc::O_NOFOLLOW)
             .open(&tmp)?;
-        file.write_all(&serde_json::to_vec(&record).map_err(io::Error::other)?)?;
-        drop(file);
-        std::fs::rename(&tmp, &path)?;
+        let written = file
+            .write_all(&serde_json::to_vec(&record).map_err(io::Error::other)?)
+            .and_then(|()| {
+                crate::fsutil::renameat2(
+                    None,
+                    tmp.as_os_str(),
+                    None,
+                    path.as_os_str(),
+                    nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+                )
+                .map_err(io::Error::from)
+            });
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         Ok(Claim { path, record })
     }
 }
@@ -247,16 +270,64 @@ mod tests {
         let claim = place.claim(0, None, 5 << 30).unwrap();
         // Our own claim is not another's.
         assert!(place.others(0, None).is_empty());
-        let path = dir.path().join(format!(
-            "{}-{}-0.json",
-            claim.record.uid, claim.record.process.pid
-        ));
+        let path = claim.path.clone();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with(&format!(
+                "{}-{}-0-",
+                claim.record.uid, claim.record.process.pid
+            )),
+            "{name}"
+        );
         assert!(path.is_file());
         // As another oomguard (PID 1, alive, root's... when we are root) would read it: the
         // record parses, and the file's owner is its UID.
         assert_eq!(read_claim(&path), Some(claim.record.clone()));
         drop(claim);
         assert!(!path.exists());
+    }
+
+    /// In a sticky directory every user writes, a file another user made first under the names
+    /// an oomguard would use (the claim's, its temporary file's) cannot be removed by that
+    /// oomguard: it still claims, under a name nobody could guess.
+    #[test]
+    fn a_claim_name_taken_first_by_another_user_never_stops_a_claim() {
+        use crate::principal::{as_recorded, RunAs};
+        use nix::unistd::{Gid, Uid};
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED a_claim_name_taken_first_by_another_user_never_stops_a_claim: not root (two users needed)");
+            return;
+        }
+        let user = |uid: u32, name: &str| RunAs {
+            name: name.into(),
+            uid: Uid::from_raw(uid),
+            gid: Gid::from_raw(uid),
+            groups: vec![Gid::from_raw(uid)],
+            home: "/nonexistent".into(),
+        };
+        let (squatter, claimer) = (user(65534, "nobody"), user(64999, "claimer"));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let place = Place::at(dir.path());
+        // The names this oomguard's claim on card 0 would have had, taken by the squatter.
+        let old = format!("{}-{}-0.json", nix::unistd::getuid(), std::process::id());
+        as_recorded(Some(&squatter), || {
+            for name in [old.clone(), format!(".{old}.tmp")] {
+                std::fs::write(dir.path().join(name), "{}")?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        let claim = as_recorded(Some(&claimer), || place.claim(0, None, 5 << 30))
+            .expect("the claim is made beside the squatter's files");
+        assert!(claim.path.is_file());
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(&old)).unwrap(),
+            "{}"
+        );
+        let path = claim.path.clone();
+        drop(claim);
+        assert!(!path.exists(), "withdrawn");
     }
 
     #[test]

@@ -1,16 +1,19 @@
 //! The attacker's world for the security tests: a root-owned temporary tree with a root-only
 //! directory and a directory of `nobody`'s, root's oomguard run in it, and `nobody`'s own
-//! processes (real unprivileged ones, started with its uid and gid). Without root the world
-//! cannot be made: [`World::new`] says SKIPPED and returns `None`.
+//! processes (real unprivileged ones, started with its uid and gid); users made for a test
+//! ([`TestUser`]) where one needs more than one attacker, and a command's peak memory measured
+//! from outside ([`measured`]). Without root the world cannot be made: [`World::new`] says
+//! SKIPPED and returns `None`.
 
 use crate::util;
 
+use std::fs::File;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use util::{bin, is_root};
+use util::{bin, is_root, stderr_of};
 
 pub(crate) const NOBODY: u32 = 65534;
 
@@ -124,4 +127,107 @@ pub(crate) const OOM_ONCE: &str = "import os, sys\nif not os.path.exists('oomed'
 pub(crate) fn toml_list(items: &[&str]) -> String {
     let quoted: Vec<String> = items.iter().map(|i| format!("{i:?}")).collect();
     format!("[{}]", quoted.join(", "))
+}
+
+/// A command's end as [`measured`] saw it.
+pub(crate) struct Measured {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+    /// The kernel's high-water mark of its resident memory (`ru_maxrss`: the largest of it and
+    /// the children it waited for).
+    pub(crate) peak_rss_bytes: u64,
+}
+
+/// Runs `cmd` to its end, its output in files under `dir` (named by `name`), and measures its
+/// peak RSS from outside: `wait4` hands back the kernel's account of this one process.
+pub(crate) fn measured(mut cmd: Command, dir: &Path, name: &str) -> Measured {
+    let (out, err) = (
+        dir.join(format!("{name}.out")),
+        dir.join(format!("{name}.err")),
+    );
+    cmd.stdout(File::create(&out).unwrap())
+        .stderr(File::create(&err).unwrap());
+    let child = cmd.spawn().expect("oomguard starts");
+    let pid = i32::try_from(child.id()).expect("a PID fits an i32");
+    let mut status = 0;
+    let mut usage = std::mem::MaybeUninit::<nix::libc::rusage>::zeroed();
+    loop {
+        // SAFETY: `status` and `usage` are valid for writes for the whole call.
+        let got = unsafe { nix::libc::wait4(pid, &mut status, 0, usage.as_mut_ptr()) };
+        if got == pid {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        assert_eq!(e.kind(), std::io::ErrorKind::Interrupted, "wait4: {e}");
+    }
+    // SAFETY: wait4 returned the child, so it filled `usage`.
+    let usage = unsafe { usage.assume_init() };
+    // Reaped above: dropping the handle waits for nothing.
+    drop(child);
+    Measured {
+        code: nix::libc::WIFEXITED(status).then(|| nix::libc::WEXITSTATUS(status)),
+        stdout: std::fs::read_to_string(out).unwrap(),
+        stderr: std::fs::read_to_string(err).unwrap(),
+        peak_rss_bytes: u64::try_from(usage.ru_maxrss).unwrap() * 1024,
+    }
+}
+
+/// A user made for a test, removed (with its group) when dropped.
+pub(crate) struct TestUser {
+    pub(crate) name: &'static str,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+}
+
+impl TestUser {
+    pub(crate) fn new(name: &'static str) -> TestUser {
+        // A user left by an interrupted run of this test is reused.
+        if nix::unistd::User::from_name(name).unwrap().is_none() {
+            let made = Command::new("useradd")
+                .args([
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                ])
+                .arg(name)
+                .output()
+                .expect("useradd runs");
+            assert!(
+                made.status.success(),
+                "useradd {name}: {}",
+                stderr_of(&made)
+            );
+        }
+        let user = nix::unistd::User::from_name(name).unwrap().unwrap();
+        TestUser {
+            name,
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+        }
+    }
+
+    /// A directory of this user's (0755) under the world.
+    pub(crate) fn dir(&self, w: &World) -> std::path::PathBuf {
+        let dir = w.path(&self.name.replace('.', "-dot-"));
+        std::fs::create_dir_all(&dir).unwrap();
+        chmod(&dir, 0o755);
+        std::os::unix::fs::lchown(&dir, Some(self.uid), Some(self.gid)).unwrap();
+        dir
+    }
+
+    /// A file of this user's (0644) with `text`.
+    pub(crate) fn file(&self, path: &Path, text: &str) -> std::path::PathBuf {
+        std::fs::write(path, text).unwrap();
+        chmod(path, 0o644);
+        std::os::unix::fs::lchown(path, Some(self.uid), Some(self.gid)).unwrap();
+        path.to_path_buf()
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(self.name).output();
+    }
 }

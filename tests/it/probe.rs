@@ -1,5 +1,5 @@
 //! The probe (issue 32) through the real binary: a Python job's optimizer steps seen from inside
-//! by `RUN_DIR/probe/sitecustomize.py` and summed into summary.json's per-attempt `probe`, the
+//! by `RUN_DIR/probe-XXXXXX/sitecustomize.py` and summed into summary.json's per-attempt `probe`, the
 //! attempt-ended line's `died at step N`, the steps while the attempt runs (samples.csv's
 //! `steps`, `oomguard status`, the metrics' `oomguard_attempt_steps`), `--no-probe`, the job's own output and PYTHONPATH and
 //! `sitecustomize` left as they were, a failing probe that never changes the job's exit, and no
@@ -9,7 +9,7 @@
 //! Most need torch (CPU only); where python3 cannot import it a test says SKIPPED and passes (CI
 //! installs it: see .ci/run). The failing-probe and non-Python tests need no torch.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -94,6 +94,28 @@ fn env_seen(out: &Output) -> Value {
     serde_json::from_str(line).expect("env_job.py prints JSON")
 }
 
+/// The probe's directories in `run_dir` (`probe-XXXXXX`, made new at each run).
+fn probe_dirs(run_dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(run_dir) else {
+        return Vec::new();
+    };
+    entries
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("probe"))
+        })
+        .collect()
+}
+
+/// The one probe directory of a run with the probe.
+fn probe_dir(run_dir: &Path) -> PathBuf {
+    match probe_dirs(run_dir).as_slice() {
+        [one] => one.clone(),
+        other => panic!("probe directories in {}: {other:?}", run_dir.display()),
+    }
+}
+
 fn probe_on_line(out: &Output) -> bool {
     stderr_of(out)
         .lines()
@@ -156,7 +178,7 @@ fn a_torch_loop_s_steps_pace_and_samples_per_second_are_in_the_summary() {
     assert_eq!(probe["torch"], torch, "{probe:#}");
     assert_eq!(probe["error"], Value::Null, "{probe:#}");
     assert_eq!(probe["oom"], Value::Null, "{probe:#}");
-    assert!(Path::new(&sb.run_dir().join("probe/sitecustomize.py")).is_file());
+    assert!(probe_dir(&sb.run_dir()).join("sitecustomize.py").is_file());
     // The final table and `oomguard report` show the steps too.
     let stderr = stderr_of(&out);
     assert!(
@@ -258,7 +280,7 @@ fn no_probe_leaves_no_trace_in_the_job_or_the_run_dir() {
     let out = run(&with, &[], &job, Some("/nonexistent/theirs"));
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert!(probe_on_line(&out), "{}", stderr_of(&out));
-    let probe_dir = with.run_dir().join("probe");
+    let probe_dir = probe_dir(&with.run_dir());
     assert!(probe_dir.join("sitecustomize.py").is_file());
     let seen = env_seen(&out);
     assert_eq!(seen["env"]["OOMGUARD_PROBE_FD"], "7", "{seen:#}");
@@ -281,9 +303,9 @@ fn no_probe_leaves_no_trace_in_the_job_or_the_run_dir() {
     );
     let run_dir = without.run_dir();
     assert!(
-        !run_dir.join("probe").exists(),
-        "--no-probe wrote {}",
-        run_dir.join("probe").display()
+        probe_dirs(&run_dir).is_empty(),
+        "--no-probe wrote {:?}",
+        probe_dirs(&run_dir)
     );
     for attempt in attempts(&without) {
         assert!(attempt.get("probe").is_none(), "{attempt:#}");
@@ -296,11 +318,10 @@ fn no_probe_leaves_no_trace_in_the_job_or_the_run_dir() {
         .collect();
     assert!(probe_vars.is_empty(), "{probe_vars:?} in {seen:#}");
     assert_eq!(seen["env"]["PYTHONPATH"], "/nonexistent/theirs", "{seen:#}");
-    let probe_dir = run_dir.join("probe");
+    let probe_prefix = format!("{}/probe", run_dir.display());
     for entry in seen["sys_path"].as_array().unwrap() {
-        assert_ne!(
-            entry.as_str().map(Path::new),
-            Some(probe_dir.as_path()),
+        assert!(
+            !entry.as_str().is_some_and(|p| p.starts_with(&probe_prefix)),
             "{seen:#}"
         );
     }
@@ -375,7 +396,7 @@ fn a_users_pythonpath_follows_the_probe_and_their_sitecustomize_still_runs() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     assert!(probe_on_line(&out), "{}", stderr_of(&out));
     let seen = env_seen(&out);
-    let probe_dir = sb.run_dir().join("probe");
+    let probe_dir = probe_dir(&sb.run_dir());
     assert_eq!(
         seen["env"]["PYTHONPATH"],
         format!("{}:{pythonpath}", probe_dir.display()),
@@ -466,7 +487,7 @@ fn a_command_that_is_not_python_gets_no_probe() {
     let stderr = stderr_of(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(!stderr.contains("probe: "), "{stderr}");
-    assert!(!sb.run_dir().join("probe").exists());
+    assert!(probe_dirs(&sb.run_dir()).is_empty());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.starts_with("hi\n"), "{stdout}");
     assert!(!stdout.contains("OOMGUARD_PROBE"), "{stdout}");

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -34,6 +35,19 @@ const NAME: &str = "Hydra";
 
 /// How deep nested defaults lists are followed: a cycle (`a` lists `b`, `b` lists `a`) stops here.
 const MAX_DEPTH: usize = 16;
+
+/// The most configs one composition takes in (a file named twice counts twice): real trees
+/// compose tens. Defaults lists that each name the next level twice double the count per level
+/// ([`MAX_DEPTH`] levels: 65,536), all in root's oomguard before any limit of the job's exists.
+const MAX_COMPOSED: usize = 1000;
+
+/// The most config text one composition takes in, a file named twice counted twice: it bounds
+/// both the work of parsing and the composed tree. Each distinct file is read once (a file
+/// named again is taken from memory), so this also bounds what is held. A file of tiny keys
+/// (`k1: 1`) costs about seventy times its text while parsed and composed (each key's events,
+/// dotted name, value and nodes): 2 MiB, far above real trees (tens of configs of a few KiB),
+/// keeps that under about 150 MiB.
+const MAX_COMPOSED_BYTES: u64 = 2 << 20;
 
 /// Accumulation key suffixes, as [`argv`] knows them on the command line.
 const ACCUM_SUFFIXES: &[&str] = &["accumulate_grad_batches", "gradient_accumulation_steps"];
@@ -80,8 +94,19 @@ fn find_in(request: &Request) -> Result<Option<Found>, KnobError> {
     };
     let shown_from = as_user(|| std::fs::canonicalize(request.cwd)).unwrap_or(request.cwd.into());
     let mut composer = Composer::new(search, shown_from, &line);
-    let Ok(config) = composer.compose_primary(name.trim_end_matches(".yaml")) else {
-        return Ok(None);
+    let config = match composer.compose_primary(name.trim_end_matches(".yaml")) {
+        Ok(config) => config,
+        // Past a bound: one line (the caller's note), and the run goes on without a batch
+        // found here.
+        Err(Stop(why)) if composer.gave_up => {
+            return Err(KnobError::Knob {
+                where_: NAME.to_string(),
+                problem: format!(
+                    "gave up composing {name}: {why}; the batch is not looked for there (name it with --batch-arg)"
+                ),
+            })
+        }
+        Err(_) => return Ok(None),
     };
     pick(request.command, &line, &composer, &config)
 }
@@ -561,6 +586,8 @@ fn build(events: &[Event], at: &mut usize, file: usize, key: &str) -> Option<Nod
         }
         Event::MappingStart(..) => {
             let mut entries: Vec<(String, Node)> = Vec::new();
+            // Where each key is in `entries`: a mapping of many keys is built in linear time.
+            let mut index: HashMap<String, usize> = HashMap::new();
             while !matches!(events.get(*at)?, Event::MappingEnd) {
                 let name = match events.get(*at)? {
                     Event::Scalar(name, ..) => Some(name.to_string()),
@@ -575,9 +602,12 @@ fn build(events: &[Event], at: &mut usize, file: usize, key: &str) -> Option<Nod
                 let value = build(events, at, file, &child_key)?;
                 // A key that is not a scalar (`? [a, b]`) or `<<` is not a config key.
                 if let Some(name) = name.filter(|n| n != "<<") {
-                    match entries.iter_mut().find(|(k, _)| *k == name) {
-                        Some(slot) => slot.1 = value,
-                        None => entries.push((name, value)),
+                    match index.get(&name) {
+                        Some(&i) => entries[i].1 = value,
+                        None => {
+                            index.insert(name.clone(), entries.len());
+                            entries.push((name, value));
+                        }
                     }
                 }
             }
@@ -588,15 +618,36 @@ fn build(events: &[Event], at: &mut usize, file: usize, key: &str) -> Option<Nod
     }
 }
 
+/// Up to this many keys of a mapping are merged by looking each up in turn.
+const MERGE_SCAN_MAX: usize = 16;
+
 /// `src` merged into `dst` as OmegaConf merges configs: mappings key by key, anything else
 /// replaced.
 fn merge(dst: &mut Node, src: Node) {
     match (dst, src) {
-        (Node::Map(d), Node::Map(s)) => {
+        // A few keys are looked for one by one; many through an index of `dst`'s, so that
+        // merging a mapping of many keys takes linear time, not quadratic.
+        (Node::Map(d), Node::Map(s)) if s.len() <= MERGE_SCAN_MAX => {
             for (key, value) in s {
                 match d.iter_mut().find(|(k, _)| *k == key) {
                     Some(slot) => merge(&mut slot.1, value),
                     None => d.push((key, value)),
+                }
+            }
+        }
+        (Node::Map(d), Node::Map(s)) => {
+            let mut index: HashMap<String, usize> = d
+                .iter()
+                .enumerate()
+                .map(|(i, (k, _))| (k.clone(), i))
+                .collect();
+            for (key, value) in s {
+                match index.get(&key) {
+                    Some(&i) => merge(&mut d[i].1, value),
+                    None => {
+                        index.insert(key.clone(), d.len());
+                        d.push((key, value));
+                    }
                 }
             }
         }
@@ -820,7 +871,8 @@ fn final_package(
 struct Source {
     /// As notes show it: relative to the working directory where it is below it.
     shown: PathBuf,
-    text: String,
+    /// Shared by every composition of the same file: read once ([`Composer::read_once`]).
+    text: Rc<str>,
     /// `data=mnist` for a group option.
     choice: Option<String>,
 }
@@ -837,6 +889,14 @@ struct Composer<'a> {
     sources: Vec<Source>,
     /// Group choices made by `override` entries of the primary defaults list.
     config_overrides: HashMap<String, Vec<String>>,
+    /// Each file read so far: a config named again (or through another path or link) is not
+    /// read again.
+    read: crate::fsutil::ReadOnce,
+    /// The text of every config composed so far, one named twice counted twice.
+    composed_bytes: u64,
+    /// Composition stopped at [`MAX_COMPOSED`] or [`MAX_COMPOSED_BYTES`], not at something it
+    /// cannot follow: said in one line.
+    gave_up: bool,
 }
 
 impl<'a> Composer<'a> {
@@ -847,7 +907,47 @@ impl<'a> Composer<'a> {
             line,
             sources: Vec::new(),
             config_overrides: HashMap::new(),
+            read: crate::fsutil::ReadOnce::default(),
+            composed_bytes: 0,
+            gave_up: false,
         }
+    }
+
+    /// The text of the config at `path`, read as the job's user the first time that file is
+    /// reached and taken from memory after; each composition of it counts toward the bounds.
+    fn read_once(&mut self, path: &Path) -> Result<Rc<str>, io::Error> {
+        if self.sources.len() >= MAX_COMPOSED {
+            return Err(self.give_up(format!(
+                "more than {MAX_COMPOSED} configs composed (its defaults lists name configs again and again)"
+            )));
+        }
+        let left = MAX_COMPOSED_BYTES - self.composed_bytes;
+        // No more than the bound allows is ever read: a file past it is not held.
+        let cap = left.min(crate::fsutil::SMALL_FILE_MAX_BYTES);
+        let text = match as_user(|| self.read.text(path, cap))? {
+            crate::fsutil::Once::Again(text) | crate::fsutil::Once::New(text) => text,
+            crate::fsutil::Once::TooLong => {
+                return Err(self.give_up(format!(
+                    "{} would take the config text composed past {}",
+                    path.display(),
+                    crate::units::human_bytes(MAX_COMPOSED_BYTES)
+                )))
+            }
+        };
+        if text.len() as u64 > left {
+            return Err(self.give_up(format!(
+                "more than {} of config text composed",
+                crate::units::human_bytes(MAX_COMPOSED_BYTES)
+            )));
+        }
+        self.composed_bytes += text.len() as u64;
+        Ok(text)
+    }
+
+    /// Marks the composition as stopped at a bound, with why.
+    fn give_up(&mut self, why: String) -> io::Error {
+        self.gave_up = true;
+        io::Error::other(why)
     }
 
     /// Whether `group` is a config group: a directory of that name in the search path.
@@ -862,9 +962,9 @@ impl<'a> Composer<'a> {
     /// Reads `<dir>/<config>.yaml` from the first search directory that has it; `Ok(None)` when
     /// none has.
     fn load(&mut self, config: &str, choice: Option<String>) -> Result<Option<usize>, Stop> {
-        for dir in &self.search {
-            let path = dir.join(format!("{config}.yaml"));
-            match read_text(&path) {
+        for at in 0..self.search.len() {
+            let path = self.search[at].join(format!("{config}.yaml"));
+            match self.read_once(&path) {
                 Ok(text) => {
                     let shown = path
                         .strip_prefix(&self.shown_from)
@@ -877,6 +977,7 @@ impl<'a> Composer<'a> {
                     return Ok(Some(self.sources.len() - 1));
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) if self.gave_up => return Err(Stop(e.to_string())),
                 Err(e) => return Err(Stop(format!("{}: {e}", path.display()))),
             }
         }
@@ -1616,5 +1717,88 @@ mod tests {
             "{:?}",
             set.notes
         );
+    }
+
+    /// A mapping of many keys (merged through an index) merges as one of a few (merged key by
+    /// key): a later value wins in place, a new key goes last, mappings merge deep; a key
+    /// written twice in one file keeps its last value.
+    #[test]
+    fn many_keys_merge_as_a_few_do() {
+        let values = |node: &Node| {
+            let mut out = Vec::new();
+            leaves(node, "", &mut out);
+            out.into_iter()
+                .map(|(key, leaf)| (key, leaf.text.clone().unwrap_or_default()))
+                .collect::<Vec<_>>()
+        };
+        let keys = |from: u32, to: u32, value: &str| -> String {
+            (from..to).map(|i| format!("k{i}: {value}\n")).collect()
+        };
+        for n in [4u32, 40] {
+            let mut dst = tree(&format!("{}m:\n  a: 1\n  b: 1\n", keys(0, n, "old")), 0).unwrap();
+            let src = tree(
+                &format!("m:\n  b: 2\n  c: 2\n{}", keys(n / 2, n + n / 2, "new")),
+                1,
+            );
+            merge(&mut dst, src.unwrap());
+            let want: Vec<(String, String)> = (0..n)
+                .map(|i| (format!("k{i}"), if i < n / 2 { "old" } else { "new" }))
+                .chain([
+                    ("m.a".into(), "1"),
+                    ("m.b".into(), "2"),
+                    ("m.c".into(), "2"),
+                ])
+                .chain((n..n + n / 2).map(|i| (format!("k{i}"), "new")))
+                .map(|(k, v)| (k, v.to_string()))
+                .collect();
+            assert_eq!(values(&dst), want, "{n} keys");
+        }
+        let twice = tree(&format!("{}k1: again\n", keys(0, 40, "once")), 0).unwrap();
+        let got = values(&twice);
+        assert_eq!(got.len(), 40);
+        assert_eq!(got[1], ("k1".to_string(), "again".to_string()));
+    }
+
+    /// Past the bound on the config text composed: one file larger than it is not read past it,
+    /// and a file within it composed again and again (read once, counted each time) stops the
+    /// composition too; each is one line naming the bound. Within both, the batch is found.
+    #[test]
+    fn a_composition_past_its_bounds_is_given_up_with_one_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("conf");
+        std::fs::create_dir_all(conf.join("g")).unwrap();
+        std::fs::write(
+            dir.path().join("train.py"),
+            "import hydra\n\n@hydra.main(version_base=None, config_path=\"conf\", config_name=\"config\")\ndef main(cfg):\n    pass\n",
+        )
+        .unwrap();
+        let pad = |bytes: usize| format!("pad: \"{}\"\n", "x".repeat(bytes));
+        let command = argv("python train.py");
+        let compose = |config: String| {
+            std::fs::write(conf.join("config.yaml"), config).unwrap();
+            find_in(&Request::plain(&command, dir.path()))
+        };
+        let line = |got: Result<Option<Found>, KnobError>| match got {
+            Err(e) => e.to_string(),
+            other => panic!("{other:?}"),
+        };
+        let big = line(compose(format!("batch_size: 32\n{}", pad(5 << 20))));
+        assert!(
+            big.starts_with("Hydra: gave up composing config: ")
+                && big.contains("would take the config text composed past 2.0 MiB")
+                && !big.contains('\n'),
+            "{big}"
+        );
+        std::fs::write(conf.join("g/x.yaml"), pad(600 << 10)).unwrap();
+        let listing = |n: usize| -> String {
+            let entries: String = (0..n).map(|i| format!("  - /g@p{i}: x\n")).collect();
+            format!("defaults:\n{entries}  - _self_\nbatch_size: 32\n")
+        };
+        let again = line(compose(listing(10)));
+        assert!(
+            again.contains("more than 2.0 MiB of config text composed"),
+            "{again}"
+        );
+        assert!(compose(listing(3)).unwrap().is_some());
     }
 }
