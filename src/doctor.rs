@@ -255,11 +255,12 @@ fn knobs_finding(command: &[std::ffi::OsString]) -> String {
                 .collect();
             lines.extend(set.notes.iter().cloned());
             if set.batch().is_none() {
-                lines.push(format!(
-                    "{}: {}",
-                    crate::knobs::NO_BATCH,
-                    crate::knobs::NAME_THE_BATCH
-                ));
+                // `oomguard run` looks inside a Python job unless `--no-probe`.
+                let then = match crate::probe::runs_python(command) {
+                    true => crate::knobs::READ_INSIDE,
+                    false => crate::knobs::NAME_THE_BATCH,
+                };
+                lines.push(format!("{}: {then}", crate::knobs::NO_BATCH));
             }
             lines.join("\n")
         }

@@ -27,12 +27,20 @@ pub fn plan(settings: &RunSettings, cause: Cause) -> String {
                 let _ = writeln!(out, "  found: {note}");
             }
             if knobs.automatic && knobs.batch().is_none() {
-                let _ = writeln!(
-                    out,
-                    "  {} ({})",
-                    crate::knobs::NO_BATCH,
-                    crate::knobs::NAME_THE_BATCH
-                );
+                let _ = match settings.probe && crate::probe::runs_python(&settings.command) {
+                    true => writeln!(
+                        out,
+                        "  {}: {}",
+                        crate::knobs::NO_BATCH,
+                        crate::knobs::READ_INSIDE
+                    ),
+                    false => writeln!(
+                        out,
+                        "  {} ({})",
+                        crate::knobs::NO_BATCH,
+                        crate::knobs::NAME_THE_BATCH
+                    ),
+                };
             }
             if let Some(n) = settings.gpus {
                 let _ = writeln!(

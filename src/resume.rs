@@ -402,7 +402,9 @@ fn batch_part_end(command: &[OsString], knobs: &KnobSet) -> Option<usize> {
             Site::Separate(i) | Site::Joined(i) => *i,
         },
         knobs::Place::Argv(Place::Absent { at, .. } | Place::Switch { at, .. }) => *at,
-        knobs::Place::Env(_) | knobs::Place::File { .. } => return None,
+        knobs::Place::Env(_) | knobs::Place::File { .. } | knobs::Place::Inside { .. } => {
+            return None
+        }
     };
     Some(argv::part_end(command, index))
 }

@@ -21,6 +21,10 @@
 //! `--data.init_args.batch_size=256`, `--trainer.accumulate_grad_batches 2`); a LightningCLI
 //! command without the accumulation flag gets it added once the batch moves.
 //!
+//! A flag oomguard adds beside a batch flag written `--batch_size=32` is written the same way,
+//! as one `--flag=N` token ([`Place::absent_joined`]): nanoGPT's configurator takes no other
+//! form, and argparse takes both.
+//!
 //! argv is bytes on Linux: tokens that are not UTF-8 are never knobs and pass through untouched.
 
 use std::ffi::{OsStr, OsString};
@@ -101,8 +105,14 @@ pub enum Accum {
     /// In the command already.
     Present(Knob),
     /// Named with `--accum-arg` but absent: inserted on relaunch at argv index `at` (the end of
-    /// the part it belongs to), starting from 1.
-    Appended { name: String, at: usize },
+    /// the part it belongs to), starting from 1. `joined`: as one `--flag=N` token, because the
+    /// batch flag is written so (`--batch_size=32`): a job that takes only that form (nanoGPT's
+    /// configurator) refuses `--flag N`, and one that takes both takes this one too.
+    Appended {
+        name: String,
+        at: usize,
+        joined: bool,
+    },
     /// The job keeps the effective batch itself (`--batch_size` beside `--microbatch`).
     KeptByJob { effective_flag: String },
     /// No way to keep the effective batch: it shrinks with the batch.
@@ -279,6 +289,7 @@ pub fn locate(
                     Accum::Appended {
                         name: spec.name.to_string(),
                         at: parts[part - 1].end,
+                        joined: batch.as_ref().is_some_and(|b| joined_flag(b, spec.name)),
                     }
                 }
             };
@@ -297,6 +308,7 @@ pub fn locate(
                         lightning.then(|| Accum::Appended {
                             name: LIGHTNING_ACCUM.to_string(),
                             at: parts[b.part - 1].end,
+                            joined: joined_flag(b, LIGHTNING_ACCUM),
                         })
                     })
                     .unwrap_or(Accum::None),
@@ -330,6 +342,15 @@ pub fn locate(
         accum_also,
         lightning,
     })
+}
+
+/// Whether a flag `partner` added beside the batch flag `batch` is written in equals form: the
+/// batch flag's last occurrence (the one the job reads) is `--flag=N`, and both are dashed
+/// flags (a Hydra key is always `key=N` anyway).
+fn joined_flag(batch: &Knob, partner: &str) -> bool {
+    batch.name.starts_with('-')
+        && partner.starts_with('-')
+        && matches!(batch.sites.last(), Some(Site::Joined(_)))
 }
 
 /// The argv index ranges of the command's parts, as knobs are searched in them: those of
@@ -799,6 +820,10 @@ pub enum Place {
     /// `--flag N`, `--flag=N` or `key=N`: every occurrence, rewritten together.
     Flag { name: String, sites: Vec<Site> },
     /// Not in the command: inserted as `--flag N` (or `key=N`) at argv index `at` once it moves.
+    /// A `name` that ends in `=` (`--batch_size=`, made by [`Place::absent_joined`]) is inserted
+    /// as one token, `--batch_size=N`: a nanoGPT configurator takes nothing else, and a partner
+    /// follows the batch flag's own spelling. Kept in the name rather than a field so every
+    /// construction and pattern of this variant elsewhere reads as before.
     Absent { name: String, at: usize },
     /// A bare switch (`--use_fp16`) whose value is its presence: the indices of its
     /// occurrences (all removed to turn it off), and where to insert it to turn it on.
@@ -810,13 +835,25 @@ pub enum Place {
 }
 
 impl Place {
-    /// The flag or key as written.
+    /// A flag absent from the command, inserted as one `NAME=N` token at argv index `at`.
+    pub fn absent_joined(name: &str, at: usize) -> Place {
+        Place::Absent {
+            name: format!("{}=", name.trim_end_matches('=')),
+            at,
+        }
+    }
+
+    /// The flag or key as written (an equals-form absent flag without its `=`).
     pub fn name(&self) -> &str {
         match self {
-            Place::Flag { name, .. } | Place::Absent { name, .. } | Place::Switch { name, .. } => {
-                name
-            }
+            Place::Flag { name, .. } | Place::Switch { name, .. } => name,
+            Place::Absent { name, .. } => name.strip_suffix('=').unwrap_or(name),
         }
+    }
+
+    /// Whether an absent flag is inserted in equals form, as one `--flag=N` token.
+    pub fn is_joined(&self) -> bool {
+        matches!(self, Place::Absent { name, .. } if name.starts_with('-') && name.ends_with('='))
     }
 
     /// The edits that give this place `value`. Call only for a value that differs from the
@@ -842,7 +879,9 @@ impl Place {
             }
             Place::Absent { name, at } => {
                 let text = value_text(value, OsStr::new(""));
-                let tokens: Vec<OsString> = if name.starts_with('-') {
+                let tokens: Vec<OsString> = if self.is_joined() {
+                    vec![format!("{name}{text}").into()]
+                } else if name.starts_with('-') {
                     vec![name.into(), text.into()]
                 } else {
                     vec![format!("{name}={text}").into()]
@@ -1029,7 +1068,10 @@ impl Accum {
     pub fn place(&self) -> Option<Place> {
         match self {
             Accum::Present(knob) => Some(knob.place()),
-            Accum::Appended { name, at } => Some(Place::Absent {
+            Accum::Appended { name, at, joined } if *joined => {
+                Some(Place::absent_joined(name, *at))
+            }
+            Accum::Appended { name, at, .. } => Some(Place::Absent {
                 name: name.clone(),
                 at: *at,
             }),
@@ -1187,7 +1229,8 @@ mod tests {
             knobs.accum,
             Accum::Appended {
                 name: "--accum".into(),
-                at: 4
+                at: 4,
+                joined: false,
             }
         );
         assert_eq!(
@@ -1666,7 +1709,7 @@ mod launchers_and_lightning {
     fn accum_text(accum: &Accum, argv: &[OsString]) -> String {
         match accum {
             Accum::Present(k) => knob_text(Some(k)),
-            Accum::Appended { name, at } => format!(
+            Accum::Appended { name, at, .. } => format!(
                 "{name} added before {}",
                 argv.get(*at)
                     .map_or("the end".into(), |t| t.to_string_lossy())
@@ -1975,5 +2018,99 @@ mod launchers_and_lightning {
         };
         assert!(says(true).ends_with("at half the batch with twice the accumulation. Remove the flag to keep the effective batch."));
         assert!(says(false).contains("the effective batch shrinks there too"));
+    }
+}
+
+#[cfg(test)]
+mod equals_form {
+    //! Issue 39: an accumulation flag oomguard adds follows the batch flag's spelling, so a job
+    //! that takes only `--key=value` (nanoGPT's configurator) accepts the relaunch.
+    use super::*;
+    use crate::test_util::{argv, words};
+
+    #[test]
+    fn an_added_partner_is_joined_where_the_batch_flag_is() {
+        // (command, --accum-arg, the command at batch/2 and accum 2)
+        let table: &[(&str, Option<&str>, &str)] = &[
+            (
+                "python train.py --batch_size=12",
+                Some("--gradient_accumulation_steps"),
+                "python train.py --batch_size=6 --gradient_accumulation_steps=2",
+            ),
+            (
+                "python train.py --batch_size 12",
+                Some("--gradient_accumulation_steps"),
+                "python train.py --batch_size 6 --gradient_accumulation_steps 2",
+            ),
+            // The last occurrence is the one the job reads, and so the spelling followed.
+            (
+                "python train.py --batch_size 16 --batch_size=12",
+                Some("--accum"),
+                "python train.py --batch_size 6 --batch_size=6 --accum=2",
+            ),
+            (
+                "torchrun --nproc_per_node=8 train.py c.py --batch_size=12 -- extra",
+                Some("--accum"),
+                "torchrun --nproc_per_node=8 train.py c.py --batch_size=6 --accum=2 -- extra",
+            ),
+            // A Hydra key is always `key=value`, the flag added beside it as it was.
+            (
+                "python train.py data.batch_size=12",
+                Some("--accum"),
+                "python train.py data.batch_size=6 --accum 2",
+            ),
+            (
+                "python main.py fit --data.batch_size=12",
+                None,
+                "python main.py fit --data.batch_size=6 --trainer.accumulate_grad_batches=2",
+            ),
+            (
+                "python main.py fit --data.batch_size 12",
+                None,
+                "python main.py fit --data.batch_size 6 --trainer.accumulate_grad_batches 2",
+            ),
+        ];
+        for (cmd, accum_arg, want) in table {
+            let command = argv(cmd);
+            let knobs = locate(&command, None, *accum_arg).unwrap();
+            assert_eq!(words(&apply(&command, &knobs, 6, Some(2))), *want, "{cmd}");
+        }
+    }
+
+    #[test]
+    fn a_joined_absent_place_is_one_token_and_named_without_its_equals() {
+        let command = argv("python train.py config/train_gpt2.py");
+        let place = Place::absent_joined("--batch_size", command.len());
+        assert_eq!(place.name(), "--batch_size");
+        assert!(place.is_joined());
+        assert_eq!(place, Place::absent_joined("--batch_size=", command.len()));
+        let mut edits = Vec::new();
+        place.edits(&command, &Value::Int(6), &mut edits);
+        assert_eq!(
+            apply_edits(&command, &edits),
+            argv("python train.py config/train_gpt2.py --batch_size=6")
+        );
+        // The plain forms are as they were.
+        for (place, want) in [
+            (
+                Place::Absent {
+                    name: "--batch_size".into(),
+                    at: 3,
+                },
+                "python train.py config/train_gpt2.py --batch_size 6",
+            ),
+            (
+                Place::Absent {
+                    name: "data.batch_size".into(),
+                    at: 3,
+                },
+                "python train.py config/train_gpt2.py data.batch_size=6",
+            ),
+        ] {
+            assert!(!place.is_joined());
+            let mut edits = Vec::new();
+            place.edits(&command, &Value::Int(6), &mut edits);
+            assert_eq!(words(&apply_edits(&command, &edits)), want);
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! Entrypoints that keep the batch where no flag of the command names it, found with no knob
 //! flag: LightningCLI's `--config` files, a Hugging Face example script's single JSON/YAML
-//! argument (`TrainingArguments`), a DeepSpeed config (`--deepspeed`, `--deepspeed_config`) and
-//! Hydra's composed primary config ([`hydra`]). Each says where the batch and the
+//! argument (`TrainingArguments`), a DeepSpeed config (`--deepspeed`, `--deepspeed_config`),
+//! Hydra's composed primary config ([`hydra`]) and a Python script's globals over the Python
+//! config files it is given (nanoGPT: [`pyconfig`]). Each says where the batch and the
 //! accumulation are and what they hold; [`super::resolve`] asks them, in that order, only when
 //! no flag of the command is the batch. Reads the files it needs (as the job's user, through
 //! the resolver's reader); writes nothing, starts nothing.
@@ -9,11 +10,13 @@
 //! Where the entrypoint lets the command line override its file (LightningCLI, Hydra), a knob
 //! is an override added to the command (`--data.batch_size 128`, `data.batch_size=128`) and
 //! the file is left alone; where it does not (a Trainer's JSON, a DeepSpeed config), the knob
-//! is the file's key, and the job gets a patched copy through the argv token that names it.
+//! is the file's key, and the job gets a patched copy through the argv token that names it. A
+//! nanoGPT configurator takes `--key=value` words, so there the knob is such a word.
 
 pub mod deepspeed;
 pub mod hydra;
 pub mod lightning;
+pub mod pyconfig;
 pub mod trainer_args;
 
 use std::ffi::OsString;
@@ -42,14 +45,14 @@ pub struct Found {
 
 /// The first entrypoint that keeps the batch in a file the command names: LightningCLI's
 /// `--config`, a Trainer's single JSON/YAML argument, a DeepSpeed config, Hydra's composed
-/// config. `None` when none does.
+/// config, a Python script's globals and config files. `None` when none does.
 /// `notes` gets a line where an entrypoint holds a batch it cannot move.
 pub(super) fn find(
     request: &Request,
     reader: &mut Reader,
     notes: &mut Vec<String>,
 ) -> Result<Option<Found>, KnobError> {
-    if let Some(found) = lightning::find(request)? {
+    if let Some(found) = lightning::find(request, notes)? {
         return Ok(Some(found));
     }
     if let Some(found) = trainer_args::find(request, reader)? {
@@ -58,7 +61,10 @@ pub(super) fn find(
     if let Some(found) = deepspeed::find(request, reader)? {
         return Ok(Some(found));
     }
-    hydra::find(request, reader, notes)
+    if let Some(found) = hydra::find(request, reader, notes)? {
+        return Ok(Some(found));
+    }
+    pyconfig::find(request, reader, notes)
 }
 
 /// The index of the first argument that is the script's own, behind any launcher
@@ -99,13 +105,7 @@ fn read_config(request: &Request, path: &str, who: &str) -> Result<(Format, Stri
         where_: who.to_string(),
         problem,
     };
-    let format = Format::from_path(Path::new(path))
-        .filter(|f| matches!(f, Format::Yaml | Format::Json))
-        .ok_or_else(|| {
-            fail(format!(
-                "{path}: oomguard reads .yaml/.yml and .json configs only"
-            ))
-        })?;
+    let format = config_format(path, who)?;
     let absolute = request.cwd.join(path);
     let bytes = crate::principal::as_user(|| {
         crate::fsutil::read_regular_capped(&absolute, crate::fsutil::SMALL_FILE_MAX_BYTES)
@@ -114,6 +114,16 @@ fn read_config(request: &Request, path: &str, who: &str) -> Result<(Format, Stri
     let text = String::from_utf8(bytes)
         .map_err(|_| fail(format!("config file {path} is not UTF-8 text")))?;
     Ok((format, text))
+}
+
+/// The format of a config file an entrypoint reads: YAML or JSON, else one line saying so.
+fn config_format(path: &str, who: &str) -> Result<Format, KnobError> {
+    Format::from_path(Path::new(path))
+        .filter(|f| matches!(f, Format::Yaml | Format::Json))
+        .ok_or_else(|| KnobError::Knob {
+            where_: who.to_string(),
+            problem: format!("{path}: oomguard reads .yaml/.yml and .json configs only"),
+        })
 }
 
 /// A whole number of at least 1 at `key` in `text`: `Ok(None)` where the key is absent,
@@ -178,6 +188,7 @@ mod found {
                         format!("{}:{key}", set.files[*file].path.display())
                     }
                     Place::Env(name) => format!("env {name}"),
+                    Place::Inside { field, .. } => format!("inside {field}"),
                 };
                 (k.name.clone(), place, k.original.clone())
             })

@@ -17,6 +17,7 @@ pub mod argv;
 pub mod entry;
 pub mod env;
 pub mod file;
+pub mod inside;
 pub mod patch;
 pub mod reader;
 pub mod resolve;
@@ -32,6 +33,8 @@ use crate::record::summary::{FinalSizes, KnobValues};
 /// fix: one sentence, however each goes on.
 pub const NO_BATCH: &str = "no batch found in the command or its entrypoint's files";
 pub const NAME_THE_BATCH: &str = "name it with --batch-arg: a flag, FILE:KEY or env:NAME";
+/// What follows [`NO_BATCH`] where the probe will run: the batch is read inside the job.
+pub const READ_INSIDE: &str = "it will be read inside the job once it starts (its argument parser's defaults, a TrainingArguments, Lightning's Trainer)";
 
 /// A knob's value, typed as JSON types it in summary.json.
 #[derive(Debug, Clone, PartialEq)]
@@ -149,6 +152,13 @@ pub enum Place {
     File {
         file: usize,
         key: String,
+    },
+    /// A field of a framework's arguments object that the probe sets inside the job at its
+    /// construction (`row` of the probe's table: `transformers`, `lightning`), found by the
+    /// probe when nothing outside the job held the batch ([`inside`]).
+    Inside {
+        row: String,
+        field: String,
     },
 }
 
@@ -382,8 +392,12 @@ impl KnobSet {
             match &knob.place {
                 Place::Argv(place) => place.edits(command, value, &mut edits),
                 Place::Env(name) => env.push((name.clone(), env::value_text(value))),
-                Place::File { .. } => {}
+                Place::File { .. } | Place::Inside { .. } => {}
             }
+        }
+        // The probe sets every inside knob at once, from one variable.
+        if let Some(set) = inside::set_var(self, values) {
+            env.push((inside::SET_VAR.to_string(), set.into()));
         }
         for (file, copy) in self.files.iter().zip(copies) {
             if let (Some(token), Some(name)) =
@@ -460,14 +474,36 @@ impl KnobSet {
             Place::File { file, key } => {
                 format!("{key} ({})", self.files[*file].path.display())
             }
+            Place::Inside { field, .. } => field.clone(),
         }
     }
 
     /// The relaunch line's account of what moved: `--batch_size 8→4, --grad_accum 1→2`,
-    /// `training.batch_size 64→32 (configs/default.yaml)`, `--use_fp16 added`; `unchanged`
+    /// `training.batch_size 64→32 (configs/default.yaml)`, `--use_fp16 added`, `set inside the
+    /// job: per_device_train_batch_size 32→16, gradient_accumulation_steps 1→2`; `unchanged`
     /// when nothing did.
     pub fn describe_changes(&self, from: &[Value], to: &[Value], changed: &[usize]) -> String {
-        let parts: Vec<String> = changed
+        // What the probe sets comes last, under one heading.
+        let (inside, outside): (Vec<usize>, Vec<usize>) = changed
+            .iter()
+            .partition(|&&i| matches!(self.knobs[i].place, Place::Inside { .. }));
+        let mut parts = self.describe_each(from, to, &outside);
+        if !inside.is_empty() {
+            parts.push(format!(
+                "set inside the job: {}",
+                self.describe_each(from, to, &inside).join(", ")
+            ));
+        }
+        if parts.is_empty() {
+            "unchanged".to_string()
+        } else {
+            parts.join(", ")
+        }
+    }
+
+    /// Each changed knob's account, in order.
+    fn describe_each(&self, from: &[Value], to: &[Value], changed: &[usize]) -> Vec<String> {
+        changed
             .iter()
             .map(|&i| {
                 let knob = &self.knobs[i];
@@ -496,12 +532,7 @@ impl KnobSet {
                 };
                 format!("{name} {}→{}", shown(&from[i]), shown(&to[i]))
             })
-            .collect();
-        if parts.is_empty() {
-            "unchanged".to_string()
-        } else {
-            parts.join(", ")
-        }
+            .collect()
     }
 }
 

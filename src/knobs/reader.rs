@@ -187,5 +187,6 @@ pub fn label_of(place: &Place, files: &[ConfigFile]) -> String {
         Place::Argv(p) => p.name().to_string(),
         Place::Env(name) => name.clone(),
         Place::File { file, key } => format!("{key} ({})", files[*file].path.display()),
+        Place::Inside { field, .. } => field.clone(),
     }
 }

@@ -1,9 +1,10 @@
 //! Finds a run's knobs in its command before anything starts: the batch, its accumulation and
 //! a workers flag (`--batch-arg` / `--accum-arg` may name a flag, `FILE:KEY` or `env:NAME`), or
-//! where a training entrypoint keeps them ([`super::entry`]). Reads what it must to know each
-//! knob's value — the job's environment, the config files — and checks every knob can move as
-//! asked, so a missing file, a key that is not there or a value that is not a number is one line
-//! before any process or file exists. Writes nothing. The knobs a job file's `[[knob]]` ladder
+//! where a training entrypoint keeps them ([`super::entry`]), a Python script's globals
+//! included ([`super::entry::pyconfig`]). Reads what it must to know each knob's value — the
+//! job's environment, the config files — and checks every knob can move as asked, so a missing
+//! file, a key that is not there or a value that is not a number is one line before any process
+//! or file exists. Writes nothing. The knobs a job file's `[[knob]]` ladder
 //! names instead are read by [`crate::settings::job_knobs`].
 
 use std::ffi::OsString;
@@ -134,6 +135,30 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
             let configured = super::entry::lightning::configured_accum(request)?;
             set.notes.extend(found.lightning_note(configured));
             Some((place, configured))
+        }
+        other => other,
+    };
+    // A batch flag of a script that execs a configurator (nanoGPT's `--batch_size=32`): the
+    // accumulation is one of its globals, so the partner added starts from the value they hold
+    // (40, not 1) and is written as the configurator takes it, `--key=value`.
+    let batch_is_flag = matches!(&batch, Some((Place::Argv(argv::Place::Flag { .. }), _)));
+    let accum = match accum {
+        None if batch_is_flag && accum_spec.is_none() && !set.kept_by_job => {
+            super::entry::pyconfig::partner(request, None).map(|(place, n, note)| {
+                set.notes.push(note);
+                (place, Some(n))
+            })
+        }
+        Some((Place::Argv(argv::Place::Absent { name, at }), None))
+            if batch_is_flag && matches!(accum_spec, Some(ArgSpec::Argv(_))) =>
+        {
+            match super::entry::pyconfig::partner(request, Some(&name)) {
+                Some((place, n, note)) => {
+                    set.notes.push(note);
+                    Some((place, Some(n)))
+                }
+                None => Some((Place::Argv(argv::Place::Absent { name, at }), None)),
+            }
         }
         other => other,
     };

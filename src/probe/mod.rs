@@ -25,6 +25,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::knobs::inside::{bounded, Seen, SeenFramework, SeenLoader, SeenOption};
+
 /// The probe's Python half, written into the run directory for each run.
 pub const SITECUSTOMIZE: &str = include_str!("sitecustomize.py");
 
@@ -69,13 +71,22 @@ pub fn runs_python(argv: &[OsString]) -> bool {
 }
 
 /// Whether the file at `path` (where it is a path) starts with a `#!` line naming Python.
+///
+/// Read as the job's user ([`crate::principal::as_user`]) and only if it is a regular file
+/// ([`crate::fsutil::open_regular`]: `O_PATH` first, never an open of a FIFO, a terminal or a
+/// device): root's oomguard runs a user's command, and what the user swaps in for it between
+/// the lookup and this read must answer as it would to them, not tell them a bit of a file
+/// only root can read, nor hang the start on a FIFO or act on a device.
 fn shebang_names_python(path: &Path) -> bool {
     use std::io::Read;
     if path.components().count() < 2 {
         return false;
     }
     let mut head = [0u8; 128];
-    let Ok(read) = std::fs::File::open(path).and_then(|mut f| f.read(&mut head)) else {
+    let read = crate::principal::as_user(|| {
+        crate::fsutil::open_regular(path).and_then(|mut f| f.read(&mut head))
+    });
+    let Ok(read) = read else {
         return false;
     };
     let line = head[..read]
@@ -246,6 +257,49 @@ pub enum Event {
         #[serde(default)]
         error: String,
     },
+    /// An option of a command-line parser the job built, at its parse.
+    Option {
+        pid: u32,
+        #[serde(default)]
+        parser: u32,
+        #[serde(default)]
+        argv0: String,
+        /// The option strings, separated by spaces.
+        #[serde(default)]
+        strings: String,
+        #[serde(default)]
+        dest: String,
+        #[serde(default)]
+        value: serde_json::Value,
+    },
+    /// A framework's arguments object at its construction (a row of the probe's table).
+    Framework {
+        pid: u32,
+        #[serde(default)]
+        row: String,
+        #[serde(default)]
+        class: String,
+        #[serde(default)]
+        batch_field: String,
+        #[serde(default)]
+        accum_field: String,
+        #[serde(default)]
+        batch: serde_json::Value,
+        #[serde(default)]
+        accum: serde_json::Value,
+        #[serde(rename = "where", default)]
+        place: String,
+        #[serde(default)]
+        set: bool,
+    },
+    /// A DataLoader the job made.
+    Loader {
+        pid: u32,
+        #[serde(default)]
+        batch: serde_json::Value,
+        #[serde(rename = "where", default)]
+        place: String,
+    },
 }
 
 /// Each process's steps, as the events came.
@@ -259,6 +313,8 @@ struct ProbeState {
     /// The first failure the probe reported.
     error: Option<String>,
     torch: Option<String>,
+    /// Where the job keeps its batch, as it showed it.
+    knobs: Seen,
 }
 
 /// One process's steps.
@@ -354,6 +410,47 @@ impl ProbeState {
             Event::ProbeError { place, error, .. } => {
                 self.error.get_or_insert(format!("{place}: {error}"));
             }
+            Event::Option {
+                pid,
+                parser,
+                argv0,
+                strings,
+                dest,
+                value,
+            } => self.knobs.option(SeenOption {
+                pid,
+                parser,
+                argv0: bounded(&argv0),
+                strings: strings.split_whitespace().take(8).map(bounded).collect(),
+                dest: bounded(&dest),
+                value: value.as_u64(),
+            }),
+            Event::Framework {
+                pid,
+                row,
+                class,
+                batch_field,
+                accum_field,
+                batch,
+                accum,
+                place,
+                set,
+            } => self.knobs.framework(SeenFramework {
+                pid,
+                row: bounded(&row),
+                class: bounded(&class),
+                batch_field: bounded(&batch_field),
+                accum_field: bounded(&accum_field),
+                batch: batch.as_u64(),
+                accum: accum.as_u64(),
+                place: bounded(&place),
+                set,
+            }),
+            Event::Loader { pid, batch, place } => self.knobs.loader(SeenLoader {
+                pid,
+                batch: batch.as_u64(),
+                place: bounded(&place),
+            }),
         }
     }
 
@@ -401,6 +498,7 @@ impl ProbeState {
             oom: self.oom,
             error: self.error.clone(),
             torch: self.torch.clone(),
+            knobs: self.knobs.clone(),
         }
     }
 }
@@ -470,6 +568,10 @@ pub struct ProbeSummary {
     pub error: Option<String>,
     /// torch's version, where the probe hooked it.
     pub torch: Option<String>,
+    /// Where the job keeps its batch, as it showed it (its parser's options, a framework's
+    /// arguments object, its DataLoaders).
+    #[serde(default, skip_serializing_if = "Seen::is_empty")]
+    pub knobs: Seen,
 }
 
 impl ProbeSummary {
@@ -481,7 +583,11 @@ impl ProbeSummary {
 
     /// Whether the probe saw anything at all.
     pub fn is_empty(&self) -> bool {
-        self.steps.is_none() && self.oom.is_none() && self.error.is_none() && self.torch.is_none()
+        self.steps.is_none()
+            && self.oom.is_none()
+            && self.error.is_none()
+            && self.torch.is_none()
+            && self.knobs.is_empty()
     }
 }
 
@@ -583,6 +689,13 @@ mod tests {
         assert!(runs_python(&[script.clone().into_os_string()]));
         std::fs::write(&script, "#!/bin/sh\necho python\n").unwrap();
         assert!(!runs_python(&[script.into_os_string()]));
+        // A FIFO (or a device) put where the program was is never opened: no wait for a writer.
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let (told, answer) = std::sync::mpsc::channel();
+        std::thread::spawn(move || told.send(runs_python(&[fifo.into_os_string()])));
+        let answer = answer.recv_timeout(Duration::from_secs(10));
+        assert_eq!(answer, Ok(false), "the FIFO was opened");
     }
 
     /// Events as the probe writes them, one per line.
@@ -678,6 +791,37 @@ mod tests {
             (summary.steps, summary.seconds_per_step),
             (Some(4), Some(0.5))
         );
+    }
+
+    #[test]
+    fn where_the_job_keeps_its_batch_is_read_within_bounds() {
+        let long = "x".repeat(5000);
+        let many: Vec<String> = (0..100)
+            .map(|i| format!(r#"{{"event":"loader","pid":1,"batch":{i},"where":"t.py:{i}"}}"#))
+            .collect();
+        let mut lines = vec![
+            r#"{"event":"option","pid":7,"rank":0,"t":1.0,"parser":1,"argv0":"train.py","strings":"-b --batch_size","dest":"batch_size","type":"int","default":64,"value":32}"#.to_string(),
+            r#"{"event":"option","pid":7,"parser":1,"argv0":"train.py","strings":"--name","dest":"name","value":"run one"}"#.to_string(),
+            r#"{"event":"option","pid":7,"parser":1,"argv0":"train.py","strings":"--lr","dest":"lr","value":-3}"#.to_string(),
+            format!(r#"{{"event":"framework","pid":7,"row":"transformers","class":"TrainingArguments","batch_field":"per_device_train_batch_size","accum_field":"gradient_accumulation_steps","batch":32,"accum":1,"where":"{long}","set":true}}"#),
+            r#"{"event":"framework","pid":7,"row":"lightning","batch":null,"accum":"2"}"#.to_string(),
+        ];
+        lines.extend(many);
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let seen = state_of(&lines).summary().knobs;
+        let values: Vec<Option<u64>> = seen.options.iter().map(|o| o.value).collect();
+        // Only whole numbers are values a knob can take.
+        assert_eq!(values, [Some(32), None, None]);
+        assert_eq!(seen.options[0].strings, ["-b", "--batch_size"]);
+        let hf = &seen.frameworks[0];
+        assert_eq!((hf.batch, hf.accum, hf.set), (Some(32), Some(1), true));
+        // The job's text is cut to the bound, and so is the number of reports.
+        assert_eq!(hf.place.chars().count(), 200);
+        assert_eq!(
+            (seen.frameworks[1].batch, seen.frameworks[1].accum),
+            (None, None)
+        );
+        assert_eq!(seen.loaders.len(), crate::knobs::inside::LOADERS_MAX);
     }
 
     #[test]

@@ -135,6 +135,8 @@ pub(super) struct Relaunch {
 /// Everyone who hears how the run goes.
 pub(super) struct Observers<'a> {
     settings: &'a RunSettings,
+    /// The run's knobs, as the ladder holds them (those found inside the job added).
+    knobs: crate::knobs::KnobSet,
     console: Reporter,
     run_dir: &'a RunDir,
     summary: &'a mut Summary,
@@ -171,6 +173,7 @@ impl<'a> Observers<'a> {
         let samples = run_dir.open_samples().map_err(Error::RunDir)?;
         let mut observers = Observers {
             settings,
+            knobs: settings.knobs.clone(),
             console,
             run_dir,
             summary,
@@ -194,6 +197,11 @@ impl<'a> Observers<'a> {
     /// A line for everyone who listens; the console says it.
     pub(super) fn say(&mut self, line: &str) {
         self.tell(&RunEvent::Said { warn: false, line });
+    }
+
+    /// The knobs found inside the job join the run's: later events render values with them.
+    pub(super) fn adopt_knobs(&mut self, knobs: crate::knobs::KnobSet) {
+        self.knobs = knobs;
     }
 
     /// A warning for everyone who listens; the console warns.
@@ -311,7 +319,7 @@ impl<'a> Observers<'a> {
 
     /// summary.json (each attempt, saved as it ends; the end), samples.csv, and report.html.
     fn record_in_run_dir(&mut self, event: &RunEvent) {
-        let knobs = &self.settings.knobs;
+        let knobs = &self.knobs;
         match *event {
             RunEvent::Sample { sample, progress } => {
                 // A full disk costs rows, not the run: the row stays buffered and is tried again
@@ -534,7 +542,7 @@ impl<'a> Observers<'a> {
 
     /// The job's file: running, waiting, each attempt's values and peaks, how the run ended.
     fn keep_in_job(&mut self, event: &RunEvent) {
-        let knobs = &self.settings.knobs;
+        let knobs = &self.knobs;
         let (report, run_dir) = (&self.console, self.run_dir.path());
         // Not yet open while the run's first lines are said.
         let Some(job) = self.job.as_mut() else {
@@ -568,7 +576,7 @@ impl<'a> Observers<'a> {
 
     /// The service manager (systemd's status line, READY=1, the watchdog's memory).
     fn tell_service_manager(&mut self, event: &RunEvent) {
-        let knobs = &self.settings.knobs;
+        let knobs = &self.knobs;
         match *event {
             RunEvent::AttemptStarted {
                 attempt, values, ..
@@ -597,7 +605,7 @@ impl<'a> Observers<'a> {
         match *event {
             RunEvent::AttemptStarted {
                 attempt, values, ..
-            } => metrics.attempt(attempt, &self.settings.knobs.at(values).text()),
+            } => metrics.attempt(attempt, &self.knobs.at(values).text()),
             RunEvent::Sample { sample, progress } => {
                 metrics.sample(sample, progress.map(|p| p.steps))
             }
@@ -614,7 +622,8 @@ impl<'a> Observers<'a> {
     /// hooks may read it); started here, waited for by the run.
     fn start_hooks(&mut self, event: &RunEvent) {
         let (report, run_dir) = (&self.console, self.run_dir);
-        let open_log = || run_dir.open_append(hooks::LOG_NAME);
+        let log_max = self.settings.log_max_bytes;
+        let open_log = || run_dir.open_hooks_log(log_max);
         match *event {
             RunEvent::RelaunchDecided {
                 ended,
@@ -622,7 +631,7 @@ impl<'a> Observers<'a> {
                 values,
                 ..
             } => {
-                let knobs = self.settings.knobs.at(values).json();
+                let knobs = self.knobs.at(values).json();
                 let occasion = hooks::Occasion {
                     event: hooks::Event::Relaunch,
                     outcome: None,

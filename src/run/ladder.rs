@@ -50,6 +50,9 @@ impl AttemptRamp {
 /// Where the run stands on the ladder: the values of the knobs for the next attempt, what moved
 /// for it, and every attempt's cause with the values it ran with.
 pub(super) struct Ladder {
+    /// The run's knobs: the settings' at the start, with those found inside the job added
+    /// once the probe showed them ([`Ladder::adopt`]).
+    pub(super) knobs: KnobSet,
     rules: Vec<knobs::Rule>,
     pub(super) original: Vec<Value>,
     pub(super) values: Vec<Value>,
@@ -129,6 +132,7 @@ impl Ladder {
         let knobs = &settings.knobs;
         let original = knobs.originals();
         Ladder {
+            knobs: knobs.clone(),
             rules: knobs.rules(),
             values: start.unwrap_or_else(|| original.clone()),
             original,
@@ -168,14 +172,13 @@ impl Ladder {
     /// the last run was cut to for room, and the run keeps that cut's record (a success stays
     /// remembered apart from the job's own size). The line saying so, or `None` where there is
     /// no such size.
-    pub(super) fn start_room_limited(&mut self, settings: &RunSettings) -> Option<String> {
+    pub(super) fn start_room_limited(&mut self) -> Option<String> {
         let (values, cut) = self.first.as_ref()?.room_limited.clone()?;
-        let knobs = &settings.knobs;
         self.values = values;
         self.room_cut = Some(cut);
         Some(format!(
             "starting from {}, the size an earlier run was cut to for room (its own size waits for an emptier card)",
-            knobs.at(&self.values).text_short()
+            self.knobs.at(&self.values).text_short()
         ))
     }
 
@@ -232,12 +235,32 @@ impl Ladder {
         let decision = self.decide_over(settings, &history);
         if let (Decision::Relaunch(_), None) = (&decision, &self.room_cut) {
             self.room_cut = Some(RoomCut {
-                own: settings.knobs.at(&self.values).json(),
+                own: self.knobs.at(&self.values).json(),
                 own_need_gpu_bytes: (memory == fit::Memory::Gpu).then_some(need_bytes),
                 room_bytes,
             });
         }
         decision
+    }
+
+    /// Takes in the knobs found inside the job ([`knobs::inside::adopt`]): `set` is the run's
+    /// knobs with new ones after them (and a batch's rule given its new partner). Every attempt
+    /// so far ran with the new knobs at their originals (the job's own values), and the earlier
+    /// runs' attempts are read again by the new knobs' names.
+    pub(super) fn adopt(&mut self, set: KnobSet, settings: &RunSettings, job: &JobRun) {
+        let added = set.originals().split_off(self.original.len());
+        for values in [&mut self.original, &mut self.values]
+            .into_iter()
+            .chain(self.history.iter_mut().map(|(_, values)| values))
+        {
+            values.extend(added.iter().cloned());
+        }
+        self.rules = set.rules();
+        if !settings.job.fresh {
+            self.past = earlier_runs(job, &set);
+            self.past_steps = earlier_steps(job, &set);
+        }
+        self.knobs = set;
     }
 
     /// The number of the attempt about to run (1 for the first).
@@ -662,7 +685,7 @@ mod tests {
         let knobs = &s.knobs;
         let mut ladder = Ladder::new(&s, None, Vec::new());
         assert_eq!(ladder.first_need(), None);
-        assert_eq!(ladder.start_room_limited(&s), None, "nothing remembered");
+        assert_eq!(ladder.start_room_limited(), None, "nothing remembered");
         let mut limited = knobs.originals();
         limited[knobs.batch().unwrap()] = Value::Int(4);
         limited[knobs.accum().unwrap()] = Value::Int(2);
@@ -678,7 +701,7 @@ mod tests {
         });
         assert_eq!(ladder.first_need(), Some((52 << 30, true)));
         assert_eq!(ladder.first_devices(), [1]);
-        let line = ladder.start_room_limited(&s).unwrap();
+        let line = ladder.start_room_limited().unwrap();
         assert!(line.contains("batch 4, accum 2"), "{line}");
         assert_eq!(ints(knobs, &ladder.values), (Some(4), Some(2)));
         assert_eq!(

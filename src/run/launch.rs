@@ -18,7 +18,7 @@ impl super::Run<'_> {
         let ladder = &self.ladder;
         let run_dir = self.observers.run_dir().path();
         let values = &ladder.values;
-        let knobs = &settings.knobs;
+        let knobs = &ladder.knobs;
         let copies = knobs
             .place_files(self.files.as_deref_mut(), values)
             .map_err(Error::Patch)?;

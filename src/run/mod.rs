@@ -216,9 +216,18 @@ impl<'a> Run<'a> {
             .await?;
         let (probe, stop) = self.probe_heard(&mut launch).await;
         end.probe = probe;
+        // Before the attempt is told, so its record has the knobs it ran with; said after.
+        let not_taken = self.inside_not_taken(&end);
+        let found_inside = self.adopt_inside(&end);
         let verdict = self.judge_taken(&end, judge(&end));
         let (verdict, refusal) = aside::judge_refusal(attempt, &end, verdict);
         self.tell_ended(attempt, &launch, &verdict, &end);
+        if let Some(line) = not_taken {
+            self.observers.warn(&line);
+        }
+        if let Some(line) = found_inside {
+            self.observers.say(&line);
+        }
         self.ladder
             .learn(self.settings, verdict.cause, &end, self.observers.ramp());
         if let Some(signal) = stop {
@@ -248,6 +257,7 @@ impl<'a> Run<'a> {
                 Ok(self.between_attempts(&end, next).await.map(interrupted))
             }
             Decision::Stop { outcome, reason } => {
+                let reason = self.with_loader_fix(outcome, reason, &end);
                 self.observers.tell(&RunEvent::Stopped {
                     outcome,
                     reason: reason.as_deref(),
@@ -328,6 +338,65 @@ impl Run<'_> {
     }
 }
 
+impl Run<'_> {
+    /// The knobs the probe saw inside the job join the run's where they fill what the command
+    /// lacks (a batch, or its accumulation), in effect from the next attempt; the line that
+    /// says so is returned. The attempt that showed them ran at their originals.
+    fn adopt_inside(&mut self, end: &AttemptEnd) -> Option<String> {
+        let seen = end.probe.as_ref().map(|p| &p.knobs)?;
+        let settings = self.settings;
+        let adopted = crate::knobs::inside::adopt(
+            &self.ladder.knobs,
+            &settings.command,
+            seen,
+            settings.min_batch,
+        )?;
+        self.observers.adopt_knobs(adopted.set.clone());
+        self.ladder
+            .adopt(adopted.set, settings, self.observers.job());
+        Some(format!("found inside the job: {}", adopted.line))
+    }
+
+    /// The warning for an attempt that was to have values set inside the job where no process
+    /// said it took them: it ran at the job's own sizes, and the relaunch line did not hold.
+    fn inside_not_taken(&self, end: &AttemptEnd) -> Option<String> {
+        let asked = crate::knobs::inside::set_var(&self.ladder.knobs, &self.ladder.values)?;
+        let took = end
+            .probe
+            .as_ref()
+            .is_some_and(|p| p.knobs.frameworks.iter().any(|f| f.set));
+        (!took).then(|| {
+            format!(
+                "the job built no arguments object the probe could set ({}={asked} was not taken): this attempt ran at the job's own sizes",
+                crate::knobs::inside::SET_VAR
+            )
+        })
+    }
+
+    /// A run that gives up with no batch to move says where the job's DataLoader took its
+    /// batch, and the fix, where the probe saw one.
+    fn with_loader_fix(
+        &self,
+        outcome: Outcome,
+        reason: Option<String>,
+        end: &AttemptEnd,
+    ) -> Option<String> {
+        if outcome != Outcome::GaveUp || self.ladder.knobs.batch().is_some() {
+            return reason;
+        }
+        let line = end
+            .probe
+            .as_ref()
+            .and_then(|p| crate::knobs::inside::loader_line(&p.knobs));
+        match line {
+            Some(line) => Some(format!(
+                "no batch found in the command, its files or inside the job; {line}"
+            )),
+            None => reason,
+        }
+    }
+}
+
 /// The longest the probe's last lines (a process's final step, written at exit) are waited
 /// for once the attempt ended. Every process of the job is gone by then (oomguard is their
 /// subreaper and waits for the whole tree), so the pipe is already closed and this is only the
@@ -338,7 +407,7 @@ const PROBE_LAST_LINES: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long one look at the probe's pipe blocks before the user's signals are looked at.
 const PROBE_LOOK: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// Where the probe lives for this run: `probe/` in the run directory, for a Python command
+/// Where the probe lives for this run: a new `probe-XXXXXX/` in the run directory, for a Python command
 /// unless `--no-probe`; `None` (said once) where it cannot be written.
 fn probe_dir(settings: &RunSettings, observers: &mut Observers) -> Option<std::path::PathBuf> {
     if !settings.probe || !crate::probe::runs_python(&settings.command) {

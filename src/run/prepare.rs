@@ -53,6 +53,14 @@ pub(super) fn enter_job_context(settings: &RunSettings, report: &Reporter) -> Re
             )))
         })?;
     }
+    // Without root: a run directory another user owns is refused, one anyone may write is
+    // said (as root, places_as_whom decides).
+    if let Some(dir) = &settings.run_dir {
+        let refused = |why| Error::Usage(UsageError::JobFile(why));
+        if let Some(warning) = runas::own_run_dir(dir).map_err(refused)? {
+            report.warn(&warning);
+        }
+    }
     Ok(())
 }
 
@@ -205,7 +213,17 @@ pub(super) fn say_run_started(
     if let Some(url) = metrics.and_then(|m| m.url()) {
         report.say(&format!("metrics at {url}"));
     }
-    if settings.knobs.automatic && settings.knobs.batch().is_none() {
+    if settings.knobs.automatic
+        && settings.knobs.batch().is_none()
+        && settings.probe
+        && crate::probe::runs_python(&settings.command)
+    {
+        report.say(&format!(
+            "{}: {}",
+            crate::knobs::NO_BATCH,
+            crate::knobs::READ_INSIDE
+        ));
+    } else if settings.knobs.automatic && settings.knobs.batch().is_none() {
         report.warn(&format!(
             "{}: an out-of-memory death will not be relaunched smaller ({})",
             crate::knobs::NO_BATCH,

@@ -166,7 +166,7 @@ impl super::Run<'_> {
         let attempt = self.ladder.next_attempt();
         let why = format!(
             "the job alone fits, so {} stays",
-            self.settings.knobs.at(&next.values).text_short()
+            self.ladder.knobs.at(&next.values).text_short()
         );
         let waited = self.wait_for_room(Want::Card(&need), &end.pids, attempt, &why);
         let (room_bytes, after) = match waited.await {
@@ -274,7 +274,7 @@ impl super::Run<'_> {
         let why = format!(
             "the job's memory says it needs {} per card at {}",
             human_bytes(need_bytes),
-            self.settings.knobs.at(&self.ladder.values).text_short()
+            self.ladder.knobs.at(&self.ladder.values).text_short()
         );
         match self
             .wait_for_room(Want::Card(&need), &HashSet::new(), 1, &why)
@@ -291,8 +291,8 @@ impl super::Run<'_> {
                 Ok(())
             }
             RoomWait::Short { room_bytes, .. } => {
-                if let Some(line) = self.ladder.start_room_limited(self.settings) {
-                    let knobs = self.settings.knobs.at(&self.ladder.values).json();
+                if let Some(line) = self.ladder.start_room_limited() {
+                    let knobs = self.ladder.knobs.at(&self.ladder.values).json();
                     self.observers.started_from(knobs);
                     let line = format!(
                         "{} still has only {} free beside its other processes: {line}",

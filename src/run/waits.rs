@@ -130,7 +130,7 @@ impl super::Run<'_> {
         checkpoint: Option<String>,
         next: &policy::Next,
     ) {
-        let knobs = &self.settings.knobs;
+        let knobs = &self.ladder.knobs;
         let changes = match next.hint {
             Some(policy::Hint::AllocatorFragmentation) => format!(
                 "{}={} (knobs unchanged)",

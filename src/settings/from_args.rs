@@ -198,6 +198,7 @@ impl RunArgs {
         )
         .map_err(UsageError::Metrics)?;
         Ok(RunSettings {
+            min_batch: self.min_batch,
             interval: self.interval,
             pss_interval: self.pss_interval,
             cgroup: self.cgroup_plan(),

@@ -23,6 +23,9 @@ pub struct RunSettings {
     pub command: Vec<OsString>,
     /// The knobs oomguard turns, in ladder order.
     pub knobs: KnobSet,
+    /// `--min-batch`: the floor of a batch found inside the job once it runs (the command's
+    /// own batch knob carries it in its rule).
+    pub min_batch: u64,
     /// `--dry-run`: print the ladder for deaths of this cause, run nothing.
     pub dry_run: Option<Cause>,
     /// Where to put logs and the summary; `None` for the default location.

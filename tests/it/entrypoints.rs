@@ -6,7 +6,7 @@
 //! checks the run converges keeping the effective batch, `--dry-run` says what it found, and
 //! the user's files are byte for byte what they were.
 
-use crate::util::{self, causes, Sandbox};
+use crate::util::{self, causes, python_has, Sandbox};
 
 use serde_json::Value;
 
@@ -155,19 +155,6 @@ fn a_deepspeed_config_moves_micro_batch_and_accumulation_together() {
     assert_eq!(summary["outcome"], "succeeded", "{}", util::stderr_of(&out));
     assert_eq!(sizes(&seen), [(32, 2), (16, 4)]);
     unchanged(&sb, &files);
-}
-
-/// Whether python3 imports `modules`; prints why a test skips where it does not (CI installs
-/// them: see .ci/run).
-fn python_has(test: &str, modules: &str) -> bool {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", &format!("import {modules}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED {test}: python3 cannot import {modules} (see .ci/run)");
-    }
-    ok
 }
 
 /// `oomguard run [extra] -- python3 real_entry_job.py ARGS` in the project directory.

@@ -297,6 +297,19 @@ pub fn guard_of(pid: u32) -> u32 {
         .expect("oomguard runs a guard")
 }
 
+/// Whether python3 imports `modules`; prints why a test skips where it does not (CI installs
+/// them: see .ci/run).
+pub fn python_has(test: &str, modules: &str) -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED {test}: python3 cannot import {modules} (see .ci/run)");
+    }
+    ok
+}
+
 /// Every attempt's `--batch_size` and `--grad_accum`, from the commands in a summary.json.
 pub fn sizes(summary: &serde_json::Value) -> Vec<(u64, u64)> {
     summary["attempts"]

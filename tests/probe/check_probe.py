@@ -6,8 +6,12 @@ OOMGUARD_PROBE_DIR=<the directory>; the events read from the pipe's other end.
 
 Real commands on the CPU: a plain torch loop, Hugging Face Trainer, LightningCLI, a worker
 spawned with subprocess.Popen, users' own sitecustomize modules, stand-ins for an old and a
-broken torch. Standard library only; run with `python3 tests/probe/check_probe.py -v`."""
+broken torch; where jobs keep their batch (argparse scripts, HfArgumentParser, TrainingArguments
+and TRL's SFTConfig, Lightning's Trainer and DataModule, DataLoaders), and the batch set inside
+them with OOMGUARD_PROBE_SET. Standard library only; run with
+`python3 tests/probe/check_probe.py -v`."""
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -27,6 +31,10 @@ FIXTURES = os.path.join(REPO, "tests", "fixtures", "probe")
 LIGHTNING_JOB = os.path.join(REPO, "tests", "fixtures", "lightning_cli_job.py")
 PY = sys.executable
 PIPE_BUF = 4096
+# The fields a "framework" event names, by row.
+HF_FIELDS = {"batch_field": "per_device_train_batch_size",
+             "accum_field": "gradient_accumulation_steps"}
+LIGHTNING_FIELDS = {"batch_field": "batch_size", "accum_field": "accumulate_grad_batches"}
 
 
 def fixture(name):
@@ -40,6 +48,23 @@ def free_fd(first=5, last=9):
         except OSError:
             return fd
     raise RuntimeError("no free descriptor in %d..%d" % (first, last))
+
+
+def payload(event):
+    """An event without what every event carries (its kind, pid, rank and time)."""
+    return {k: v for k, v in event.items() if k not in ("event", "pid", "rank", "t")}
+
+
+def line_of(path, text):
+    """path:N's N: the line of path that holds text (once)."""
+    with open(path) as f:
+        lines = [n for n, line in enumerate(f, 1) if text in line]
+    assert len(lines) == 1, (path, text, lines)
+    return lines[0]
+
+
+def importable(name):
+    return importlib.util.find_spec(name) is not None
 
 
 class Run:
@@ -222,6 +247,13 @@ class ProbeTest(unittest.TestCase):
         self.assertEqual(run.out.count(b"holds"), 4, run.out)  # 4 micro-batches ran
         self.assertStepEvents(run, run.pid, 2)
         self.assertEqual(run.steps(), [1, 2])
+        # jsonargparse parses without argparse's parse_known_args: no "option" events; the
+        # Trainer LightningCLI builds says the batch and accumulation at fit.
+        self.assertEqual(run.of("option"), [], run.events)
+        (fw,) = run.of("framework")
+        where = "%s:%d" % (LIGHTNING_JOB, line_of(LIGHTNING_JOB, "LightningCLI(Model"))
+        self.assertEqual(payload(fw), dict(LIGHTNING_FIELDS, row="lightning", batch=1, accum=2,
+                                           set=False, where=where, **{"class": "Trainer"}))
 
     # --- 4: a worker without the descriptor ---------------------------------------------
 
@@ -378,11 +410,13 @@ class ProbeTest(unittest.TestCase):
         show = [PY, "-c", "import sys; print(sorted(sys.modules))"]
         self.assertEqual(self.job(show).out, self.job(show, probe=False).out)
         rows = []
-        for argv, n in (([PY, "-c", "pass"], 10), ([PY, "-c", "import torch"], 2)):
+        for argv, n in (([PY, "-c", "pass"], 10), ([PY, fixture("inside_argparse.py")], 10),
+                        ([PY, "-c", "import torch"], 2)):
             a = self.best(argv, n, probe=False)
             b = self.best(argv, n)
             rows.append("  %-28s best of %2d: %7.1f ms without, %7.1f ms with the probe (%+.1f ms)"
-                        % (" ".join(argv[1:]), n, a * 1e3, b * 1e3, (b - a) * 1e3))
+                        % (" ".join(os.path.basename(w) for w in argv[1:]), n, a * 1e3,
+                           b * 1e3, (b - a) * 1e3))
         sys.stderr.write("\nstart-up cost (%s):\n%s\n" % (PY, "\n".join(rows)))
 
     # --- beyond the list: the channel's edges ---------------------------------------------
@@ -488,12 +522,25 @@ class ProbeTest(unittest.TestCase):
                 "    print(type(m.__loader__).__name__, m.__spec__.loader is m.__loader__,\n"
                 "          sorted(vars(m.__loader__)))\n"
                 "print(len(inspect.getsource(opt.Optimizer.step)) > 0)\n"
-                "print([type(f).__name__ for f in sys.meta_path])\n")
+                "print([type(f).__name__ for f in sys.meta_path\n"
+                "       if not getattr(f, '_oomguard_probe', False)])\n"
+                "print([type(f).__name__ for f in sys.meta_path][:1])\n")
         run = self.job([PY, "-c", code])
         without = self.job([PY, "-c", code], probe=False)
         self.assertRan(run)
-        self.assertEqual(run.out, without.out)
+        # The probe's finder stays first while a watched module (a framework's) is still to
+        # come; the rest of sys.meta_path as without the probe.
+        self.assertEqual(run.out.splitlines()[:-1], without.out.splitlines()[:-1])
+        self.assertEqual(run.out.splitlines()[-1], b"['_OomguardProbeFinder']")
         self.assertEqual(len(run.of("hooked")), 1, run.events)
+        # Once every watched module has loaded, the finder is gone.
+        if importlib.util.find_spec("pytorch_lightning") is not None:
+            code = ("import sys, argparse, torch, transformers.training_args, lightning.pytorch\n"
+                    "import pytorch_lightning\n"
+                    "print([f for f in sys.meta_path if hasattr(f, '_oomguard_probe')])\n")
+            run = self.job([PY, "-c", code], timeout=180)
+            self.assertRan(run)
+            self.assertEqual(run.out, b"[]\n")
 
     def test_15_cuda_paths(self):
         """The CUDA paths against the stand-in torch (no GPU here): no CUDA figures before the
@@ -547,6 +594,286 @@ class ProbeTest(unittest.TestCase):
         glog = re.compile(rb"^([IWE])\d{4} [\d:.]+ +\d+ ", re.M)
         self.assertEqual(glog.sub(rb"\1 ", run.err), glog.sub(rb"\1 ", without.err))
         self.assertEqual(run.out, without.out)
+
+
+    # --- 17-23: where the job keeps its batch, and setting it ---------------------------
+
+    OPTIONS = [
+        {"strings": "--batch_size --bs", "dest": "batch_size", "type": "int", "default": 64},
+        {"strings": "--gradient_accumulation_steps", "dest": "gradient_accumulation_steps",
+         "type": "int", "default": 1},
+        {"strings": "--auto-find-batch-size", "dest": "auto_find_batch_size", "type": "",
+         "default": False},
+    ]
+
+    def options(self, run, argv0, *values):
+        return [dict(o, parser=1, argv0=argv0, value=v) for o, v in zip(self.OPTIONS, values)]
+
+    def test_17_options_argparse(self):
+        """A plain argparse script that never imports torch: an "option" event for each option
+        naming a batch or an accumulation (a flag too, with no type), none for --lr; the value
+        from the command line; nothing for a list the script parses itself; a subcommand's
+        option; parse_intermixed_args. Output byte-identical with and without the probe."""
+        script = fixture("inside_argparse.py")
+        for extra, values in (([], (64, 1, False)), (["--bs", "8", "--auto-find-batch-size"],
+                                                      (8, 1, True))):
+            argv = [PY, script] + extra
+            run = self.job(argv)
+            without = self.job(argv, probe=False)
+            self.assertRan(run)
+            self.assertEqual((run.out, run.err), (without.out, without.err))
+            self.assertTrue(run.out.endswith(b" False\n"), run.out)  # no torch
+            self.assertEqual([e["event"] for e in run.events], ["option"] * 3, run.events)
+            self.assertEqual([payload(e) for e in run.events], self.options(run, script, *values))
+            self.assertEqual({e["pid"] for e in run.events}, {run.pid})
+        # Many parsers, each parsed twice: each reported once, 4 parsers, 16 options each.
+        run = self.job([PY, script], env={"INSIDE_PARSE": "many"})
+        self.assertRan(run)
+        self.assertEqual([e["parser"] for e in run.events],
+                         [1] * 3 + [2] * 16 + [3] * 16 + [4] * 16)
+        self.assertEqual([e["dest"] for e in run.events[3:19]], ["batch%d" % i for i in range(16)])
+        # A command line argparse refuses: its message and exit status, nothing sent.
+        argv = [PY, script, "--bs", "many"]
+        run = self.job(argv)
+        without = self.job(argv, probe=False)
+        self.assertEqual((run.rc, run.out, run.err), (2, without.out, without.err))
+        self.assertIn(b"invalid int value: 'many'", run.err)
+        self.assertEqual(run.events, [])
+        # A list of the script's own (the same options): not the command line, nothing sent.
+        run = self.job([PY, script, "--bs", "3"], env={"INSIDE_PARSE": "explicit"})
+        self.assertRan(run)
+        self.assertIn(b"('batch_size', 8)", run.out)
+        self.assertEqual(run.events, [])
+        # The subcommand chosen: its options after the parser's own, under the same parser.
+        argv = [PY, script, "--bs", "3", "train", "--micro-batch", "7"]
+        run = self.job(argv, env={"INSIDE_PARSE": "sub"})
+        self.assertRan(run)
+        self.assertEqual([payload(e) for e in run.events],
+                         self.options(run, script, 3, 1, False) +
+                         [{"parser": 1, "argv0": script, "strings": "--micro-batch",
+                           "dest": "micro_batch", "type": "int", "default": 4, "value": 7}])
+        # argparse imported before site ran (here: -S, then site.main() by hand; a .pth file
+        # in site-packages does the same): hooked at start.
+        code = ("import argparse, site\n"
+                "site.main()\n"
+                "p = argparse.ArgumentParser()\n"
+                "p.add_argument('--batch_size', type=int, default=3)\n"
+                "print(p.parse_args())\n")
+        run = self.job([PY, "-S", "-c", code])
+        self.assertRan(run)
+        self.assertEqual([payload(e) for e in run.events],
+                         [{"parser": 1, "argv0": "-c", "strings": "--batch_size",
+                           "dest": "batch_size", "type": "int", "default": 3, "value": 3}])
+        # Every Python here from 3.6 (parse_intermixed_args from 3.7); Python 2 stays quiet.
+        seen = 0
+        for exe, version in interpreters():
+            with self.subTest(python=exe, version=version):
+                modes = ["", "intermixed"] if version >= (3, 7) else [""]
+                for mode in modes:
+                    argv = [exe, script, "--bs", "5"]
+                    run = self.job(argv, env={"INSIDE_PARSE": mode})
+                    without = self.job(argv, probe=False, env={"INSIDE_PARSE": mode})
+                    self.assertEqual((run.rc, run.out, run.err), (0, without.out, without.err))
+                    if version >= (3, 6):
+                        self.assertEqual([payload(e) for e in run.events],
+                                         self.options(run, script, 5, 1, False), mode)
+                    else:
+                        self.assertEqual(run.events, [])
+                seen += 1
+        sys.stderr.write("(%d interpreters) " % seen)
+
+    def test_18_hf_argument_parser(self):
+        """HfArgumentParser(TrainingArguments) on the command line: "option" events for its
+        batch and accumulation options (it parses sys.argv[1:] as a list), and the "framework"
+        event of the TrainingArguments it builds; with OOMGUARD_PROBE_SET, the arguments the job
+        gets carry the batch and accumulation asked for, the options still say the command
+        line's."""
+        out = self.mkdtemp()
+        script = fixture("inside_hf.py")
+        argv = [PY, script, "--output_dir", out, "--per_device_train_batch_size", "4",
+                "--gradient_accumulation_steps", "3"]
+        where = "%s:%d" % (script, line_of(script, "parse_args_into_dataclasses()"))
+        for asked, printed, framework in (
+                (None, b"TrainingArguments 4 3\n",
+                 {"batch": 4, "accum": 3, "set": False}),
+                ("transformers 16 2", b"TrainingArguments 16 2\n",
+                 {"batch": 16, "accum": 2, "set": True, "from_batch": 4, "from_accum": 3})):
+            env = {"INSIDE_HF": "parser"}
+            if asked:
+                env["OOMGUARD_PROBE_SET"] = asked
+            run = self.job(argv, env=env, timeout=180)
+            self.assertRan(run)
+            self.assertEqual(run.out, printed)
+            options = {e["dest"]: e for e in run.of("option")}
+            self.assertEqual(payload(options["per_device_train_batch_size"]),
+                             {"parser": 1, "argv0": script, "dest": "per_device_train_batch_size",
+                              "strings": "--per_device_train_batch_size "
+                                         "--per-device-train-batch-size",
+                              "type": "int", "default": 8, "value": 4})
+            self.assertEqual(payload(options["gradient_accumulation_steps"]),
+                             {"parser": 1, "argv0": script, "dest": "gradient_accumulation_steps",
+                              "strings": "--gradient_accumulation_steps "
+                                         "--gradient-accumulation-steps",
+                              "type": "int", "default": 1, "value": 3})
+            self.assertLessEqual(len(run.of("option")), 16)
+            self.assertEqual({e["parser"] for e in run.of("option")}, {1})
+            (fw,) = run.of("framework")
+            self.assertEqual(payload(fw), dict(framework, row="transformers", where=where,
+                                               **HF_FIELDS, **{"class": "TrainingArguments"}))
+
+    def test_19_hf_set(self):
+        """TrainingArguments built in code: without OOMGUARD_PROBE_SET unchanged (and the
+        output as without the probe); with "transformers 16 2", 16 and 2 before the framework
+        validates them, and a real Trainer on the CPU trains with them (micro-batches of 16, 2
+        steps of 2); TRL's SFTConfig (which calls super().__post_init__()) the same."""
+        script = fixture("inside_hf.py")
+        out = self.mkdtemp()
+        argv = [PY, script, out]
+        env = {"INSIDE_HF": "code"}
+        run = self.job(argv, env=env, timeout=180)
+        without = self.job(argv, env=env, probe=False, timeout=180)
+        self.assertRan(run)
+        self.assertEqual(run.out, b"TrainingArguments 32 1\n")
+        self.assertEqual(run.out, without.out)
+        (fw,) = run.of("framework")
+        where = "%s:%d" % (script, line_of(script, "args = TrainingArguments("))
+        self.assertEqual(payload(fw), dict(HF_FIELDS, row="transformers", batch=32, accum=1,
+                                           where=where, set=False,
+                                           **{"class": "TrainingArguments"}))
+
+        env = {"INSIDE_HF": "train", "OOMGUARD_PROBE_SET": "transformers 16 2"}
+        run = self.job(argv, env=env, timeout=240)
+        self.assertRan(run)
+        lines = run.out.decode().splitlines()
+        self.assertEqual(lines[0], "TrainingArguments 16 2")
+        self.assertEqual([l for l in lines if l.startswith("micro-batch")], ["micro-batch 16"] * 4)
+        self.assertIn("trainer done", lines)
+        self.assertEqual(run.steps(), [1, 2])
+        (fw,) = run.of("framework")
+        self.assertEqual(payload(fw), dict(HF_FIELDS, row="transformers", batch=16, accum=2,
+                                           where=where, set=True, from_batch=32, from_accum=1,
+                                           **{"class": "TrainingArguments"}))
+        # The Trainer's own loader, made inside transformers: where is the job's train() call.
+        loaders = run.of("loader")
+        self.assertEqual([e["batch"] for e in loaders], [16], run.events)
+        self.assertEqual(loaders[0]["where"], "%s:%d" % (script, line_of(script, ".train()")))
+
+        if not importable("trl"):
+            sys.stderr.write("(no trl) ")
+            return
+        env = {"INSIDE_HF": "sft", "OOMGUARD_PROBE_SET": "transformers 16 2"}
+        run = self.job(argv, env=env, timeout=240)
+        self.assertRan(run)
+        self.assertEqual(run.out, b"SFTConfig 16 2\n")
+        (fw,) = run.of("framework")
+        where = "%s:%d" % (script, line_of(script, "SFTConfig("))
+        self.assertEqual(payload(fw), dict(HF_FIELDS, row="transformers", batch=16, accum=2,
+                                           where=where, set=True, from_batch=32, from_accum=1,
+                                           **{"class": "SFTConfig"}))
+
+    def test_20_lightning_set(self):
+        """Lightning's Trainer(accumulate_grad_batches=1) and a DataModule whose batch is 64
+        (self.batch_size, or save_hyperparameters): the "framework" event at fit says them;
+        with OOMGUARD_PROBE_SET="lightning 32 2" the trainer accumulates 2 and train_dataloader
+        sees 32 (4 micro-batches of 32 for 2 steps); pytorch_lightning the same; LightningCLI's
+        Trainer too."""
+        script = fixture("inside_lightning.py")
+        where = "%s:%d" % (script, line_of(script, "trainer.fit("))
+        runs = [("lightning", "attr", None), ("lightning", "attr", "lightning 32 2"),
+                ("lightning", "hparams", "lightning 32 2")]
+        if importable("pytorch_lightning"):
+            runs.append(("pytorch_lightning", "attr", "lightning 32 2"))
+        else:
+            sys.stderr.write("(no pytorch_lightning) ")
+        for package, holder, asked in runs:
+            with self.subTest(package=package, holder=holder, asked=asked):
+                env = {"OOMGUARD_PROBE_SET": asked} if asked else {}
+                run = self.job([PY, script, package, self.mkdtemp(), holder], env=env,
+                               timeout=180)
+                self.assertRan(run)
+                lines = run.out.decode().splitlines()
+                batch, accum = (32, 2) if asked else (64, 1)
+                self.assertEqual(lines[0], "accumulate_grad_batches %d" % accum)
+                self.assertEqual(lines[1], "train_dataloader batch %d" % batch)
+                self.assertEqual(lines[2:], ["micro-batch %d" % batch] * (2 * accum) + ["steps 2"])
+                self.assertEqual(run.steps(), [1, 2])
+                (fw,) = run.of("framework")
+                want = dict(LIGHTNING_FIELDS, row="lightning", batch=batch, accum=accum,
+                            where=where, set=bool(asked), **{"class": "Trainer"})
+                if asked:
+                    want.update(from_batch=64, from_accum=1)
+                self.assertEqual(payload(fw), want)
+                self.assertEqual([payload(e) for e in run.of("loader")],
+                                 [{"batch": batch, "where": "%s:%d" % (
+                                     script, line_of(script, "return DataLoader("))}])
+        # LightningCLI builds the Trainer from its command line: the set wins over it.
+        root = self.mkdtemp()
+        run = self.job([PY, LIGHTNING_JOB, "fit", "--trainer.logger", "false",
+                        "--trainer.default_root_dir", root, "--trainer.accelerator", "cpu",
+                        "--trainer.max_epochs", "1", "--trainer.accumulate_grad_batches", "2",
+                        "--trainer.enable_checkpointing", "false",
+                        "--trainer.enable_progress_bar", "false",
+                        "--trainer.enable_model_summary", "false",
+                        "--data.batch_size", "1", "--data.samples", "4", "--data.sample_mb", "1"],
+                       env={"OOMGUARD_PROBE_SET": "lightning 2 1"}, timeout=180)
+        self.assertRan(run)
+        self.assertEqual(run.out.count(b"batch 2 holds"), 2, run.out)
+        self.assertEqual(run.steps(), [1, 2])
+        (fw,) = run.of("framework")
+        self.assertEqual((fw["batch"], fw["accum"], fw["from_batch"], fw["from_accum"]),
+                         (2, 1, 1, 2))
+
+    def test_21_loader(self):
+        """A DataLoader(ds, batch_size=64) in a plain loop: one "loader" event naming the
+        fixture's line (its whole path, or relative to the job's working directory where it is
+        there); none for a loader with a batch sampler; the output as without the probe."""
+        script = fixture("inside_loader.py")
+        run = self.job([PY, script])
+        without = self.job([PY, script], probe=False)
+        self.assertRan(run)
+        self.assertEqual((run.out, run.err), (without.out, without.err))
+        where = "%s:%d" % (script, line_of(script, "# the loader"))
+        self.assertEqual([payload(e) for e in run.of("loader")], [{"batch": 64, "where": where}])
+        # A script in the job's working directory: named as its command names it.
+        run = self.job([PY, script], cwd=FIXTURES)
+        self.assertRan(run)
+        where = "inside_loader.py:%d" % line_of(script, "# the loader")
+        self.assertEqual([payload(e) for e in run.of("loader")], [{"batch": 64, "where": where}])
+        self.assertEqual(run.of("probe_error"), [])
+
+    def test_22_probe_fails_in_a_hook(self):
+        """A failure of the probe's own in a hook (a DataLoader whose batch_size raises when
+        read): one probe_error, then nothing from that process (the next loader says nothing);
+        the job's output as without the probe."""
+        argv = [PY, fixture("inside_loader.py")]
+        env = {"INSIDE_ODD": "1"}
+        run = self.job(argv, env=env)
+        without = self.job(argv, env=env, probe=False)
+        self.assertRan(run)
+        self.assertEqual((run.out, run.err), (without.out, without.err))
+        self.assertIn(b"8 odd batches\n16 batches\n", run.out)
+        self.assertEqual([e["event"] for e in run.events], ["hooked", "loader", "probe_error"])
+        self.assertEqual(payload(run.events[-1]), {"where": "loader",
+                                                   "error": "RuntimeError: this loader hides "
+                                                            "its batch"})
+
+    def test_23_bad_set(self):
+        """OOMGUARD_PROBE_SET that is not ROW BATCH ACCUM (a word for a number, empty, four
+        words, numbers too large, zero, another row): nothing set, nothing more said, the job
+        as without the probe."""
+        script = fixture("inside_hf.py")
+        argv = [PY, script, self.mkdtemp()]
+        without = self.job(argv, env={"INSIDE_HF": "code"}, probe=False, timeout=180)
+        self.assertEqual(without.out, b"TrainingArguments 32 1\n")
+        for asked in ("transformers x 2", "", "a b c d", "transformers 16 2 1",
+                      "transformers 99999999999999999999 2", "transformers 16 4294967296",
+                      "transformers 0 2", "lightning 16 2", "transformers ١٦ 2"):
+            with self.subTest(asked=asked):
+                run = self.job(argv, env={"INSIDE_HF": "code", "OOMGUARD_PROBE_SET": asked},
+                               timeout=180)
+                self.assertEqual((run.rc, run.out, run.err), (0, without.out, without.err))
+                self.assertEqual([e["event"] for e in run.events], ["hooked", "framework"])
+                self.assertEqual(payload(run.of("framework")[0])["set"], False)
 
 
 def interpreters():

@@ -149,7 +149,10 @@ fn insert_top_level(
     let rendered = match format {
         Format::Json => json::render(value, "0"),
         Format::Yaml => yaml::render(value, "0"),
-        Format::Toml | Format::Python => return Err(absent()),
+        // A module-level name the module lacks is appended (`GRAD_ACCUM = 2`): a script that
+        // execs its config file over its globals (nanoGPT's configurator) then reads it.
+        Format::Python => return py::append(text, key, value),
+        Format::Toml => return Err(absent()),
     };
     let out = match format {
         Format::Json => {
@@ -288,7 +291,7 @@ mod insert_tests {
             (Format::Yaml, "{a: 1}\n", "gradient_accumulation_steps"),
             (Format::Yaml, "- 1\n- 2\n", "gradient_accumulation_steps"),
             (Format::Toml, "a = 1\n", "gradient_accumulation_steps"),
-            (Format::Python, "A = 1\n", "GRAD_ACCUM"),
+            (Format::Python, "class A:\n    b = 1\n", "A.grad_accum"),
         ] {
             assert!(
                 matches!(

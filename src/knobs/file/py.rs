@@ -3,8 +3,8 @@
 //! render a new literal for it. A small tokenizer, not a Python parser: it knows strings (every
 //! prefix, triple quotes, f-strings with nested replacement fields), comments, brackets, line
 //! continuations and indentation, which is all it takes to tell real assignments from text in a
-//! comment or a docstring, and to know which class body a line belongs to. It evaluates
-//! nothing; what is not a plain literal is refused with its line, never guessed.
+//! comment or a docstring, and to know which class body a line belongs to. Its editing
+//! evaluates nothing; what is not a plain literal is refused with its line, never guessed.
 //!
 //! Accepted: `NAME = 8`, `NAME: int = 8`, in a class body `attr = 8` / `attr: int = 8`; the value
 //! an int (`1_000`, `-3`, `0x10`), a float (`3e-4`, `.5`), `True`/`False`, or a `'single'` /
@@ -27,6 +27,13 @@
 //! with `--invalidation-mode unchecked-hash` never looks at the source at all. Whoever writes a
 //! `.py` file therefore removes [`stale_pyc_paths`] after each write (edit and restore alike).
 //! A cache moved elsewhere with `PYTHONPYCACHEPREFIX` is the caller's to handle.
+//!
+//! A script's globals and a config file given to it as an argument (nanoGPT's
+//! `python train.py config/x.py`) are read with [`top_level`]: the statements at the very top
+//! of the module, unindented and outside every block, in file order; an assignment's value is
+//! evaluated where it is a literal or literal arithmetic (`5 * 8`, `2**10`, `(1+2)*3`, `1e-3`,
+//! `//`, `%`), for reading only: [`locate`] still edits only a plain literal. [`append`] writes
+//! an assignment a module lacks at its end.
 //!
 //! Reading and writing the file, backups and restores are the caller's job (`super::set`
 //! splices the span this module finds).
@@ -166,6 +173,390 @@ pub fn stale_pyc_paths(py_path: &Path) -> Vec<PathBuf> {
         .collect();
     found.sort();
     found
+}
+
+/// The text with `key = value` added as the module's last line, where no statement binds `key`
+/// yet (a config file given as an argument that leaves the accumulation to the script's
+/// default). Refused ([`EditError::NotFound`]) where `key` is no identifier, is bound anywhere
+/// already (then it is [`locate`]'s to edit), or the new line would not read back as `value`.
+///
+/// [`super::set`] calls it to write a name a Python file lacks, as it inserts a JSON or YAML key.
+pub fn append(text: &str, key: &str, value: &Scalar) -> Result<String, EditError> {
+    let absent = || EditError::NotFound {
+        key: key.to_string(),
+    };
+    if !is_identifier(key) {
+        return Err(absent());
+    }
+    match locate(text, key) {
+        Err(EditError::NotFound { .. }) => {}
+        Err(e) => return Err(e),
+        Ok(_) => return Err(absent()),
+    }
+    let sep = if text.is_empty() || text.ends_with('\n') {
+        ""
+    } else {
+        "\n"
+    };
+    let out = format!("{text}{sep}{key} = {}\n", render(value, "0"));
+    // The line must read back as the value, or it is not written.
+    match locate(&out, key) {
+        Ok(found) if found.value.same(value) => Ok(out),
+        _ => Err(absent()),
+    }
+}
+
+/// A statement at the very top of a module: unindented, outside every `if`/`for`/`try`/`with`
+/// block, class and function, so it runs once, unconditionally, in file order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TopLevel {
+    /// `NAME = expr` or `NAME: T = expr`: the value where `expr` is a literal or literal
+    /// arithmetic, else what it is (`a call`, `a name, not a literal`, ...). A chained
+    /// assignment or a tuple unpacking binds its names to no value.
+    Assign {
+        name: String,
+        value: Result<Scalar, String>,
+        line: usize,
+    },
+    /// `NAME op= expr`: the name's value from here on is not known.
+    Augmented {
+        name: String,
+        op: String,
+        line: usize,
+    },
+    /// `exec(open('FILE').read())`: FILE's code runs here, over the module's globals.
+    Exec { file: String, line: usize },
+}
+
+/// The module's top-level statements that bind a name or exec a file, in file order. What
+/// runs conditionally (an assignment inside `if ddp:`) or later (a function body) is not here:
+/// a name's value at the top is what the module sets unconditionally.
+pub fn top_level(text: &str) -> Result<Vec<TopLevel>, EditError> {
+    let lines = tokenize(text)?;
+    let mut out = Vec::new();
+    for line in lines.iter().filter(|l| l.indent == 0) {
+        let stmt = Stmt {
+            text,
+            toks: &line.tokens,
+        };
+        // A compound statement's header, with any body on the same line: conditional, or a
+        // definition whose body runs later.
+        if header(&stmt).is_some() {
+            continue;
+        }
+        for part in stmt.split(";") {
+            top_statement(&part, &mut out);
+        }
+    }
+    Ok(out)
+}
+
+/// The value a whole `text` spells as one literal or literal arithmetic, as [`top_level`]
+/// evaluates an assignment's right-hand side; or what it is instead.
+pub fn evaluate(text: &str) -> Result<Scalar, String> {
+    let lines = tokenize(text).map_err(|e| e.to_string())?;
+    let [line] = lines.as_slice() else {
+        return Err("not one expression".to_string());
+    };
+    value_or_arithmetic(&Stmt {
+        text,
+        toks: &line.tokens,
+    })
+}
+
+/// Records what one simple top-level statement binds or execs.
+fn top_statement(stmt: &Stmt, out: &mut Vec<TopLevel>) {
+    if stmt.toks.is_empty() {
+        return;
+    }
+    let line = line_of(stmt.text, stmt.at());
+    if let Some(file) = exec_file(stmt) {
+        out.push(TopLevel::Exec { file, line });
+        return;
+    }
+    let top: Vec<usize> = stmt
+        .top_level()
+        .into_iter()
+        .take_while(|&k| !(stmt.is_name(k) && stmt.s(k) == "lambda"))
+        .collect();
+    if let Some(&k) = top
+        .iter()
+        .find(|&&k| AUGMENTED.iter().any(|op| stmt.is_op(k, op)))
+    {
+        if k == 1 && stmt.is_name(0) {
+            out.push(TopLevel::Augmented {
+                name: stmt.s(0).to_string(),
+                op: stmt.s(1).to_string(),
+                line,
+            });
+        }
+        return;
+    }
+    let rest = |from: usize| Stmt {
+        text: stmt.text,
+        toks: &stmt.toks[from.min(stmt.toks.len())..],
+    };
+    if stmt.is_name(0) && stmt.is_op(1, ":") {
+        if let Some(&eq) = top.iter().find(|&&k| k > 1 && stmt.is_op(k, "=")) {
+            out.push(TopLevel::Assign {
+                name: stmt.s(0).to_string(),
+                value: value_or_arithmetic(&rest(eq + 1)),
+                line,
+            });
+        }
+        return;
+    }
+    let eqs: Vec<usize> = top.into_iter().filter(|&k| stmt.is_op(k, "=")).collect();
+    let Some(&last_eq) = eqs.last() else {
+        return;
+    };
+    let mut from = 0;
+    for &eq in &eqs {
+        let target = Stmt {
+            text: stmt.text,
+            toks: &stmt.toks[from..eq],
+        };
+        from = eq + 1;
+        if target.toks.len() == 1 && target.is_name(0) {
+            let value = if eqs.len() > 1 {
+                Err("assigned in a chained assignment (`a = b = ...`)".to_string())
+            } else {
+                value_or_arithmetic(&rest(last_eq + 1))
+            };
+            out.push(TopLevel::Assign {
+                name: target.s(0).to_string(),
+                value,
+                line,
+            });
+            continue;
+        }
+        // Unpacking (`batch_size, block_size = 8, 64`): each bare name, to no value.
+        for part in target.split(",") {
+            let bare = match part.toks.len() {
+                1 => part.is_name(0).then(|| part.s(0)),
+                2 if part.is_op(0, "*") && part.is_name(1) => Some(part.s(1)),
+                _ => None,
+            };
+            if let Some(name) = bare {
+                out.push(TopLevel::Assign {
+                    name: name.to_string(),
+                    value: Err("assigned by unpacking".to_string()),
+                    line,
+                });
+            }
+        }
+    }
+}
+
+/// `exec(open('FILE').read())` (extra arguments to either call allowed): FILE.
+fn exec_file(stmt: &Stmt) -> Option<String> {
+    let opens = stmt.is_name(0)
+        && stmt.s(0) == "exec"
+        && stmt.is_op(1, "(")
+        && stmt.is_name(2)
+        && stmt.s(2) == "open"
+        && stmt.is_op(3, "(");
+    if !opens {
+        return None;
+    }
+    let Kind::Str(literal) = &stmt.toks.get(4)?.kind else {
+        return None;
+    };
+    let file = string_value(stmt.text, literal).ok()?;
+    let after_open = matching_close(stmt, 3);
+    let reads = stmt.is_op(after_open, ".")
+        && stmt.is_name(after_open + 1)
+        && stmt.s(after_open + 1) == "read"
+        && stmt.is_op(after_open + 2, "(")
+        && stmt.is_op(after_open + 3, ")");
+    // The text read is exec's whole first argument (`exec(open(f).read(), globals())` too).
+    let whole = stmt.is_op(after_open + 4, ")") || stmt.is_op(after_open + 4, ",");
+    (reads && whole && matching_close(stmt, 1) == stmt.toks.len()).then_some(file)
+}
+
+/// A right-hand side as one literal, else as literal arithmetic; what it is otherwise.
+fn value_or_arithmetic(v: &Stmt) -> Result<Scalar, String> {
+    match literal(v) {
+        Ok((value, _)) => Ok(value),
+        Err(what) if what == "an expression" || what == "a value in parentheses" => {
+            let mut parser = Arithmetic { v, k: 0 };
+            let value = parser.sum()?;
+            if parser.k < v.toks.len() {
+                return Err("an expression".to_string());
+            }
+            Ok(match value {
+                Num::Int(n) => Scalar::Int(n),
+                Num::Float(x) => Scalar::Float(x),
+            })
+        }
+        Err(what) => Err(what),
+    }
+}
+
+/// A number while evaluating literal arithmetic: Python's int (within 64 bits) or float.
+#[derive(Debug, Clone, Copy)]
+enum Num {
+    Int(i64),
+    Float(f64),
+}
+
+impl Num {
+    fn float(self) -> f64 {
+        match self {
+            Num::Int(n) => n as f64,
+            Num::Float(x) => x,
+        }
+    }
+}
+
+const BEYOND_64_BITS: &str = "an integer beyond 64 bits";
+
+/// Literal arithmetic as Python evaluates it: `+ - * / // % **`, unary signs, parentheses;
+/// numbers only. A name, a call or anything else is no value: its worth is known only when
+/// the module runs.
+struct Arithmetic<'s, 'a> {
+    v: &'s Stmt<'a>,
+    k: usize,
+}
+
+impl Arithmetic<'_, '_> {
+    fn op(&mut self, ops: &[&str]) -> Option<&'static str> {
+        const ALL: &[&str] = &["+", "-", "*", "/", "//", "%", "**"];
+        let found = ALL
+            .iter()
+            .find(|op| ops.contains(op) && self.v.is_op(self.k, op))?;
+        self.k += 1;
+        Some(found)
+    }
+
+    fn sum(&mut self) -> Result<Num, String> {
+        let mut acc = self.product()?;
+        while let Some(op) = self.op(&["+", "-"]) {
+            acc = binary(op, acc, self.product()?)?;
+        }
+        Ok(acc)
+    }
+
+    fn product(&mut self) -> Result<Num, String> {
+        let mut acc = self.unary()?;
+        while let Some(op) = self.op(&["*", "/", "//", "%"]) {
+            acc = binary(op, acc, self.unary()?)?;
+        }
+        Ok(acc)
+    }
+
+    /// A sign binds looser than `**` (`-2**2` is -4) and tighter than the rest.
+    fn unary(&mut self) -> Result<Num, String> {
+        match self.op(&["-", "+"]) {
+            Some("-") => binary("-", Num::Int(0), self.unary()?),
+            Some(_) => self.unary(),
+            None => self.power(),
+        }
+    }
+
+    /// `**` is right-associative and takes a signed exponent (`2**-1`).
+    fn power(&mut self) -> Result<Num, String> {
+        let base = self.atom()?;
+        match self.op(&["**"]) {
+            Some(op) => binary(op, base, self.unary()?),
+            None => Ok(base),
+        }
+    }
+
+    fn atom(&mut self) -> Result<Num, String> {
+        let k = self.k;
+        let Some(tok) = self.v.toks.get(k) else {
+            return Err("an expression".to_string());
+        };
+        match &tok.kind {
+            Kind::Number => {
+                self.k += 1;
+                match number(self.v.s(k))? {
+                    Scalar::Int(n) => Ok(Num::Int(n)),
+                    Scalar::Float(x) => Ok(Num::Float(x)),
+                    _ => Err("an expression".to_string()),
+                }
+            }
+            Kind::Op if self.v.s(k) == "(" => {
+                self.k += 1;
+                let inner = self.sum()?;
+                if !self.v.is_op(self.k, ")") {
+                    return Err("an expression".to_string());
+                }
+                self.k += 1;
+                Ok(inner)
+            }
+            Kind::Name if self.v.is_op(k + 1, "(") => Err("a call".to_string()),
+            Kind::Name => Err(format!("an expression of a name (`{}`)", self.v.s(k))),
+            _ => Err("an expression".to_string()),
+        }
+    }
+}
+
+/// `a op b` as Python computes it for ints and floats: `/` always a float, `//` and `%` floored,
+/// an int `**` a negative exponent a float. Overflow, division by zero and complex results are
+/// no value.
+fn binary(op: &str, a: Num, b: Num) -> Result<Num, String> {
+    let zero = || Err("a division by zero".to_string());
+    let finite = |x: f64| {
+        if x.is_finite() {
+            Ok(Num::Float(x))
+        } else {
+            Err("a float beyond range".to_string())
+        }
+    };
+    if let (Num::Int(x), Num::Int(y)) = (a, b) {
+        let int = |n: Option<i64>| n.map(Num::Int).ok_or_else(|| BEYOND_64_BITS.to_string());
+        return match op {
+            "+" => int(x.checked_add(y)),
+            "-" => int(x.checked_sub(y)),
+            "*" => int(x.checked_mul(y)),
+            "/" if y == 0 => zero(),
+            "/" => finite(x as f64 / y as f64),
+            "//" | "%" if y == 0 => zero(),
+            "//" => {
+                let q = x.checked_div(y).ok_or_else(|| BEYOND_64_BITS.to_string())?;
+                Ok(Num::Int(if x % y != 0 && ((x < 0) != (y < 0)) {
+                    q - 1
+                } else {
+                    q
+                }))
+            }
+            "%" => {
+                let r = x.checked_rem(y).ok_or_else(|| BEYOND_64_BITS.to_string())?;
+                Ok(Num::Int(if r != 0 && ((r < 0) != (y < 0)) {
+                    r + y
+                } else {
+                    r
+                }))
+            }
+            "**" if y < 0 && x == 0 => zero(),
+            "**" if y < 0 => finite((x as f64).powf(y as f64)),
+            "**" => int(u32::try_from(y).ok().and_then(|e| x.checked_pow(e))),
+            _ => Err("an expression".to_string()),
+        };
+    }
+    let (x, y) = (a.float(), b.float());
+    match op {
+        "+" => finite(x + y),
+        "-" => finite(x - y),
+        "*" => finite(x * y),
+        "/" | "//" | "%" if y == 0.0 => zero(),
+        "/" => finite(x / y),
+        "//" => finite((x / y).floor()),
+        "%" => {
+            let r = x % y;
+            finite(if r != 0.0 && ((r < 0.0) != (y < 0.0)) {
+                r + y
+            } else {
+                r
+            })
+        }
+        "**" if x == 0.0 && y < 0.0 => zero(),
+        "**" if x < 0.0 && y.fract() != 0.0 => Err("a complex number".to_string()),
+        "**" => finite(x.powf(y)),
+        _ => Err("an expression".to_string()),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2182,5 +2573,213 @@ class EvalConfig:
             std::fs::remove_file(stale).expect("remove stale pyc");
         }
         assert_eq!(import(), "4");
+    }
+}
+
+/// A script's globals as [`top_level`] reads them (nanoGPT's train.py and its config files):
+/// literal arithmetic evaluated, what is no literal refused, only unconditional top-level
+/// statements, and [`append`].
+#[cfg(test)]
+mod globals {
+    use super::*;
+
+    fn int(n: i64) -> Result<Scalar, String> {
+        Ok(Scalar::Int(n))
+    }
+    fn float(x: f64) -> Result<Scalar, String> {
+        Ok(Scalar::Float(x))
+    }
+
+    #[test]
+    fn literals_and_literal_arithmetic_are_evaluated_as_python_does() {
+        let table: &[(&str, Result<Scalar, String>)] = &[
+            ("12", int(12)),
+            ("5 * 8", int(40)),
+            ("2**10", int(1024)),
+            ("(1+2)*3", int(9)),
+            ("1e-3", float(1e-3)),
+            ("-1", int(-1)),
+            ("- 1", int(-1)),
+            ("+4", int(4)),
+            ("7 // 2", int(3)),
+            ("-7 // 2", int(-4)),
+            ("7 % -3", int(-2)),
+            ("-7 % 3", int(2)),
+            ("10 / 4", float(2.5)),
+            ("6 / 3", float(2.0)),
+            ("2**-1", float(0.5)),
+            ("-2**2", int(-4)),
+            ("2**3**2", int(512)),
+            ("1_000 * 2", int(2000)),
+            ("0x10 * 2", int(32)),
+            ("6e-4 * 2", float(12e-4)),
+            ("2 * 1.5", float(3.0)),
+            ("7.5 // 2", float(3.0)),
+            ("((12))", int(12)),
+            ("12 # micro-batch", int(12)),
+            ("True", Ok(Scalar::Bool(true))),
+            ("'owt'", Ok(Scalar::Str("owt".into()))),
+        ];
+        for (text, want) in table {
+            let got = evaluate(text);
+            match (&got, want) {
+                (Ok(Scalar::Float(x)), Ok(Scalar::Float(y))) => {
+                    assert!((x - y).abs() < 1e-12, "{text}: {got:?}")
+                }
+                _ => assert_eq!(&got, want, "{text}"),
+            }
+        }
+    }
+
+    #[test]
+    fn what_is_not_literal_arithmetic_is_no_value_and_says_what_it_is() {
+        let table: &[(&str, &str)] = &[
+            ("int(os.environ.get('BS', 12))", "a call"),
+            ("ddp_world_size * 2", "a name (`ddp_world_size`)"),
+            ("2 * ddp_world_size", "a name (`ddp_world_size`)"),
+            ("batch_size", "a name, not a literal"),
+            ("[1, 2]", "a list"),
+            ("{'a': 1}", "a dict or set"),
+            ("None", "None"),
+            ("1, 2", "a tuple"),
+            ("1 / 0", "a division by zero"),
+            ("5 // 0", "a division by zero"),
+            ("2**64", "beyond 64 bits"),
+            ("9223372036854775807 + 1", "beyond 64 bits"),
+            ("(-8) ** 0.5", "a complex number"),
+            ("12 if big else 8", "an expression"),
+            ("1e308 * 10", "beyond range"),
+            ("'a' * 3", "an expression"),
+            ("True + 1", "an expression"),
+            ("(1 + 2", "never closed"),
+        ];
+        for (text, want) in table {
+            let got = evaluate(text).expect_err(text);
+            assert!(got.contains(want), "{text}: {got}");
+        }
+    }
+
+    /// train.py's defaults as nanoGPT writes them: literal arithmetic, a conditional rebind
+    /// inside `if ddp:`, the configurator's exec, code that is no assignment.
+    const TRAIN: &str = "\
+\"\"\"
+batch_size = 1  <- in the docstring, not a global
+\"\"\"
+import os
+from contextlib import nullcontext
+
+# -----------------------------------------------------------------------------
+out_dir = 'out'
+eval_interval = 2000
+gradient_accumulation_steps = 5 * 8 # used to simulate larger batch sizes
+batch_size = 12 # if gradient_accumulation_steps > 1, this is the micro-batch size
+block_size = 1024
+learning_rate = 6e-4 # max learning rate
+n_layer, n_head = 12, 12
+dtype: str = 'bfloat16'
+config_keys = [k for k,v in globals().items() if not k.startswith('_')]
+exec(open('configurator.py').read()) # overrides from command line or config file
+config = {k: globals()[k] for k in config_keys}
+# -----------------------------------------------------------------------------
+ddp = int(os.environ.get('RANK', -1)) != -1
+if ddp:
+    ddp_world_size = int(os.environ['WORLD_SIZE'])
+    gradient_accumulation_steps //= ddp_world_size
+else:
+    batch_size = 1
+if ddp: block_size = 8
+def get_batch(split):
+    batch_size = 4
+    return batch_size
+tokens_per_iter = gradient_accumulation_steps * batch_size * block_size
+iter_num = 0; best_val_loss = 1e9
+iter_num += 1
+";
+
+    #[test]
+    fn only_unconditional_top_level_statements_are_read_in_order() {
+        let got = top_level(TRAIN).unwrap();
+        let shown: Vec<String> = got
+            .iter()
+            .map(|s| match s {
+                TopLevel::Assign { name, value, line } => match value {
+                    Ok(v) => format!("{line}: {name} = {v}"),
+                    Err(why) => format!("{line}: {name} ({why})"),
+                },
+                TopLevel::Augmented { name, op, line } => format!("{line}: {name} {op}"),
+                TopLevel::Exec { file, line } => format!("{line}: exec {file}"),
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "8: out_dir = out",
+                "9: eval_interval = 2000",
+                "10: gradient_accumulation_steps = 40",
+                "11: batch_size = 12",
+                "12: block_size = 1024",
+                "13: learning_rate = 0.0006",
+                "14: n_layer (assigned by unpacking)",
+                "14: n_head (assigned by unpacking)",
+                "15: dtype = bfloat16",
+                "16: config_keys (a list)",
+                "17: exec configurator.py",
+                "18: config (a dict or set)",
+                "20: ddp (a call)",
+                "30: tokens_per_iter (an expression of a name (`gradient_accumulation_steps`))",
+                "31: iter_num = 0",
+                "31: best_val_loss = 1000000000",
+                "32: iter_num +=",
+            ]
+        );
+    }
+
+    #[test]
+    fn exec_is_told_only_in_the_shape_that_runs_a_file() {
+        let table: &[(&str, Option<&str>)] = &[
+            (
+                "exec(open('configurator.py').read())\n",
+                Some("configurator.py"),
+            ),
+            ("exec(open(\"conf.py\", 'r').read())\n", Some("conf.py")),
+            ("exec(open(path).read())\n", None),
+            ("exec(open('c.py').read()[:10])\n", None),
+            ("exec(code)\n", None),
+            ("exec(open('c.py').read(), globals())\n", Some("c.py")),
+            ("if True:\n    exec(open('c.py').read())\n", None),
+        ];
+        for (text, want) in table {
+            let got = top_level(text).unwrap().into_iter().find_map(|s| match s {
+                TopLevel::Exec { file, .. } => Some(file),
+                _ => None,
+            });
+            assert_eq!(got.as_deref(), *want, "{text}");
+        }
+    }
+
+    #[test]
+    fn append_writes_a_name_the_module_lacks_and_nothing_else() {
+        let two = Scalar::Int(2);
+        let key = "gradient_accumulation_steps";
+        let table: &[(&str, Option<&str>)] = &[
+            (
+                "batch_size = 64\nblock_size = 256 # context\n",
+                Some("batch_size = 64\nblock_size = 256 # context\ngradient_accumulation_steps = 2\n"),
+            ),
+            ("batch_size = 64", Some("batch_size = 64\ngradient_accumulation_steps = 2\n")),
+            ("", Some("gradient_accumulation_steps = 2\n")),
+            // Bound already: the editor's to set in place, or not at all.
+            ("gradient_accumulation_steps = 1\n", None),
+            ("gradient_accumulation_steps = 5 * 8\n", None),
+            ("if big:\n    gradient_accumulation_steps = 4\n", None),
+        ];
+        for (text, want) in table {
+            assert_eq!(append(text, key, &two).ok().as_deref(), *want, "{text:?}");
+        }
+        assert!(append("a = 1\n", "not-a-name", &two).is_err());
+        assert_eq!(
+            append("a = 1\n", "dataset", &Scalar::Str("owt".into())).unwrap(),
+            "a = 1\ndataset = \"owt\"\n"
+        );
     }
 }
