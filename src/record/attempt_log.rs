@@ -255,17 +255,23 @@ mod tests {
             .collect()
     }
 
-    /// Writes `output` in `piece`-byte writes to a log capped at `max`; returns the file's text
-    /// and the log.
-    fn logged(output: &[u8], piece: usize, max: u64) -> (Vec<u8>, AttemptLog) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("attempt-1.log");
+    /// A new file `name` in `dir`, open for reading and writing, as the run directory makes a log.
+    fn new_file(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, File) {
+        let path = dir.join(name);
         let file = File::options()
             .read(true)
             .write(true)
             .create_new(true)
             .open(&path)
             .unwrap();
+        (path, file)
+    }
+
+    /// Writes `output` in `piece`-byte writes to a log capped at `max`; returns the file's text
+    /// and the log.
+    fn logged(output: &[u8], piece: usize, max: u64) -> (Vec<u8>, AttemptLog) {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, file) = new_file(dir.path(), "attempt-1.log");
         let mut log = AttemptLog::new(file, "attempt-1.log".into(), max);
         for chunk in output.chunks(piece) {
             log.write_all(chunk).unwrap();
@@ -347,13 +353,7 @@ mod tests {
     #[test]
     fn the_hooks_log_is_cut_under_the_same_cap_with_the_same_marker() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("hooks.log");
-        let file = File::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .unwrap();
+        let (path, file) = new_file(dir.path(), "hooks.log");
         let max = 64 << 10;
         let mut log = AttemptLog::for_hooks(file, "hooks.log".into(), max);
         let output = lines(60_000);

@@ -41,6 +41,16 @@ def fixture(name):
     return os.path.join(FIXTURES, name)
 
 
+def lightning_cli(root):
+    """LightningCLI on the CPU: 4 micro-batches of 1 with accumulate_grad_batches 2, logs in root."""
+    return [PY, LIGHTNING_JOB, "fit", "--trainer.logger", "false",
+            "--trainer.default_root_dir", root, "--trainer.accelerator", "cpu",
+            "--trainer.max_epochs", "1", "--trainer.accumulate_grad_batches", "2",
+            "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false",
+            "--trainer.enable_model_summary", "false",
+            "--data.batch_size", "1", "--data.samples", "4", "--data.sample_mb", "1"]
+
+
 def free_fd(first=5, last=9):
     for fd in range(first, last + 1):
         try:
@@ -235,14 +245,7 @@ class ProbeTest(unittest.TestCase):
     def test_03_lightning_cli(self):
         """LightningCLI, 4 micro-batches with accumulate_grad_batches 2: 2 steps."""
         root = self.mkdtemp()
-        run = self.job([PY, LIGHTNING_JOB, "fit", "--trainer.logger", "false",
-                        "--trainer.default_root_dir", root, "--trainer.accelerator", "cpu",
-                        "--trainer.max_epochs", "1", "--trainer.accumulate_grad_batches", "2",
-                        "--trainer.enable_checkpointing", "false",
-                        "--trainer.enable_progress_bar", "false",
-                        "--trainer.enable_model_summary", "false",
-                        "--data.batch_size", "1", "--data.samples", "4", "--data.sample_mb", "1"],
-                       timeout=180)
+        run = self.job(lightning_cli(root), timeout=180)
         self.assertRan(run)
         self.assertEqual(run.out.count(b"holds"), 4, run.out)  # 4 micro-batches ran
         self.assertStepEvents(run, run.pid, 2)
@@ -808,14 +811,7 @@ class ProbeTest(unittest.TestCase):
                                      script, line_of(script, "return DataLoader("))}])
         # LightningCLI builds the Trainer from its command line: the set wins over it.
         root = self.mkdtemp()
-        run = self.job([PY, LIGHTNING_JOB, "fit", "--trainer.logger", "false",
-                        "--trainer.default_root_dir", root, "--trainer.accelerator", "cpu",
-                        "--trainer.max_epochs", "1", "--trainer.accumulate_grad_batches", "2",
-                        "--trainer.enable_checkpointing", "false",
-                        "--trainer.enable_progress_bar", "false",
-                        "--trainer.enable_model_summary", "false",
-                        "--data.batch_size", "1", "--data.samples", "4", "--data.sample_mb", "1"],
-                       env={"OOMGUARD_PROBE_SET": "lightning 2 1"}, timeout=180)
+        run = self.job(lightning_cli(root), env={"OOMGUARD_PROBE_SET": "lightning 2 1"}, timeout=180)
         self.assertRan(run)
         self.assertEqual(run.out.count(b"batch 2 holds"), 2, run.out)
         self.assertEqual(run.steps(), [1, 2])
