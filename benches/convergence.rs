@@ -665,6 +665,7 @@ fn second_run(jobs: &[Job]) {
                 automatic: false,
                 notes: Vec::new(),
                 kept_by_job: false,
+                no_accumulation: None,
             };
             let first = last.as_ref().and_then(|worked| {
                 let remembered = LastSuccess {

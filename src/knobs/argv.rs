@@ -34,8 +34,10 @@ use std::path::Path;
 
 use crate::knobs::Value;
 
+pub mod declared;
 mod launch;
 
+pub use declared::Declared;
 pub use launch::launch;
 
 /// Batch flags recognised without configuration, most specific first: when a command carries
@@ -43,6 +45,7 @@ pub use launch::launch;
 /// size is the one that decides memory.
 pub const BATCH_FLAGS: &[&str] = &[
     "--micro_batch_size",
+    "--micro-batch-size",
     "--microbatch",
     "--per_device_train_batch_size",
     "--train_batch_size",
@@ -59,6 +62,11 @@ pub const ACCUM_FLAGS: &[&str] = &[
     "--grad-accum",
     "--accumulate_grad_batches",
     "--accumulation_steps",
+    "--grad-accum-steps",
+    "--grad_accum_steps",
+    "--accum-freq",
+    "--accum_freq",
+    "--update-freq",
 ];
 
 /// Hydra key suffixes recognised without configuration (`model.data.batch_size=32`).
@@ -74,9 +82,41 @@ pub const LIGHTNING_SUBCOMMANDS: &[&str] = &["fit", "validate", "test", "predict
 /// jsonargparse groups of a LightningCLI command's dotted flags.
 const LIGHTNING_GROUPS: &[&str] = &["--trainer.", "--data.", "--model."];
 
-/// Flags whose presence beside a batch flag means the job itself splits an effective batch into
-/// steps (guided-diffusion: `--batch_size` is effective, `--microbatch` the step).
-const SPLITS_EFFECTIVE_BATCH: &[(&str, &str)] = &[("--microbatch", "--batch_size")];
+/// The flag or key that, present beside the step batch `step`, means the job itself splits an
+/// effective batch into steps, so the accumulation is derived and the step moves alone:
+/// guided-diffusion's `--batch_size` beside `--microbatch`; a global batch beside a micro batch
+/// of the same spelling and prefix (Megatron-LM's `--global-batch-size` beside
+/// `--micro-batch-size`, litgpt's `--train.global_batch_size` beside
+/// `--train.micro_batch_size`: both derive the accumulation as global ÷ (micro × replicas)).
+fn effective_flag_of(step: &str) -> Option<String> {
+    if step == "--microbatch" {
+        return Some("--batch_size".to_string());
+    }
+    ["micro_batch_size", "micro-batch-size"]
+        .iter()
+        .find(|micro| step.ends_with(*micro))
+        .map(|micro| format!("{}global{}", &step[..step.len() - micro.len()], &micro[5..]))
+}
+
+/// Whether a batch name is a job's global (effective) batch, split into micro batches by the
+/// job: not a per-step batch, so never a knob found by its suffix.
+fn is_global_batch(name: &str) -> bool {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    last.starts_with("global")
+}
+
+/// A yacs (detectron2, fvcore `CfgNode`) key as its command line writes it: upper-case dotted
+/// words (`SOLVER.IMS_PER_BATCH`), given as a `KEY VALUE` pair of words after the flags
+/// (argparse's `opts`, `nargs=REMAINDER`), never `KEY=VALUE`.
+pub fn is_pair_key(name: &str) -> bool {
+    name.contains('.')
+        && name.bytes().any(|b| b.is_ascii_uppercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_' || b == b'.')
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+}
 
 /// Where one occurrence of a flag's value sits in argv.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +152,9 @@ pub enum Accum {
         name: String,
         at: usize,
         joined: bool,
+        /// The value the job runs with while the flag is absent, where known (the default the
+        /// script's parser declares); `None`: 1.
+        from: Option<u64>,
     },
     /// The job keeps the effective batch itself (`--batch_size` beside `--microbatch`).
     KeptByJob { effective_flag: String },
@@ -131,6 +174,9 @@ pub struct Knobs {
     pub accum_also: Vec<String>,
     /// The script's arguments are LightningCLI's ([`is_lightning_cli`]).
     pub lightning: bool,
+    /// Why an accumulation absent from the command is added beside the batch (the script's
+    /// parser declares it, or the Trainer always takes it): one line for the user.
+    pub partner_note: Option<String>,
 }
 
 impl Knobs {
@@ -139,7 +185,7 @@ impl Knobs {
     pub fn accum_value(&self) -> Option<u64> {
         match &self.accum {
             Accum::Present(knob) => Some(knob.value),
-            Accum::Appended { .. } => Some(1),
+            Accum::Appended { from, .. } => Some(from.unwrap_or(1)),
             Accum::KeptByJob { .. } | Accum::None => None,
         }
     }
@@ -170,6 +216,14 @@ impl Knobs {
                 ));
             }
         }
+        notes.extend(self.partner_note.clone());
+        // Why only the step's batch moves and no line says the effective batch shrinks.
+        if let (Some(batch), Accum::KeptByJob { effective_flag }) = (&self.batch, &self.accum) {
+            notes.push(format!(
+                "batch {} {}: the job derives its accumulation from {effective_flag} ÷ this batch, so it moves alone and the effective batch is kept",
+                batch.name, batch.value
+            ));
+        }
         notes
     }
 
@@ -195,7 +249,7 @@ impl Knobs {
 /// Why a command's knobs could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RewriteError {
-    #[error("batch flag {name} is not in the command: add it (e.g. `{name} 8`) or name another with --batch-arg")]
+    #[error("batch flag {name} is not in the command: add it (e.g. `{}`) or name another with --batch-arg", example_word(.name))]
     BatchFlagMissing { name: String },
     #[error("{name} has no value: write `{name} N` or `{name}=N`")]
     NoValue { name: String },
@@ -217,6 +271,16 @@ pub enum RewriteError {
         "{name} cannot be both the batch and the accumulation flag: name the other one with {fix}"
     )]
     BothRoles { name: String, fix: &'static str },
+}
+
+/// `name` with a value, in the form the command takes it: `--flag 8`, a yacs `KEY 8` pair, an
+/// override `key=8`.
+fn example_word(name: &str) -> String {
+    if name.starts_with('-') || is_pair_key(name) {
+        format!("{name} 8")
+    } else {
+        format!("{name}=8")
+    }
 }
 
 /// A knob as `--batch-arg` / `--accum-arg` name it: `NAME`, or `NAME@N` for part N only.
@@ -250,14 +314,28 @@ impl<'a> Spec<'a> {
 /// Finds the batch and accumulation knobs. `batch_arg` / `accum_arg` name them explicitly
 /// (`--batch-arg`, `--accum-arg`, as `NAME` or `NAME@N`); otherwise the known names are
 /// searched.
+#[cfg(test)]
 pub fn locate(
     argv: &[OsString],
     batch_arg: Option<&str>,
     accum_arg: Option<&str>,
 ) -> Result<Knobs, RewriteError> {
+    locate_with(argv, batch_arg, accum_arg, &Declared::default())
+}
+
+/// [`locate`], knowing the options the script's parser declares ([`declared::read`]): a short
+/// alias of a known flag (`-b` for `--batch-size`) is a knob, and an accumulation flag the
+/// parser declares but the command lacks is added beside the batch, from the declared default.
+pub fn locate_with(
+    argv: &[OsString],
+    batch_arg: Option<&str>,
+    accum_arg: Option<&str>,
+    declared: &Declared,
+) -> Result<Knobs, RewriteError> {
     let parts = parts(argv);
     let from = parts[0].start;
     let lightning = is_lightning_cli(argv, from);
+    let mut partner_note = None;
     let (batch, mut batch_also) = match batch_arg {
         Some(text) => {
             let spec = Spec::parse(text);
@@ -269,7 +347,7 @@ pub fn locate(
             (Some(knob), Vec::new())
         }
         None => {
-            let candidates = batch_candidates(argv, from);
+            let candidates = with_aliases(batch_candidates(argv, from), BATCH_FLAGS, declared);
             let chosen = find_first_usable(argv, &parts, &candidates, "--batch-arg")?;
             let also = others_present(argv, &parts, &candidates, chosen.as_ref());
             (chosen, also)
@@ -290,13 +368,14 @@ pub fn locate(
                         name: spec.name.to_string(),
                         at: parts[part - 1].end,
                         joined: batch.as_ref().is_some_and(|b| joined_flag(b, spec.name)),
+                        from: declared.default_of(spec.name),
                     }
                 }
             };
             (accum, Vec::new())
         }
         None => {
-            let candidates = accum_candidates(argv, from);
+            let candidates = with_aliases(accum_candidates(argv, from), ACCUM_FLAGS, declared);
             let found = find_first_usable(argv, &parts, &candidates, "--accum-arg")?;
             let also = others_present(argv, &parts, &candidates, found.as_ref());
             let accum = match (found, &batch) {
@@ -309,6 +388,21 @@ pub fn locate(
                             name: LIGHTNING_ACCUM.to_string(),
                             at: parts[b.part - 1].end,
                             joined: joined_flag(b, LIGHTNING_ACCUM),
+                            from: None,
+                        })
+                    })
+                    .or_else(|| {
+                        let (name, from, why) = declared_partner(b, declared)?;
+                        partner_note = Some(format!(
+                            "accumulation: {name} {}, added beside {} when the batch moves ({why})",
+                            from.unwrap_or(1),
+                            b.name
+                        ));
+                        Some(Accum::Appended {
+                            at: parts[b.part - 1].end,
+                            joined: joined_flag(b, &name),
+                            name,
+                            from,
                         })
                     })
                     .unwrap_or(Accum::None),
@@ -341,6 +435,50 @@ pub fn locate(
         batch_also,
         accum_also,
         lightning,
+        partner_note,
+    })
+}
+
+/// The known flags `candidates` with, right after the known flags, the short aliases the
+/// script's parser declares for them (`-b` beside `--batch-size`): a short flag means nothing
+/// by itself (`-b` is a batch in timm, something else elsewhere), so only a declaration makes
+/// it a knob.
+fn with_aliases(mut candidates: Vec<String>, known: &[&str], declared: &Declared) -> Vec<String> {
+    let aliases: Vec<String> = known
+        .iter()
+        .flat_map(|flag| declared.aliases_of(flag))
+        .filter(|alias| !known.contains(&alias.as_str()))
+        .collect();
+    let at = known.len().min(candidates.len());
+    candidates.splice(at..at, aliases);
+    candidates
+}
+
+/// The accumulation flag to add beside the batch flag `batch` of a command that has none, its
+/// starting value, and why: one the script's parser declares beside the batch flag it also
+/// declares with a whole-number default (timm's `--grad-accum-steps`, default 1), or, for a Trainer's
+/// `--per_device_train_batch_size` that the script does not declare itself (it comes from
+/// `TrainingArguments` through `HfArgumentParser`), the Trainer's `--gradient_accumulation_steps`,
+/// which every Trainer script takes. A script that declares the batch flag and no accumulation
+/// flag gets none: its parser would refuse one.
+fn declared_partner(batch: &Knob, declared: &Declared) -> Option<(String, Option<u64>, String)> {
+    if !batch.name.starts_with('-') {
+        return None;
+    }
+    if declared.declares(&batch.name) {
+        // Only from a declared whole-number default: a `default=None` is read by the job in
+        // its own way (derived, or left to a launcher), so what it runs with is unknown.
+        let (name, from) = declared.first_of(ACCUM_FLAGS)?;
+        let from = from?;
+        let why = format!("{} declares it, default {from}", declared.script);
+        return Some((name, Some(from), why));
+    }
+    (batch.name == "--per_device_train_batch_size").then(|| {
+        (
+            "--gradient_accumulation_steps".to_string(),
+            None,
+            "the Trainer's TrainingArguments always takes it".to_string(),
+        )
     })
 }
 
@@ -518,6 +656,7 @@ fn dotted_flags(argv: &[OsString], from: usize, suffixes: &[&str]) -> Vec<String
             continue;
         };
         let usable = suffixes.iter().any(|s| last.ends_with(s))
+            && !is_global_batch(last)
             && key
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
@@ -665,18 +804,10 @@ fn others_present(
 
 fn kept_by_job(argv: &[OsString], parts: &[Range<usize>], batch: &Knob) -> Option<Accum> {
     let range = parts[batch.part - 1].clone();
-    SPLITS_EFFECTIVE_BATCH
-        .iter()
-        .find(|(step, effective)| {
-            *step == batch.name
-                && matches!(
-                    find(argv, effective, range.clone(), batch.part),
-                    Ok(Some(_))
-                )
-        })
-        .map(|(_, effective)| Accum::KeptByJob {
-            effective_flag: effective.to_string(),
-        })
+    let effective = effective_flag_of(&batch.name)?;
+    matches!(find(argv, &effective, range, batch.part), Ok(Some(_))).then_some(Accum::KeptByJob {
+        effective_flag: effective,
+    })
 }
 
 /// The first candidate present with a positive integer value. A known flag with an unusable
@@ -721,6 +852,7 @@ fn hydra_keys(argv: &[OsString], from: usize, suffixes: &[&str]) -> Vec<String> 
         let last = key.rsplit('.').next().unwrap_or(key);
         let usable = !key.is_empty()
             && suffixes.iter().any(|s| last.ends_with(s))
+            && !is_global_batch(last)
             && key
                 .chars()
                 .all(|c| c.is_alphanumeric() || "._-".contains(c));
@@ -748,7 +880,8 @@ fn find_raw<'a>(
             i += 1;
             continue;
         };
-        if !is_hydra && token == name {
+        // A dashed flag, or a yacs key given as a `KEY VALUE` pair: the value is the next word.
+        if (!is_hydra || is_pair_key(name)) && token == name {
             if i + 1 >= range.end {
                 return Err(RewriteError::NoValue {
                     name: name.to_string(),
@@ -881,7 +1014,10 @@ impl Place {
                 let text = value_text(value, OsStr::new(""));
                 let tokens: Vec<OsString> = if self.is_joined() {
                     vec![format!("{name}{text}").into()]
-                } else if name.starts_with('-') {
+                } else if let Some((flag, key)) = name.split_once(' ') {
+                    // An override added with its list flag (`--cfg-options key=N`).
+                    vec![flag.into(), format!("{key}={text}").into()]
+                } else if name.starts_with('-') || is_pair_key(name) {
                     vec![name.into(), text.into()]
                 } else {
                     vec![format!("{name}={text}").into()]
@@ -1068,9 +1204,9 @@ impl Accum {
     pub fn place(&self) -> Option<Place> {
         match self {
             Accum::Present(knob) => Some(knob.place()),
-            Accum::Appended { name, at, joined } if *joined => {
-                Some(Place::absent_joined(name, *at))
-            }
+            Accum::Appended {
+                name, at, joined, ..
+            } if *joined => Some(Place::absent_joined(name, *at)),
             Accum::Appended { name, at, .. } => Some(Place::Absent {
                 name: name.clone(),
                 at: *at,
@@ -1231,6 +1367,7 @@ mod tests {
                 name: "--accum".into(),
                 at: 4,
                 joined: false,
+                from: None,
             }
         );
         assert_eq!(
@@ -2111,6 +2248,105 @@ mod equals_form {
             let mut edits = Vec::new();
             place.edits(&command, &Value::Int(6), &mut edits);
             assert_eq!(words(&apply_edits(&command, &edits)), want);
+        }
+    }
+}
+
+/// Issue 40's syntaxes: a short flag the script declares, an accumulation its parser declares
+/// or the Trainer always takes, micro and global batches, yacs `KEY VALUE` pairs.
+#[cfg(test)]
+mod syntaxes {
+    use super::*;
+    use crate::test_util::{argv, words};
+
+    const TIMM: &str = "group.add_argument('-b', '--batch-size', type=int, default=128)\n\
+                        group.add_argument('--grad-accum-steps', type=int, default=2)\n";
+
+    /// (command, script text, batch name and value, accumulation as found, first relaunch).
+    #[test]
+    fn knobs_and_the_first_relaunch_by_syntax() {
+        type Row = (
+            &'static str,
+            &'static str,
+            &'static str,
+            &'static str,
+            &'static str,
+        );
+        let rows: &[Row] = &[
+            ("t.sh 4 -b 128", TIMM, "-b 128", "added --grad-accum-steps from 2", "t.sh 4 -b 64 --grad-accum-steps 4"),
+            ("python t.py --batch-size=64", TIMM, "--batch-size 64", "added --grad-accum-steps= from 2", "python t.py --batch-size=32 --grad-accum-steps=4"),
+            ("python t.py -b 8", "", "none", "none", "python t.py -b 8"),
+            ("python t.py --batch-size 8", "p.add_argument('--batch-size')\n", "--batch-size 8", "none", "python t.py --batch-size 4"),
+            ("python t.py -b 8", "", "none", "none", "python t.py -b 8"),
+            ("python t.py --batch-size 8", "p.add_argument('--batch-size')\np.add_argument('--grad_accum', default=None)\n", "--batch-size 8", "none", "python t.py --batch-size 4"),
+            ("python run.py --per_device_train_batch_size 8", "", "--per_device_train_batch_size 8", "added --gradient_accumulation_steps from 1", "python run.py --per_device_train_batch_size 4 --gradient_accumulation_steps 2"),
+            ("python run.py --per_device_train_batch_size 8", "p.add_argument('--per_device_train_batch_size')\n", "--per_device_train_batch_size 8", "none", "python run.py --per_device_train_batch_size 4"),
+            ("python p.py --micro-batch-size 4 --global-batch-size 64", "", "--micro-batch-size 4", "kept by --global-batch-size", "python p.py --micro-batch-size 2 --global-batch-size 64"),
+            ("python p.py --micro-batch-size 4", "", "--micro-batch-size 4", "none", "python p.py --micro-batch-size 2"),
+            ("python -m litgpt finetune m --train.global_batch_size 16 --train.micro_batch_size 4", "", "--train.micro_batch_size 4", "kept by --train.global_batch_size", "python -m litgpt finetune m --train.global_batch_size 16 --train.micro_batch_size 2"),
+            ("python f.py --batch-size 8 --update-freq 4", "", "--batch-size 8", "--update-freq 4", "python f.py --batch-size 4 --update-freq 8"),
+            ("python o.py --batch-size 8 --accum-freq 2", "", "--batch-size 8", "--accum-freq 2", "python o.py --batch-size 4 --accum-freq 4"),
+        ];
+        for (cmd, script, batch, accum, relaunch) in rows {
+            let command = argv(cmd);
+            let declared = Declared::parse("t.py", script);
+            let knobs = locate_with(&command, None, None, &declared).unwrap();
+            let got_batch = knobs
+                .batch
+                .as_ref()
+                .map_or("none".to_string(), |k| format!("{} {}", k.name, k.value));
+            assert_eq!(got_batch, *batch, "{cmd}");
+            let got_accum = match &knobs.accum {
+                Accum::Present(k) => format!("{} {}", k.name, k.value),
+                Accum::Appended { .. } => {
+                    let place = knobs.accum.place().unwrap();
+                    let eq = if place.is_joined() { "=" } else { "" };
+                    format!(
+                        "added {}{eq} from {}",
+                        place.name(),
+                        knobs.accum_value().unwrap()
+                    )
+                }
+                Accum::KeptByJob { effective_flag } => format!("kept by {effective_flag}"),
+                Accum::None => "none".to_string(),
+            };
+            assert_eq!(got_accum, *accum, "{cmd}");
+            let (b, a) = match (&knobs.batch, knobs.accum_value()) {
+                (Some(k), a) => (k.value / 2, a.map(|a| a * 2)),
+                (None, _) => (0, None),
+            };
+            assert_eq!(words(&apply(&command, &knobs, b, a)), *relaunch, "{cmd}");
+        }
+    }
+
+    #[test]
+    fn yacs_pairs_are_found_rewritten_and_added_as_pairs() {
+        let command = argv(
+            "python train_net.py --config-file c.yaml SOLVER.IMS_PER_BATCH 16 SOLVER.BASE_LR 0.02",
+        );
+        let knobs = locate(&command, Some("SOLVER.IMS_PER_BATCH"), None).unwrap();
+        assert_eq!(knobs.batch.as_ref().unwrap().value, 16);
+        assert_eq!(
+            words(&apply(&command, &knobs, 8, None)),
+            "python train_net.py --config-file c.yaml SOLVER.IMS_PER_BATCH 8 SOLVER.BASE_LR 0.02"
+        );
+        let command = argv("python train_net.py --config-file c.yaml");
+        let (place, value) = locate_flag(&command, "SOLVER.IMS_PER_BATCH", "--batch-arg").unwrap();
+        assert_eq!(value, None);
+        let mut edits = Vec::new();
+        place.edits(&command, &Value::Int(8), &mut edits);
+        assert_eq!(
+            words(&apply_edits(&command, &edits)),
+            "python train_net.py --config-file c.yaml SOLVER.IMS_PER_BATCH 8"
+        );
+        for (name, pair) in [
+            ("SOLVER.IMS_PER_BATCH", true),
+            ("MODEL.RPN.BATCH_SIZE_PER_IMAGE", true),
+            ("solver.ims_per_batch", false),
+            ("IMS_PER_BATCH", false),
+            ("--SOLVER.X", false),
+        ] {
+            assert_eq!(is_pair_key(name), pair, "{name}");
         }
     }
 }

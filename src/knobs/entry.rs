@@ -13,11 +13,14 @@
 //! is the file's key, and the job gets a patched copy through the argv token that names it. A
 //! nanoGPT configurator takes `--key=value` words, so there the knob is such a word.
 
+pub mod console;
 pub mod deepspeed;
 pub mod hydra;
 pub mod lightning;
+pub mod mmengine;
 pub mod pyconfig;
 pub mod trainer_args;
+pub mod yacs;
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -38,6 +41,10 @@ pub struct Found {
     pub accum: Option<(Place, Option<u64>)>,
     /// The job itself keeps the effective batch when the batch moves alone.
     pub kept_by_job: bool,
+    /// The codebase has no gradient accumulation at all, so nothing can keep its effective
+    /// batch: the words naming it ("detectron2"), for the one line that says so
+    /// ([`crate::knobs::KnobSet::no_accumulation`]). `None` where an accumulation exists.
+    pub no_accumulation: Option<String>,
     /// One line each: where the batch and the accumulation were found ("batch: `data.batch_size`
     /// in configs/config.yaml, 256, set with `--data.batch_size` on the command line").
     pub notes: Vec<String>,
@@ -62,6 +69,12 @@ pub(super) fn find(
         return Ok(Some(found));
     }
     if let Some(found) = hydra::find(request, reader, notes)? {
+        return Ok(Some(found));
+    }
+    if let Some(found) = yacs::find(request, reader)? {
+        return Ok(Some(found));
+    }
+    if let Some(found) = mmengine::find(request)? {
         return Ok(Some(found));
     }
     pyconfig::find(request, reader, notes)

@@ -231,6 +231,9 @@ pub struct KnobSet {
     pub notes: Vec<String>,
     /// The job itself keeps the effective batch (`--batch_size` beside `--microbatch`).
     pub kept_by_job: bool,
+    /// The codebase has no gradient accumulation at all ("detectron2"): the effective batch
+    /// shrinks with the batch and no `--accum-arg` could help, so the warning says that instead.
+    pub no_accumulation: Option<String>,
 }
 
 /// What one attempt gets from its knobs: its argv and the environment variables set on top of
@@ -345,6 +348,22 @@ impl KnobSet {
             && self
                 .batch()
                 .is_some_and(|i| self.knobs[i].rule.partner.is_none())
+    }
+
+    /// The line saying that the effective batch shrinks with the batch (`from_batch` →
+    /// `to_batch`), and what could keep it: the job's accumulation named with `--accum-arg`,
+    /// or nothing where the codebase has none.
+    pub fn shrink_line(&self, from_batch: u64, to_batch: u64) -> String {
+        let moved = self.batch().map(|i| self.label(i)).unwrap_or_default();
+        match &self.no_accumulation {
+            Some(codebase) => format!(
+                "{codebase} has no gradient accumulation, so the effective batch shrinks with the batch ({from_batch} → {to_batch}): a relaunch changes only {moved}"
+            ),
+            None => format!(
+                "the command has no gradient-accumulation flag, so the effective batch shrinks with the batch ({from_batch} → {to_batch}); \
+                 name the job's flag with --accum-arg to keep it"
+            ),
+        }
     }
 
     /// Each config file's text with the knobs `values` set.

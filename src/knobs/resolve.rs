@@ -61,10 +61,13 @@ pub fn with_context_notes(mut set: KnobSet, command: &[OsString]) -> KnobSet {
 fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
     let batch_spec = request.batch_arg.map(ArgSpec::parse);
     let accum_spec = request.accum_arg.map(ArgSpec::parse);
-    let found = argv::locate(
+    // What the script's parser declares: short aliases of known flags, an accumulation flag.
+    let declared = argv::declared::read(request.command, request.cwd).unwrap_or_default();
+    let found = argv::locate_with(
         request.command,
         argv_name(&batch_spec),
         argv_name(&accum_spec),
+        &declared,
     )?;
     let mut reader = Reader::new(request);
     let mut set = KnobSet {
@@ -87,15 +90,6 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
             },
         });
     }
-    let batch_rule = |partner| Rule {
-        name: super::BATCH.into(),
-        moves: Moves::Step {
-            step: Step::Halve,
-            min: request.min_batch,
-        },
-        on: default_causes(),
-        partner,
-    };
     // The batch: the file key or variable named, or a flag found in the command.
     let batch = match named_place(&mut reader, "--batch-arg", batch_spec.as_ref(), false)? {
         Some((place, value)) => Some((place, value.expect("required above"))),
@@ -113,6 +107,7 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
         None => found.accum.place().map(|place| {
             let value = match &found.accum {
                 argv::Accum::Present(k) => Some(k.value),
+                argv::Accum::Appended { from, .. } => *from,
                 _ => None,
             };
             (Place::Argv(place), value)
@@ -144,10 +139,12 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
     let batch_is_flag = matches!(&batch, Some((Place::Argv(argv::Place::Flag { .. }), _)));
     let accum = match accum {
         None if batch_is_flag && accum_spec.is_none() && !set.kept_by_job => {
-            super::entry::pyconfig::partner(request, None).map(|(place, n, note)| {
-                set.notes.push(note);
-                (place, Some(n))
-            })
+            super::entry::pyconfig::partner(request, None)
+                .or_else(|| super::entry::mmengine::partner(request))
+                .map(|(place, n, note)| {
+                    set.notes.push(note);
+                    (place, Some(n))
+                })
         }
         Some((Place::Argv(argv::Place::Absent { name, at }), None))
             if batch_is_flag && matches!(accum_spec, Some(ArgSpec::Argv(_))) =>
@@ -162,17 +159,52 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
         }
         other => other,
     };
+    // A codebase's own launcher (`tune run`, `llamafactory-cli train`) reads its words its own
+    // way: it decides both knobs, even where a word of the command is the batch (`batch_size=8`),
+    // whose partner is in the config the command names. What the flags said is not its.
+    if batch_spec.is_none() && accum_spec.is_none() {
+        let mut lines = Vec::new();
+        if let Some(found) = super::entry::console::find(request, &mut lines)? {
+            set.notes = found.notes;
+            set.kept_by_job = found.kept_by_job;
+            set.no_accumulation = found.no_accumulation;
+            return push_knobs(set, request, reader, Some(found.batch), found.accum);
+        }
+        set.notes.extend(lines);
+    }
     // No flag of the command is the batch: an entrypoint may keep it in a file.
     let (batch, accum) = match (batch, batch_spec.is_none() && accum_spec.is_none()) {
         (None, true) => match super::entry::find(request, &mut reader, &mut set.notes)? {
             Some(found) => {
                 set.notes.extend(found.notes);
                 set.kept_by_job |= found.kept_by_job;
+                set.no_accumulation = found.no_accumulation;
                 (Some(found.batch), found.accum)
             }
             None => (None, accum),
         },
         (batch, _) => (batch, accum),
+    };
+    push_knobs(set, request, reader, batch, accum)
+}
+
+/// `set` with the batch knob and its accumulation partner added (checked against `--min-batch`
+/// and for an effective batch that overflows), and the files read.
+fn push_knobs(
+    mut set: KnobSet,
+    request: &Request,
+    reader: Reader,
+    batch: Option<(Place, u64)>,
+    accum: Option<(Place, Option<u64>)>,
+) -> Result<KnobSet, KnobError> {
+    let batch_rule = |partner| Rule {
+        name: super::BATCH.into(),
+        moves: Moves::Step {
+            step: Step::Halve,
+            min: request.min_batch,
+        },
+        on: default_causes(),
+        partner,
     };
     if let Some((place, value)) = batch {
         if request.min_batch > value {

@@ -127,9 +127,9 @@ pub(super) struct Relaunch {
     pub knobs: KnobValues,
     /// Set when knob × partner could not equal the original exactly.
     pub effective_note: Option<String>,
-    /// The batch (the command's, the next) where the effective batch shrinks with it, told
-    /// once a run.
-    pub shrinks: Option<(u64, u64)>,
+    /// The line saying that the effective batch shrinks with the batch
+    /// ([`crate::knobs::KnobSet::shrink_line`]), told once a run.
+    pub shrinks: Option<String>,
 }
 
 /// Everyone who hears how the run goes.
@@ -757,10 +757,7 @@ fn announce_relaunch(report: Reporter, next: &Relaunch) {
     if let Some(note) = &next.effective_note {
         report.warn(note);
     }
-    if let Some((from, to)) = next.shrinks {
-        report.warn(&format!(
-            "the command has no gradient-accumulation flag, so the effective batch shrinks with the batch ({from} → {to}); \
-             name the job's flag with --accum-arg to keep it"
-        ));
+    if let Some(line) = &next.shrinks {
+        report.warn(line);
     }
 }

@@ -48,19 +48,36 @@ pub fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error
     prepare::places_as_whom(&mut settings)?;
     // Found as the job will be: with its PATH, and as its user (see child::resolve_program_for).
     let context = &settings.job_context;
-    crate::child::resolve_program_for(
+    let found = crate::child::resolve_program_for(
         &settings.command[0],
         context.path_var().as_deref(),
         context.run_as.as_ref(),
-    )?;
+    );
     if let Some(cause) = settings.dry_run {
+        // A plan can be made where the job's program is not installed (a codebase's console
+        // script on a laptop): one line says so and the command is read as written. Only a
+        // program that is there but cannot be run is refused.
+        let missing = match found {
+            Err(crate::child::SpawnError::NotFound(program))
+            | Err(crate::child::SpawnError::NotFoundFor(program, _)) => format!(
+                "not installed here: {program} (command not found): the plan reads the command as written; a real run refuses it\n"
+            ),
+            other => {
+                other?;
+                String::new()
+            }
+        };
         // The plan shows a job file's values, which its user wrote: escaped for the terminal.
         print!(
             "{}",
-            crate::console::printable_lines(&crate::dry_run::plan(&settings, cause))
+            crate::console::printable_lines(&format!(
+                "{missing}{}",
+                crate::dry_run::plan(&settings, cause)
+            ))
         );
         return Ok(0);
     }
+    found?;
     let mut ready = Ready::new(&settings)?;
     let result = run_in(&settings, &mut ready, report);
     ready.give_back(&result, report);

@@ -144,7 +144,7 @@ impl super::Run<'_> {
             && knobs.effective_shrinks()
             && !std::mem::replace(&mut self.ladder.warned_effective, true))
         .then(|| {
-            (
+            knobs.shrink_line(
                 knobs.batch_of(&self.ladder.original).unwrap_or(0),
                 knobs.batch_of(&next.values).unwrap_or(0),
             )

@@ -84,6 +84,7 @@ fn from_config(request: &Request, path: &Path, config: &JobFile) -> Result<KnobS
         automatic: false,
         notes: Vec::new(),
         kept_by_job: false,
+        no_accumulation: None,
     })
 }
 

@@ -117,12 +117,15 @@ fn argparse_defaults_are_read_inside_and_added_as_flags() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
 }
 
-/// `python train.py --batch_size 64`: the script's accumulation option, left at its default,
-/// is added beside the batch instead of the effective batch shrinking.
+/// `python train.py --batch_size 64` whose parser is built in another module (no option in the
+/// script's own text, which oomguard reads before the start): the accumulation option the probe
+/// sees, left at its default, is added beside the batch instead of the effective batch
+/// shrinking.
 #[test]
 fn the_parsers_accumulation_fills_what_the_command_lacks() {
     let sb = Sandbox::new();
-    let (path, _) = script(&sb, "argparse_job.py");
+    script(&sb, "train_options.py");
+    let (path, _) = script(&sb, "split_job.py");
     let (out, record) = run(&sb, "200M", &[], &["python3", &path, "--batch_size", "64"]);
     if no_cgroup(
         "the_parsers_accumulation_fills_what_the_command_lacks",

@@ -11,6 +11,8 @@ mod util;
 
 mod classify;
 mod clusters;
+mod codebases_launchers;
+mod codebases_syntax;
 mod config_files;
 mod entrypoints;
 mod entrypoints_argv;

@@ -737,3 +737,42 @@ pub fn test_pty(rows: u16, cols: u16) -> (std::fs::File, std::os::fd::OwnedFd) {
     }
     (std::fs::File::from(pair.master), pair.slave)
 }
+
+/// A copy of the tree at `from` in `to`, made as needed; files keep their modes (a launcher
+/// script stays executable).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A run under `--memory-max` that the kernel OOM-killed once and that then succeeded: the
+/// `(batch, accum)` each attempt's job wrote to `record` (a JSON line each). `None`, with
+/// SKIPPED printed for `test`, where no memory cgroup can be made here.
+pub fn killed_once_then_ok(
+    test: &str,
+    sb: &Sandbox,
+    out: &Output,
+    record: &Path,
+) -> Option<Vec<(u64, u64)>> {
+    let err = stderr_of(out);
+    if out.status.code() == Some(2) && err.contains("needs a memory cgroup") {
+        eprintln!("SKIPPED {test}: no writable memory cgroup here (needs root)");
+        return None;
+    }
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(causes(&sb.summary()), ["oom_killed", "ok"], "{err}");
+    Some(
+        records(record)
+            .iter()
+            .map(|r| (r["batch"].as_u64().unwrap(), r["accum"].as_u64().unwrap()))
+            .collect(),
+    )
+}

@@ -1,6 +1,7 @@
 //! Where a command's script starts behind the programs that launch it: `torchrun [opts]
 //! train.py`, `python -m torch.distributed.run [opts] train.py`, `accelerate launch [opts]
-//! train.py`, `deepspeed [opts] train.py`, `python [opts] -m pkg.train`, and the programs that
+//! train.py`, `deepspeed [opts] train.py`, `python [opts] -m pkg.train`, torchtune's `tune run
+//! [torchrun opts] RECIPE` (its `run` takes torchrun's options, then the recipe), and the programs that
 //! run another command (`srun [opts] CMD`, `uv run [opts] CMD`, `poetry run CMD`, `conda run -n
 //! ENV CMD`), nested in any order (`srun torchrun train.py`). Knobs are searched only in the
 //! script's own arguments: a launcher's flags (accelerate's `--gradient_accumulation_steps`,
@@ -221,6 +222,13 @@ const CONDA: Options = Options {
     unknown_takes_value: false,
 };
 
+/// `tune [opts] run`: `tune` itself takes only `-h`; `run`'s options are torchrun's.
+const TUNE: Options = Options {
+    values: &[],
+    switches: &["-h", "--help"],
+    unknown_takes_value: false,
+};
+
 /// The Python interpreter's own options (`python -u -W ignore train.py`); `-m` and `-c` end
 /// them and are handled apart.
 const PYTHON: Options = Options {
@@ -270,6 +278,7 @@ fn program_like(token: &str) -> bool {
             "mamba",
             "micromamba",
             "accelerate",
+            "tune",
         ]
         .contains(&name)
 }
@@ -411,6 +420,9 @@ fn from(argv: &[OsString], i: usize, launchers: &mut Vec<String>) -> Option<(Str
         "uv" => (&UV, "run"),
         "poetry" => (&POETRY, "run"),
         "conda" | "mamba" | "micromamba" => (&CONDA, "run"),
+        // torchtune's console script: `tune run` is torchrun's parser with the script renamed
+        // the recipe (torchtune/_cli/run.py), and it has no global options.
+        "tune" => (&TUNE, "run"),
         "srun" => {
             launchers.push(program.to_string());
             return command_after(argv, i + 1, &SRUN, launchers);
@@ -427,6 +439,8 @@ fn from(argv: &[OsString], i: usize, launchers: &mut Vec<String>) -> Option<(Str
     launchers.push(format!("{program} {subcommand}"));
     if program == "accelerate" {
         script_after(argv, sub + 1, options)
+    } else if program == "tune" {
+        script_after(argv, sub + 1, &TORCHRUN)
     } else {
         command_after(argv, sub + 1, options, launchers)
     }
@@ -517,6 +531,19 @@ mod tests {
             ("python launch.py --bs 8", &[], "launch.py", "--bs"),
             ("accelerate launch --num_processes 2 torchrun.py --num_processes 4", &["accelerate launch"], "torchrun.py", "--num_processes"),
             ("uv run run.py --bs 8", &["uv run"], "run.py", "--bs"),
+            // torchtune's `tune run`: torchrun's options, then the recipe, then its words.
+            (
+                "tune run lora_finetune_single_device --config llama3_2/1B_lora_single_device batch_size=8",
+                &["tune run"],
+                "lora_finetune_single_device",
+                "--config",
+            ),
+            (
+                "srun tune run --nnodes 1 --nproc_per_node 4 full_finetune_distributed --config c.yaml",
+                &["srun", "tune run"],
+                "full_finetune_distributed",
+                "--config",
+            ),
             ("python train.py", &[], "train.py", ""),
         ];
         for &(cmd, launchers, script, first) in table {
@@ -536,6 +563,7 @@ mod tests {
             "env -- python3 t.py --bs 8",
             "accelerate config --bs 8",
             "uv pip install x",
+            "tune ls",
             "torchrun --nproc_per_node 2",
             "python",
             "",

@@ -107,6 +107,7 @@ pub(in crate::knobs) fn find(
         ),
         accum: accum_place,
         kept_by_job,
+        no_accumulation: None,
         notes,
     }))
 }

@@ -1394,6 +1394,7 @@ fn pick(
         batch: (Place::Argv(batch_place), value),
         accum,
         kept_by_job: false,
+        no_accumulation: None,
         notes,
     }))
 }

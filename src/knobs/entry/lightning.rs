@@ -108,6 +108,7 @@ pub(in crate::knobs) fn find(
             accum.map(|(.., n)| n),
         )),
         kept_by_job: false,
+        no_accumulation: None,
         notes,
     }))
 }

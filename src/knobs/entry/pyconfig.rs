@@ -431,6 +431,7 @@ fn through_configurator(
         batch: (job.flag_place(request, &name), batch),
         accum,
         kept_by_job: false,
+        no_accumulation: None,
         notes,
     }
 }
@@ -489,6 +490,7 @@ fn in_config_copies(
         batch: (Place::File { file: i, key }, batch),
         accum,
         kept_by_job: false,
+        no_accumulation: None,
         notes,
     }))
 }

@@ -4,6 +4,14 @@
 //! `per_device_train_batch_size` and `gradient_accumulation_steps`, and the job gets a patched
 //! copy through its one argument. A key the file leaves out is the Trainer's default (8 and 1)
 //! and is written into the copy when it moves.
+//!
+//! The rule fires only where the script is an `HfArgumentParser` script (a `.py` whose text
+//! names it), or, for a module or a script that cannot be read or names no such parser, where
+//! the file is unmistakably a `TrainingArguments` file: `output_dir` and a key in
+//! `TrainingArguments`' own spelling that other trainers' configs spell differently, and none of
+//! theirs. A known codebase's launcher or module ([`super::console`]) is never this rule's:
+//! axolotl's YAML has `output_dir` too, and a key written there that axolotl ignores would move
+//! nothing. Where unsure, nothing is found rather than the wrong key.
 
 use super::{count_at, read_config, script_args_start, Found};
 use crate::knobs::file;
@@ -12,6 +20,39 @@ use crate::knobs::Place;
 
 const BATCH_KEY: &str = "per_device_train_batch_size";
 const ACCUM_KEY: &str = "gradient_accumulation_steps";
+/// Keys `TrainingArguments` spells so and other trainers' configs do not (axolotl says
+/// `micro_batch_size`, `num_epochs`).
+const OWN_KEYS: &[&str] = &[
+    BATCH_KEY,
+    "auto_find_batch_size",
+    "num_train_epochs",
+    "per_device_eval_batch_size",
+];
+
+/// Keys of other trainers' configs that `TrainingArguments` has none of.
+const OTHER_KEYS: &[&str] = &["micro_batch_size", "base_model", "batch_size"];
+
+/// Whether `text` is unmistakably a `TrainingArguments` file (see the module's rule).
+fn unmistakable(format: file::Format, text: &str) -> bool {
+    let has = |key: &str| file::locate(format, text, key).is_ok();
+    has("output_dir") && OWN_KEYS.iter().any(|k| has(k)) && !OTHER_KEYS.iter().any(|k| has(k))
+}
+
+/// Whether the script is an `HfArgumentParser` script: a `.py` that can be read and names it.
+fn hf_script(request: &Request) -> bool {
+    let Some(script) = crate::knobs::argv::launch(request.command).script else {
+        return false;
+    };
+    script.ends_with(".py")
+        && crate::principal::as_user(|| {
+            crate::fsutil::read_regular_capped(
+                &request.cwd.join(&script),
+                crate::fsutil::SMALL_FILE_MAX_BYTES,
+            )
+        })
+        .is_ok_and(|bytes| String::from_utf8_lossy(&bytes).contains("HfArgumentParser"))
+}
+
 /// `TrainingArguments`' defaults for the two keys.
 const DEFAULT_BATCH: u64 = 8;
 
@@ -22,6 +63,9 @@ pub(in crate::knobs) fn find(
     reader: &mut Reader,
 ) -> Result<Option<Found>, KnobError> {
     let argv = request.command;
+    if super::console::identify(argv).is_some() {
+        return Ok(None);
+    }
     let [only] = &argv[script_args_start(argv)..] else {
         return Ok(None);
     };
@@ -41,6 +85,9 @@ pub(in crate::knobs) fn find(
     let batch = read(BATCH_KEY)?;
     // A Trainer's arguments name where it writes; a file with neither key is something else.
     if batch.is_none() && file::locate(format, &text, "output_dir").is_err() {
+        return Ok(None);
+    }
+    if !hf_script(request) && !unmistakable(format, &text) {
         return Ok(None);
     }
     // Registered for patching only now that it is the Trainer's: the job gets a copy.
@@ -85,6 +132,7 @@ pub(in crate::knobs) fn find(
             accum,
         )),
         kept_by_job: false,
+        no_accumulation: None,
         notes,
     }))
 }

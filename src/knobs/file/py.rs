@@ -62,6 +62,23 @@ pub fn locate(text: &str, key: &str) -> Result<Located, EditError> {
         what,
     };
 
+    // `name.key` where `name` is a module-level variable, not a class: a keyword of the
+    // `dict(...)` call bound to it (mmengine's `train_dataloader = dict(batch_size=2, ...)`).
+    if let (Some((first, keys)), true) = (parts.split_first(), parts.len() >= 2) {
+        if let [one] = module.bound(&[], first).as_slice() {
+            if !matches!(one.what, Bound::Class) {
+                if let Some(kw) = one.conditional {
+                    let what = format!("assigned inside {}", block_name(kw));
+                    return Err(not_scalar(line_of(text, one.at), what));
+                }
+                return in_dict_call(text, &lines, one.at, keys).map_err(|e| match e {
+                    None => not_found(),
+                    Some((at, what)) => not_scalar(line_of(text, at), what),
+                });
+            }
+        }
+    }
+
     // Every enclosing class must be bound exactly once, unconditionally, as a class.
     let (class_path, attr) = parts.split_at(parts.len() - 1);
     for depth in 0..class_path.len() {
@@ -122,6 +139,70 @@ pub fn locate(text: &str, key: &str) -> Result<Located, EditError> {
         }
         Bound::Class => Err(not_scalar(line_of(text, one.at), "a class".to_string())),
     }
+}
+
+/// The literal at `keys` inside the `dict(...)` call that the assignment at byte offset `at`
+/// binds (`dict(a=dict(b=2))` for `a.b`). `Err(None)`: a key is not among the call's keywords
+/// (mmengine merges the file over its `_base_` files, so the key may be set there instead), or
+/// the path passes through something that is not a `dict(...)` call (a literal `{...}`, a
+/// variable: not followed); `Err(Some((at, what)))`: the value there is not one editable
+/// literal.
+fn in_dict_call(
+    text: &str,
+    lines: &[Line],
+    at: usize,
+    keys: &[&str],
+) -> Result<Located, Option<(usize, String)>> {
+    let stmt = lines
+        .iter()
+        .flat_map(|line| {
+            Stmt {
+                text,
+                toks: &line.tokens,
+            }
+            .split(";")
+        })
+        .find(|stmt| stmt.at() == at)
+        .ok_or(None)?;
+    let eq = stmt
+        .top_level()
+        .into_iter()
+        .find(|&k| stmt.is_op(k, "="))
+        .ok_or(None)?;
+    let mut value = Stmt {
+        text,
+        toks: &stmt.toks[eq + 1..],
+    };
+    for key in keys {
+        let n = value.toks.len();
+        let is_call = n >= 3
+            && value.is_name(0)
+            && value.s(0) == "dict"
+            && value.is_op(1, "(")
+            && matching_close(&value, 1) == n;
+        if !is_call {
+            return Err(None);
+        }
+        let args = Stmt {
+            text,
+            toks: &value.toks[2..n - 1],
+        };
+        let found = args
+            .split(",")
+            .into_iter()
+            .find(|arg| arg.is_name(0) && arg.s(0) == *key && arg.is_op(1, "="))
+            .ok_or(None)?;
+        value = Stmt {
+            text,
+            toks: &found.toks[2..],
+        };
+    }
+    let (scalar, span) = literal(&value).map_err(|what| Some((value.at(), what)))?;
+    Ok(Located {
+        value: scalar,
+        line: line_of(text, span.start),
+        span,
+    })
 }
 
 /// The Python literal for `value`. A value that `old` already spells keeps `old` verbatim (so
@@ -246,6 +327,61 @@ pub fn top_level(text: &str) -> Result<Vec<TopLevel>, EditError> {
         }
         for part in stmt.split(";") {
             top_statement(&part, &mut out);
+        }
+    }
+    Ok(out)
+}
+
+/// One call of a function by name (`parser.add_argument('-b', '--batch-size', default=128)`):
+/// its leading positional arguments that are string literals, and its keyword arguments, each
+/// with its value where that is one literal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub strings: Vec<String>,
+    pub keywords: Vec<(String, Option<Scalar>)>,
+}
+
+/// Every call of `func` in `text`, wherever it stands (a method call `x.func(...)` too), in file
+/// order, read with the same tokenizer as the config files, so strings, comments and brackets
+/// inside them are Python's. Nothing is run: an argument built at run time is not a literal.
+pub fn calls(text: &str, func: &str) -> Result<Vec<Call>, EditError> {
+    let mut out = Vec::new();
+    for line in tokenize(text)? {
+        let stmt = Stmt {
+            text,
+            toks: &line.tokens,
+        };
+        for k in 0..stmt.toks.len() {
+            if !(stmt.is_name(k) && stmt.s(k) == func && stmt.is_op(k + 1, "(")) {
+                continue;
+            }
+            let close = matching_close(&stmt, k + 1);
+            let args = Stmt {
+                text,
+                toks: &stmt.toks[k + 2..close.saturating_sub(1).max(k + 2)],
+            };
+            let mut call = Call {
+                strings: Vec::new(),
+                keywords: Vec::new(),
+            };
+            let mut positional = true;
+            for arg in args.split(",").into_iter().filter(|a| !a.toks.is_empty()) {
+                if arg.is_name(0) && arg.is_op(1, "=") {
+                    positional = false;
+                    let value = Stmt {
+                        text,
+                        toks: &arg.toks[2..],
+                    };
+                    let scalar = literal(&value).ok().map(|(scalar, _)| scalar);
+                    call.keywords.push((arg.s(0).to_string(), scalar));
+                    continue;
+                }
+                match (positional, literal(&arg)) {
+                    (true, Ok((Scalar::Str(s), _))) if arg.toks.len() == 1 => call.strings.push(s),
+                    _ => positional = false,
+                }
+            }
+            out.push(call);
         }
     }
     Ok(out)
@@ -2780,6 +2916,118 @@ iter_num += 1
         assert_eq!(
             append("a = 1\n", "dataset", &Scalar::Str("owt".into())).unwrap(),
             "a = 1\ndataset = \"owt\"\n"
+        );
+    }
+}
+
+/// A key inside a `dict(...)` call bound to a module-level name (mmengine's configs).
+#[cfg(test)]
+mod dict_calls {
+    use super::super::{set, EditError, Format};
+    use super::*;
+
+    /// mmdetection's `configs/_base_/datasets/coco_detection.py`, trimmed.
+    const COCO: &str = "\
+dataset_type = 'CocoDataset'
+train_dataloader = dict(
+    batch_size=2,
+    num_workers=2,
+    persistent_workers=True,
+    sampler=dict(type='DefaultSampler', shuffle=True),
+    dataset=dict(type=dataset_type, data_prefix=dict(img='train2017/')))
+optim_wrapper = dict(type='OptimWrapper', accumulative_counts=4)  # four steps
+auto_scale_lr = dict(enable=False, base_batch_size=16)
+";
+
+    #[test]
+    fn keys_inside_dict_calls_are_found_and_set() {
+        let table: &[(&str, Scalar, Scalar, &str)] = &[
+            (
+                "train_dataloader.batch_size",
+                Scalar::Int(2),
+                Scalar::Int(1),
+                "    batch_size=1,\n",
+            ),
+            (
+                "train_dataloader.sampler.shuffle",
+                Scalar::Bool(true),
+                Scalar::Bool(false),
+                "sampler=dict(type='DefaultSampler', shuffle=False)",
+            ),
+            (
+                "optim_wrapper.accumulative_counts",
+                Scalar::Int(4),
+                Scalar::Int(8),
+                "accumulative_counts=8)  # four steps",
+            ),
+        ];
+        for (key, found, new, after) in table {
+            assert_eq!(&locate(COCO, key).unwrap().value, found, "{key}");
+            let text = set(Format::Python, COCO, key, new).unwrap();
+            assert!(text.contains(after), "{key}: {text}");
+            assert_eq!(text.lines().count(), COCO.lines().count(), "{key}");
+        }
+    }
+
+    #[test]
+    fn what_is_no_literal_or_no_keyword_says_so() {
+        let table: &[(&str, Option<&str>)] = &[
+            ("train_dataloader.pin_memory", None),
+            (
+                "train_dataloader.dataset.type",
+                Some("a name, not a literal"),
+            ),
+            ("dataset_type.x", None),
+            ("train_dataloader.batch_size.x", None),
+        ];
+        for (key, want) in table {
+            match (locate(COCO, key), want) {
+                (Err(EditError::NotFound { .. }), None) => {}
+                (Err(EditError::NotScalar { what, .. }), Some(w)) if what.contains(w) => {}
+                (other, _) => panic!("{key}: {other:?}"),
+            }
+        }
+    }
+}
+
+/// Calls of a function by name, read with the tokenizer (argparse declarations).
+#[cfg(test)]
+mod named_calls {
+    use super::*;
+
+    #[test]
+    fn calls_give_their_leading_strings_and_literal_keywords() {
+        let text = r#"
+parser.add_argument('-b', "--batch-size", type=int, default=1_28,  # ) in a comment
+                    help='(default: 128) ]')
+group.add_argument(f"--{name}", default=3)
+# parser.add_argument('--commented', default=2)
+s = "add_argument('--in-a-string', default=5)"
+add_argument('--steps', ACCUM, default=None); add_argument("--x", default=-1)
+"#;
+        let call = |strings: &[&str], keywords: &[(&str, Option<Scalar>)]| Call {
+            strings: strings.iter().map(|x| x.to_string()).collect(),
+            keywords: keywords
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        };
+        assert_eq!(
+            calls(text, "add_argument").unwrap(),
+            [
+                call(
+                    &["-b", "--batch-size"],
+                    &[
+                        ("type", None),
+                        ("default", Some(Scalar::Int(128))),
+                        ("help", Some(Scalar::Str("(default: 128) ]".into()))),
+                    ]
+                ),
+                // An f-string is built at run time: no name is taken from it.
+                call(&[], &[("default", Some(Scalar::Int(3)))]),
+                call(&["--steps"], &[("default", None)]),
+                call(&["--x"], &[("default", Some(Scalar::Int(-1)))]),
+            ]
         );
     }
 }

@@ -1,0 +1,878 @@
+//! A training codebase's own console script (`tune run`, `llamafactory-cli train`, `axolotl
+//! train`, `trl sft`, `yolo train`) or entry module (`-m axolotl.cli.train`): its words read the
+//! way its entry point reads them (a subcommand, then a config and overrides), the batch and
+//! the accumulation taken from the override words of the command, else the config it names,
+//! else the codebase's default, and changed with override words added in the codebase's own
+//! syntax (`batch_size=2`, `--micro_batch_size=2`, `--per_device_train_batch_size 2`). The
+//! user's config is never edited. Where the codebase keeps its effective batch itself (axolotl's
+//! global `batch_size`, ultralytics' nominal batch `nbs`), the batch moves alone.
+//!
+//! A program installed on the PATH is known by what it runs, read from its package's own
+//! metadata (the pip/uv wrapper's `from torchtune._cli.tune import main`, else the
+//! `entry_points.txt` of the dist-info beside it), so a renamed script is recognised and a
+//! same-named one of another package is not; one not installed here is known by its name, and
+//! a note says so. Reads files as the job's user; writes nothing, starts nothing.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use super::{count_at, flag_values, read_config, Found};
+use crate::knobs::argv::{self, launch};
+use crate::knobs::reader::{KnobError, Request};
+use crate::knobs::Place;
+
+/// How a codebase takes a setting on its command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Syntax {
+    /// `key=value` words: OmegaConf's dotlist (torchtune, LLaMA-Factory), ultralytics' own.
+    KeyValue,
+    /// `--key-name=value`: axolotl, whose click options are dash-case (`--micro-batch-size`); its
+    /// `-m axolotl.cli.train` (fire's keyword arguments) takes that spelling too.
+    KebabJoined,
+    /// `--key value`: HfArgumentParser (TRL; LLaMA-Factory given flags instead of a config).
+    Dashed,
+}
+
+impl Syntax {
+    /// The word's name for `key` (`batch_size`, `--micro_batch_size`).
+    pub fn name(self, key: &str) -> String {
+        match self {
+            Syntax::KeyValue => key.to_string(),
+            Syntax::KebabJoined => format!("--{}", key.replace('_', "-")),
+            Syntax::Dashed => format!("--{key}"),
+        }
+    }
+
+    /// Every spelling of `key` the codebase's parser takes, the one oomguard writes first:
+    /// HfArgumentParser and fire take a flag with `_` or `-` inside (click only its own, but a
+    /// word the user wrote is read as written).
+    fn spellings(self, key: &str) -> Vec<String> {
+        let mut names = vec![self.name(key)];
+        if self != Syntax::KeyValue {
+            for other in [format!("--{key}"), format!("--{}", key.replace('_', "-"))] {
+                if !names.contains(&other) {
+                    names.push(other);
+                }
+            }
+        }
+        names
+    }
+
+    /// Where `key` goes when the command lacks it: added at argv index `at`.
+    fn absent(self, key: &str, at: usize) -> argv::Place {
+        match self {
+            Syntax::KebabJoined => argv::Place::absent_joined(&self.name(key), at),
+            Syntax::KeyValue | Syntax::Dashed => argv::Place::Absent {
+                name: self.name(key),
+                at,
+            },
+        }
+    }
+
+    /// The word as a user reads it: `batch_size=N`, `--micro_batch_size=N`.
+    pub fn shown(self, key: &str) -> String {
+        match self {
+            Syntax::KeyValue | Syntax::KebabJoined => format!("{}=N", self.name(key)),
+            Syntax::Dashed => format!("{} N", self.name(key)),
+        }
+    }
+}
+
+/// Where a codebase's words name its config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConfigWord {
+    /// `--config CFG` (torchtune, TRL).
+    Flag(&'static str),
+    /// The first word after the subcommand, where it ends in `.yaml`/`.yml`/`.json`
+    /// (LLaMA-Factory's `read_args`, axolotl's `config` argument).
+    First,
+    /// `cfg=CFG` (ultralytics).
+    Key(&'static str),
+}
+
+/// How the job keeps its effective batch without an accumulation knob of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keeps {
+    /// It has an accumulation knob.
+    Accumulation,
+    /// ultralytics: accumulation = round(nbs ÷ batch), from its nominal batch.
+    Nominal { key: &'static str, default: u64 },
+    /// axolotl: a global `batch_size` without `gradient_accumulation_steps` gives accumulation =
+    /// batch_size ÷ micro_batch_size.
+    GlobalBatch(&'static str),
+}
+
+/// One codebase's launcher: a row of data, read by the rules below.
+#[derive(Debug)]
+pub struct Codebase {
+    pub name: &'static str,
+    /// Its console scripts' names, as pip installs them.
+    scripts: &'static [&'static str],
+    /// The modules its console scripts run (`torchtune._cli.tune` for `tune`).
+    entry_modules: &'static [&'static str],
+    /// Modules run with `-m` that train with no subcommand (`axolotl.cli.train cfg.yml`).
+    train_modules: &'static [&'static str],
+    /// The subcommands that train (`train`, `sft`); ultralytics' task may come before its mode.
+    train_words: &'static [&'static str],
+    /// After the subcommand come torchrun's options and a recipe (`tune run`).
+    recipe_after: bool,
+    config: ConfigWord,
+    syntax: Syntax,
+    batch_key: &'static str,
+    accum_key: &'static str,
+    /// The batch where neither the command nor the config sets it.
+    default_batch: Option<u64>,
+    keeps: Keeps,
+}
+
+/// `TrainingArguments`' defaults: `per_device_train_batch_size` 8.
+const TRAINER_DEFAULT_BATCH: u64 = 8;
+
+/// The codebases whose launchers oomguard reads (their README's training command).
+pub static CODEBASES: &[Codebase] = &[
+    Codebase {
+        name: "torchtune",
+        scripts: &["tune"],
+        entry_modules: &["torchtune._cli.tune"],
+        train_modules: &[],
+        train_words: &["run"],
+        recipe_after: true,
+        config: ConfigWord::Flag("--config"),
+        syntax: Syntax::KeyValue,
+        batch_key: "batch_size",
+        accum_key: "gradient_accumulation_steps",
+        default_batch: None,
+        keeps: Keeps::Accumulation,
+    },
+    Codebase {
+        name: "LLaMA-Factory",
+        scripts: &["llamafactory-cli", "lmf"],
+        entry_modules: &["llamafactory.cli"],
+        train_modules: &[],
+        train_words: &["train"],
+        recipe_after: false,
+        config: ConfigWord::First,
+        syntax: Syntax::KeyValue,
+        batch_key: "per_device_train_batch_size",
+        accum_key: "gradient_accumulation_steps",
+        default_batch: Some(TRAINER_DEFAULT_BATCH),
+        keeps: Keeps::Accumulation,
+    },
+    Codebase {
+        name: "axolotl",
+        scripts: &["axolotl"],
+        entry_modules: &["axolotl.cli.main"],
+        train_modules: &["axolotl.cli.train"],
+        train_words: &["train"],
+        recipe_after: false,
+        config: ConfigWord::First,
+        syntax: Syntax::KebabJoined,
+        batch_key: "micro_batch_size",
+        accum_key: "gradient_accumulation_steps",
+        default_batch: None,
+        keeps: Keeps::GlobalBatch("batch_size"),
+    },
+    Codebase {
+        name: "TRL",
+        scripts: &["trl"],
+        entry_modules: &["trl.cli", "trl.commands.cli"],
+        train_modules: &[],
+        train_words: &["sft", "dpo", "grpo", "kto", "reward", "rloo", "ppo", "orpo"],
+        recipe_after: false,
+        config: ConfigWord::Flag("--config"),
+        syntax: Syntax::Dashed,
+        batch_key: "per_device_train_batch_size",
+        accum_key: "gradient_accumulation_steps",
+        default_batch: Some(TRAINER_DEFAULT_BATCH),
+        keeps: Keeps::Accumulation,
+    },
+    Codebase {
+        name: "ultralytics",
+        scripts: &["yolo", "ultralytics"],
+        entry_modules: &["ultralytics.cfg"],
+        train_modules: &[],
+        train_words: &["train"],
+        recipe_after: false,
+        config: ConfigWord::Key("cfg"),
+        syntax: Syntax::KeyValue,
+        batch_key: "batch",
+        accum_key: "",
+        // ultralytics/cfg/default.yaml: `batch: 16`, `nbs: 64`.
+        default_batch: Some(16),
+        keeps: Keeps::Nominal {
+            key: "nbs",
+            default: 64,
+        },
+    },
+];
+
+/// A command found to run a codebase's launcher.
+#[derive(Debug)]
+pub(in crate::knobs) struct Launcher {
+    pub codebase: &'static Codebase,
+    /// The argv index of the launcher's first word after its program or module.
+    words: usize,
+    /// The subcommand is still to be read (a console script), not already (a train module).
+    subcommand: bool,
+    /// The installed program, where it is (its `bin/` leads to the package's files).
+    installed: Option<PathBuf>,
+    /// How it was recognised, for the user.
+    how: String,
+}
+
+/// Programs that run another command after their options: the command may be a launcher.
+const COMMAND_LAUNCHERS: &[&str] = &[
+    "srun",
+    "uv run",
+    "poetry run",
+    "conda run",
+    "mamba run",
+    "micromamba run",
+];
+
+/// The codebase launcher the command runs, if any: a train module behind `python -m` or a
+/// launcher, `tune run` (read by [`argv::launch`]), or a console script as the program.
+pub(in crate::knobs) fn identify(argv: &[OsString]) -> Option<Launcher> {
+    let found = launch(argv);
+    if let Some(script) = &found.script {
+        if let Some(codebase) = CODEBASES
+            .iter()
+            .find(|c| c.train_modules.contains(&script.as_str()))
+        {
+            return Some(Launcher {
+                codebase,
+                words: found.script_args,
+                subcommand: false,
+                installed: None,
+                how: format!("module {script}, {}'s training entry point", codebase.name),
+            });
+        }
+    }
+    let program_at = match (found.launchers.last(), &found.script) {
+        (None, _) => 0,
+        (Some(last), Some(_)) if last == "tune run" => {
+            // The last `tune run` before the recipe (`srun tune run ...`).
+            let at = (0..found.script_args.saturating_sub(1)).rev().find(|&i| {
+                argv[i]
+                    .to_str()
+                    .is_some_and(|t| t.rsplit('/').next() == Some("tune"))
+                    && argv.get(i + 1).is_some_and(|t| t == "run")
+            })?;
+            return known(argv, at, true);
+        }
+        (Some(last), Some(_)) if COMMAND_LAUNCHERS.contains(&last.as_str()) => {
+            found.script_args - 1
+        }
+        _ => return None,
+    };
+    known(argv, program_at, false)
+}
+
+/// The launcher whose program is `argv[at]`: by what it runs where it is installed, by its name
+/// where it is not. `tune_run`: [`argv::launch`] already read it as `tune run` by name.
+fn known(argv: &[OsString], at: usize, tune_run: bool) -> Option<Launcher> {
+    let token = argv.get(at)?.to_str()?;
+    let name = Path::new(token).file_name()?.to_str()?;
+    let installed = on_path(token);
+    let (codebase, how) = match installed.as_deref().map(runs) {
+        Some(Some(module)) => {
+            let codebase = CODEBASES
+                .iter()
+                .find(|c| c.entry_modules.contains(&module.as_str()))?;
+            (
+                codebase,
+                format!("{name} runs {module} (its package's entry point)"),
+            )
+        }
+        Some(None) => (
+            by_name(name)?,
+            format!("{name}: what it runs could not be read from its package's metadata, so it is known by its name"),
+        ),
+        None => (
+            by_name(name)?,
+            format!("{name} is not installed here, so it is known by its name"),
+        ),
+    };
+    // `tune run` read by name as a launcher, but installed it might run something else.
+    if tune_run && codebase.name != "torchtune" {
+        return None;
+    }
+    Some(Launcher {
+        codebase,
+        words: at + 1,
+        subcommand: true,
+        installed,
+        how,
+    })
+}
+
+fn by_name(name: &str) -> Option<&'static Codebase> {
+    CODEBASES.iter().find(|c| c.scripts.contains(&name))
+}
+
+/// The program as the job's PATH finds it (this process's PATH, which the job inherits).
+fn on_path(token: &str) -> Option<PathBuf> {
+    let path_var = std::env::var_os("PATH");
+    let mut found = None;
+    let _ = crate::principal::as_user(|| {
+        // Through a link to where it is installed: its environment's files are beside it there.
+        found = crate::child::resolve_program(token, path_var.as_deref())
+            .ok()
+            .map(|p| std::fs::canonicalize(&p).unwrap_or(p));
+        Ok(())
+    });
+    found
+}
+
+/// The most of a console script read to tell what it runs: pip's wrappers are a few lines.
+const WRAPPER_MAX_BYTES: u64 = 64 << 10;
+
+/// The module an installed console script runs: its wrapper's `from MODULE import FUNC`, else
+/// its package's `entry_points.txt` beside it. `None` where neither says.
+fn runs(path: &Path) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    let text =
+        crate::principal::as_user(|| crate::fsutil::read_regular_capped(path, WRAPPER_MAX_BYTES))
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok());
+    if let Some(module) = text.as_deref().and_then(wrapper_module) {
+        return Some(module);
+    }
+    site_packages(path).into_iter().find_map(|site| {
+        let dirs = std::fs::read_dir(&site).ok()?;
+        dirs.flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.ends_with(".dist-info"))
+            })
+            .find_map(|e| {
+                let bytes = crate::principal::as_user(|| {
+                    crate::fsutil::read_regular_capped(
+                        &e.path().join("entry_points.txt"),
+                        WRAPPER_MAX_BYTES,
+                    )
+                })
+                .ok()?;
+                console_entry(&String::from_utf8(bytes).ok()?, name)
+            })
+    })
+}
+
+/// The module a pip/uv-generated wrapper imports its entry point from: a Python `#!` line and
+/// `from MODULE import FUNC` followed by `sys.exit(FUNC())`.
+pub fn wrapper_module(text: &str) -> Option<String> {
+    let first = text.lines().next()?;
+    if !(first.starts_with("#!") && first.contains("python")) {
+        return None;
+    }
+    text.lines().find_map(|line| {
+        let rest = line.trim().strip_prefix("from ")?;
+        let (module, func) = rest.split_once(" import ")?;
+        let func = func.trim();
+        let named = |s: &str| {
+            !s.is_empty()
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        };
+        (named(module) && named(func) && text.contains(&format!("sys.exit({func}()")))
+            .then(|| module.to_string())
+    })
+}
+
+/// The module of console script `name` in an `entry_points.txt`'s `[console_scripts]`.
+pub fn console_entry(text: &str, name: &str) -> Option<String> {
+    let mut in_scripts = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_scripts = line == "[console_scripts]";
+            continue;
+        }
+        let Some((script, target)) = line.split_once('=') else {
+            continue;
+        };
+        if in_scripts && script.trim() == name {
+            let module = target.trim().split(':').next()?.trim();
+            return (!module.is_empty()).then(|| module.to_string());
+        }
+    }
+    None
+}
+
+/// The `site-packages` directories of the environment an installed script belongs to
+/// (`ENV/bin/tune` → `ENV/lib/python3.*/site-packages`).
+fn site_packages(script: &Path) -> Vec<PathBuf> {
+    let Some(env) = script.parent().and_then(Path::parent) else {
+        return Vec::new();
+    };
+    let Ok(lib) = std::fs::read_dir(env.join("lib")) else {
+        return Vec::new();
+    };
+    let mut dirs: Vec<PathBuf> = lib
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("python"))
+        })
+        .map(|e| e.path().join("site-packages"))
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// A word that is neither a flag nor an override: a subcommand, a task, a config, a recipe.
+fn bare(word: &str) -> bool {
+    !word.starts_with('-') && !word.contains('=')
+}
+
+/// The batch and accumulation of a codebase launcher's command; `None` where the command runs
+/// none, or it does not train (`tune ls`, `yolo predict`), or no batch can be read (with a line
+/// in `notes` saying why).
+pub(in crate::knobs) fn find(
+    request: &Request,
+    notes: &mut Vec<String>,
+) -> Result<Option<Found>, KnobError> {
+    let argv = request.command;
+    let Some(launcher) = identify(argv) else {
+        return Ok(None);
+    };
+    let codebase = launcher.codebase;
+    let Some(from) = words_start(argv, &launcher) else {
+        return Ok(None);
+    };
+    let mut lines = vec![format!("{}: {}", codebase.name, launcher.how)];
+    // LLaMA-Factory reads flags when its first word is no config file (`read_args`).
+    let config = config_word(argv, from, codebase.config);
+    let syntax = match (codebase.config, &config) {
+        (ConfigWord::First, None) if codebase.syntax == Syntax::KeyValue => Syntax::Dashed,
+        _ => codebase.syntax,
+    };
+    let config = match config {
+        Some(path) => read_named(request, &launcher, &path, &mut lines)?,
+        None => None,
+    };
+    let in_config = |key: &str| -> Result<Option<u64>, KnobError> {
+        let Some((shown, format, text)) = &config else {
+            return Ok(None);
+        };
+        count_at(*format, text, key).map_err(|held| KnobError::Knob {
+            where_: format!("{} config {shown}", codebase.name),
+            problem: format!("{key} is `{held}`, not a whole number of at least 1"),
+        })
+    };
+    let shown_config = config.as_ref().map(|(shown, ..)| shown.clone());
+    // A config named but not read may hold an accumulation (torchtune's 8): one added from 1
+    // would override it, so then only the command's own accumulation is moved.
+    let unread_config = config.is_none() && config_word(argv, from, codebase.config).is_some();
+    let batch_word = command_word(argv, syntax, codebase.batch_key)?;
+    // ultralytics: a batch of -1 or a fraction of the card is its own AutoBatch.
+    if let Some((_, raw)) = &batch_word {
+        if raw.parse::<u64>().map_or(true, |n| n == 0) {
+            if matches!(codebase.keeps, Keeps::Nominal { .. }) {
+                lines.push(format!(
+                    "batch: `{}={raw}` is {}'s AutoBatch, which sizes the batch to the card itself: nothing for oomguard to move",
+                    codebase.batch_key, codebase.name
+                ));
+                notes.extend(lines);
+                return Ok(None);
+            }
+            return Err(KnobError::Argv(argv::RewriteError::NotAnInteger {
+                name: syntax.name(codebase.batch_key),
+                value: raw.clone(),
+            }));
+        }
+    }
+    let at = argv.len();
+    let word_of = |key: &str| syntax.shown(key);
+    let (batch_place, batch) = match &batch_word {
+        Some((place, raw)) => {
+            let n = raw.parse::<u64>().expect("checked above");
+            lines.push(format!(
+                "batch: `{}` in the command, {n}",
+                word_of(codebase.batch_key).replace('N', raw)
+            ));
+            (place.clone(), n)
+        }
+        None => {
+            let n = match (in_config(codebase.batch_key)?, codebase.default_batch) {
+                (Some(n), _) => {
+                    lines.push(format!(
+                        "batch: `{}` in {}, {n}, changed with `{}` added to the command (the config is not edited)",
+                        codebase.batch_key,
+                        shown_config.as_deref().unwrap_or("the config"),
+                        word_of(codebase.batch_key)
+                    ));
+                    n
+                }
+                (None, Some(n)) => {
+                    let whose = match &shown_config {
+                        Some(c) => format!("absent from {c}"),
+                        None => "not in the command".to_string(),
+                    };
+                    lines.push(format!(
+                        "batch: `{}` {whose}: {}'s default {n}, changed with `{}` added to the command",
+                        codebase.batch_key,
+                        codebase.name,
+                        word_of(codebase.batch_key)
+                    ));
+                    n
+                }
+                (None, None) => {
+                    lines.push(format!(
+                        "batch: `{}` is neither in the command nor in a config oomguard could read",
+                        codebase.batch_key
+                    ));
+                    notes.extend(lines);
+                    return Ok(None);
+                }
+            };
+            (syntax.absent(codebase.batch_key, at), n)
+        }
+    };
+    let mut found = Found {
+        entrypoint: codebase.name,
+        batch: (Place::Argv(batch_place), batch),
+        accum: None,
+        kept_by_job: false,
+        no_accumulation: None,
+        notes: Vec::new(),
+    };
+    match codebase.keeps {
+        Keeps::Nominal { key, default } => {
+            let nbs = match command_word(argv, syntax, key)? {
+                Some((_, raw)) => raw.parse::<u64>().ok(),
+                None => in_config(key).ok().flatten(),
+            }
+            .unwrap_or(default);
+            lines.push(format!(
+                "accumulation: {} keeps the effective batch itself, accumulating round({key} {nbs} ÷ batch) steps, so the batch moves alone",
+                codebase.name
+            ));
+            found.kept_by_job = true;
+        }
+        Keeps::GlobalBatch(global)
+            if command_word(argv, syntax, codebase.accum_key)?.is_none()
+                && in_config(codebase.accum_key)?.is_none()
+                && in_config(global)?.is_some() =>
+        {
+            lines.push(format!(
+                "accumulation: `{global}` in {} with no `{}`: {} derives the accumulation as {global} ÷ {}, so the batch moves alone",
+                shown_config.as_deref().unwrap_or("the config"),
+                codebase.accum_key,
+                codebase.name,
+                codebase.batch_key
+            ));
+            found.kept_by_job = true;
+        }
+        Keeps::Accumulation | Keeps::GlobalBatch(_)
+            if unread_config && command_word(argv, syntax, codebase.accum_key)?.is_none() =>
+        {
+            lines.push(format!(
+                "accumulation: `{}` is in no word of the command and its config was not read, so the batch moves alone and the effective batch shrinks with it (add `{}` to the command to keep it)",
+                codebase.accum_key,
+                word_of(codebase.accum_key)
+            ));
+        }
+        Keeps::Accumulation | Keeps::GlobalBatch(_) => {
+            let key = codebase.accum_key;
+            let (place, n) = match command_word(argv, syntax, key)? {
+                Some((place, raw)) => {
+                    let n =
+                        argv::parse_count(&syntax.name(key), OsString::from(&raw).as_os_str(), 1)?;
+                    lines.push(format!(
+                        "accumulation: `{}` in the command, {n}",
+                        word_of(key).replace('N', &raw)
+                    ));
+                    (place, n)
+                }
+                None => {
+                    let n = match in_config(key)? {
+                        Some(n) => {
+                            lines.push(format!(
+                                "accumulation: `{key}` in {}, {n}, changed with `{}` added to the command",
+                                shown_config.as_deref().unwrap_or("the config"),
+                                word_of(key)
+                            ));
+                            n
+                        }
+                        None => {
+                            lines.push(format!(
+                                "accumulation: `{key}` {}(1), `{}` added to the command when the batch moves",
+                                match &shown_config {
+                                    Some(c) => format!("absent from {c} "),
+                                    None => String::new(),
+                                },
+                                word_of(key)
+                            ));
+                            1
+                        }
+                    };
+                    // Added in the batch word's own spelling where the command wrote it so.
+                    let joined = matches!(&batch_word, Some((argv::Place::Flag { sites, .. }, _))
+                        if syntax == Syntax::Dashed && matches!(sites.last(), Some(argv::Site::Joined(_))));
+                    let place = if joined {
+                        argv::Place::absent_joined(&syntax.name(key), at)
+                    } else {
+                        syntax.absent(key, at)
+                    };
+                    (place, n)
+                }
+            };
+            found.accum = Some((Place::Argv(place), Some(n)));
+        }
+    }
+    found.notes = lines;
+    Ok(Some(found))
+}
+
+/// The argv index of the first word after the launcher's subcommand (and, for `tune run`, its
+/// torchrun options and recipe); `None` where the subcommand does not train.
+fn words_start(argv: &[OsString], launcher: &Launcher) -> Option<usize> {
+    let codebase = launcher.codebase;
+    if !launcher.subcommand {
+        return Some(launcher.words);
+    }
+    // The subcommand, after at most one other bare word (ultralytics' task: `yolo detect train`).
+    let sub = (launcher.words..argv.len().min(launcher.words + 2))
+        .take_while(|&i| argv[i].to_str().is_some_and(bare))
+        .find(|&i| {
+            argv[i]
+                .to_str()
+                .is_some_and(|w| codebase.train_words.contains(&w))
+        })?;
+    if !codebase.recipe_after {
+        return Some(sub + 1);
+    }
+    // `run [torchrun options] RECIPE`: read as `tune run` is, whatever the program is named.
+    let mut as_tune: Vec<OsString> = vec!["tune".into()];
+    as_tune.extend(argv[sub..].iter().cloned());
+    let found = launch(&as_tune);
+    found.script.as_ref()?;
+    Some(sub + found.script_args - 1)
+}
+
+/// The config the words name, as written.
+fn config_word(argv: &[OsString], from: usize, word: ConfigWord) -> Option<String> {
+    match word {
+        ConfigWord::Flag(flag) => flag_values(argv, from, &[flag])
+            .last()
+            .map(|(_, v)| v.to_string()),
+        ConfigWord::First => argv
+            .get(from)
+            .and_then(|t| t.to_str())
+            .filter(|t| bare(t) && [".yaml", ".yml", ".json"].iter().any(|e| t.ends_with(e)))
+            .map(str::to_string),
+        ConfigWord::Key(key) => argv[from.min(argv.len())..]
+            .iter()
+            .rev()
+            .find_map(|t| t.to_str()?.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_string),
+    }
+}
+
+/// The config `path` names, read: a file from the command's directory, else (torchtune) a
+/// built-in config name in the installed package's `recipes/configs/`. `None`, with a line in
+/// `lines`, where it cannot be found: the command's own words are all there is then.
+fn read_named(
+    request: &Request,
+    launcher: &Launcher,
+    path: &str,
+    lines: &mut Vec<String>,
+) -> Result<Option<(String, crate::knobs::file::Format, String)>, KnobError> {
+    let who = format!("{} config {path}", launcher.codebase.name);
+    if request.cwd.join(path).is_file() {
+        let (format, text) = read_config(request, path, &who)?;
+        return Ok(Some((path.to_string(), format, text)));
+    }
+    let builtin = launcher.codebase.recipe_after && !path.ends_with(".yaml");
+    if builtin {
+        let file = launcher.installed.as_deref().and_then(|script| {
+            site_packages(script)
+                .into_iter()
+                .map(|site| site.join("recipes/configs").join(format!("{path}.yaml")))
+                .find(|p| p.is_file())
+        });
+        if let Some(file) = file {
+            let absolute = file.display().to_string();
+            let (format, text) = read_config(request, &absolute, &who)?;
+            return Ok(Some((
+                format!(
+                    "{path} ({}'s built-in config, {absolute})",
+                    launcher.codebase.name
+                ),
+                format,
+                text,
+            )));
+        }
+        lines.push(format!(
+            "config: {path} is {}'s built-in config name, and no installed {} here has it: only the command's own words are read",
+            launcher.codebase.name, launcher.codebase.name
+        ));
+        return Ok(None);
+    }
+    lines.push(format!(
+        "config: {path} is not here: only the command's own words are read"
+    ));
+    Ok(None)
+}
+
+/// The command's own word for `key` in `syntax`, where it is there: its place and last value
+/// as written.
+fn command_word(
+    argv: &[OsString],
+    syntax: Syntax,
+    key: &str,
+) -> Result<Option<(argv::Place, String)>, KnobError> {
+    if key.is_empty() {
+        return Ok(None);
+    }
+    for name in syntax.spellings(key) {
+        if let (place @ argv::Place::Flag { .. }, Some(raw)) =
+            argv::locate_flag(argv, &name, "--batch-arg")?
+        {
+            return Ok(Some((place, raw)));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::argv;
+
+    #[test]
+    fn launchers_are_known_by_name_module_or_tune_run() {
+        // (command, codebase, the first word after the subcommand) — none of these programs is
+        // on this machine's PATH, so each is known by its name.
+        let table: &[(&str, Option<&str>, &str)] = &[
+            (
+                "tune run lora_finetune_single_device --config c batch_size=8",
+                Some("torchtune"),
+                "--config",
+            ),
+            (
+                "tune run --nproc_per_node 2 full_finetune_distributed --config c",
+                Some("torchtune"),
+                "--config",
+            ),
+            (
+                "llamafactory-cli train x.yaml a=1",
+                Some("LLaMA-Factory"),
+                "x.yaml",
+            ),
+            (
+                "axolotl train x.yml --micro_batch_size=2",
+                Some("axolotl"),
+                "x.yml",
+            ),
+            (
+                "accelerate launch -m axolotl.cli.train x.yml",
+                Some("axolotl"),
+                "x.yml",
+            ),
+            (
+                "python -m axolotl.cli.train x.yml",
+                Some("axolotl"),
+                "x.yml",
+            ),
+            ("trl sft --config c.yaml", Some("TRL"), "--config"),
+            (
+                "yolo detect train data=coco8.yaml batch=16",
+                Some("ultralytics"),
+                "data=coco8.yaml",
+            ),
+            (
+                "yolo train data=coco8.yaml",
+                Some("ultralytics"),
+                "data=coco8.yaml",
+            ),
+            (
+                "srun llamafactory-cli train x.yaml",
+                Some("LLaMA-Factory"),
+                "x.yaml",
+            ),
+            ("yolo predict model=m.pt", None, ""),
+            ("tune ls", None, ""),
+            ("python train.py --config c.yaml", None, ""),
+            (
+                "torchrun --nproc_per_node 2 -m axolotl.cli.main train x.yml",
+                None,
+                "",
+            ),
+        ];
+        for &(cmd, codebase, first) in table {
+            let a = argv(cmd);
+            let got = identify(&a).and_then(|l| {
+                let start = words_start(&a, &l)?;
+                Some((
+                    l.codebase.name,
+                    a.get(start).map_or("", |t| t.to_str().unwrap()),
+                ))
+            });
+            assert_eq!(got, codebase.map(|c| (c, first)), "{cmd}");
+        }
+    }
+
+    #[test]
+    fn what_an_installed_script_runs_is_read_from_its_wrapper_or_entry_points() {
+        let pip = "#!/opt/venv/bin/python3.11\n# -*- coding: utf-8 -*-\nimport re\nimport sys\nfrom torchtune._cli.tune import main\nif __name__ == '__main__':\n    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n    sys.exit(main())\n";
+        assert_eq!(wrapper_module(pip).as_deref(), Some("torchtune._cli.tune"));
+        // Not a wrapper: a shell script, or Python that imports without calling it.
+        assert_eq!(
+            wrapper_module("#!/bin/sh\nfrom x import main\nsys.exit(main())\n"),
+            None
+        );
+        assert_eq!(
+            wrapper_module("#!/usr/bin/python3\nfrom x import main\nmain()\n"),
+            None
+        );
+        let entry = "[console_scripts]\nllamafactory-cli = llamafactory.cli:main\nlmf = llamafactory.cli:main\n\n[gui_scripts]\nyolo = other:x\n";
+        assert_eq!(
+            console_entry(entry, "lmf").as_deref(),
+            Some("llamafactory.cli")
+        );
+        assert_eq!(console_entry(entry, "yolo"), None);
+    }
+
+    #[test]
+    fn each_syntax_names_and_adds_its_words() {
+        // (syntax, key, the name, how it is shown, the tokens added for 4)
+        let table: &[(Syntax, &str, &str, &str, &[&str])] = &[
+            (
+                Syntax::KeyValue,
+                "batch_size",
+                "batch_size",
+                "batch_size=N",
+                &["batch_size=4"],
+            ),
+            (
+                Syntax::KebabJoined,
+                "micro_batch_size",
+                "--micro-batch-size",
+                "--micro-batch-size=N",
+                &["--micro-batch-size=4"],
+            ),
+            (
+                Syntax::Dashed,
+                "gradient_accumulation_steps",
+                "--gradient_accumulation_steps",
+                "--gradient_accumulation_steps N",
+                &["--gradient_accumulation_steps", "4"],
+            ),
+        ];
+        for &(syntax, key, name, shown, added) in table {
+            assert_eq!(syntax.name(key), name);
+            assert_eq!(syntax.shown(key), shown);
+            let mut edits = Vec::new();
+            syntax
+                .absent(key, 1)
+                .edits(&argv("prog"), &crate::knobs::Value::Int(4), &mut edits);
+            let out = argv::apply_edits(&argv("prog"), &edits);
+            let out: Vec<&str> = out[1..].iter().map(|t| t.to_str().unwrap()).collect();
+            assert_eq!(out, added, "{syntax:?}");
+        }
+    }
+}
