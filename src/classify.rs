@@ -726,6 +726,25 @@ mod tests {
         ("TERM_RUNLIMIT: job killed after reaching LSF run time limit.\nExited with exit code 140.", "none"),
         ("Exited with exit code 143.", "none"),
         ("Your session crashed after using all available RAM.", "oom_killed"),
+        // Issue 42: a userspace killer's or platform's memory reason beside a SIGKILL line outranks it...
+        ("heroku[worker.1]: Error R15 (Memory quota vastly exceeded)\nheroku[worker.1]: Stopping process with SIGKILL\nheroku[worker.1]: Process exited with status 137", "oom_killed"),
+        ("REPORT RequestId: 1\tMemory Size: 2688 MB\tMax Memory Used: 2581 MB\nError Runtime exited with error: signal: killed\nRuntime.ExitError", "oom_killed"),
+        ("failed execd enforced h_vmem limit because:\njob 7921630.1 died through signal KILL (9).", "oom_killed"),
+        ("nohang[530]: Implement a corrective action:\nnohang[530]:   Send SIGKILL to the victim; total response time: 609 ms", "oom_killed"),
+        // ...but a bare SIGKILL stays what it was, and a supervisor's guess is no evidence.
+        ("mpirun noticed that process rank 2 with PID 0 on node qy-PC exited on signal 9 (Killed).", "killed"),
+        ("[CRITICAL] WORKER TIMEOUT (pid:17)\n[ERROR] Worker (pid:17) was sent SIGKILL! Perhaps out of memory?", "killed"),
+        ("Segmentation fault (core dumped)\nerror: the solver died; it might have run out of memory?", "none"),
+        // Device allocators wherever the vendor words sit; a runtime's heap is the host's.
+        ("ggml_vulkan: Device memory allocation of size 118497280 failed.\nggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory\ndouble free or corruption (out)", "device_oom"),
+        ("[2022-03-05.20:57:15] [Info] Initializing NVIDIA GeForce RTX 3090\n[2022-03-05.20:57:39] [Error] CL_MEM_OBJECT_ALLOCATION_FAILURE", "device_oom"),
+        ("[HAMI-core ERROR (pid:30 thread=1 allocator.c:53)]: Device 0 OOM 3171158016 / 3145728000\nTraceback (most recent call last):\nRuntimeError: CUDA error: unrecognized error code", "device_oom"),
+        ("<--- Last few GCs --->\n[1:0x1] 18891558 ms: Mark-sweep 3470.1 (4143.7) -> 3461.9 (4133.4) MB, allocation failure; GC in old space requested\nFATAL ERROR: Ineffective mark-compacts near heap limit Allocation failed - JavaScript heap out of memory\n 1: 0xa07f90 node::Abort() [/opt/buildhome/.nvm/versions/node/v12.18.0/bin/node]", "host_oom"),
+        // False alarms: routine GC lines, allocator statistics, size-limit warnings.
+        ("2019-04-17T16:02:44.673+0000: 48.286: [GC (Allocation Failure) [ParNew: 830330K->485K(929024K), 0.0097075 secs] 852477K->22634K(1961216K), 0.0098566 secs]", "none"),
+        ("[27.231s][info   ][gc             ] GC(57) Pause Young (Allocation Failure) 18M->13M(22M) 7.695ms", "none"),
+        ("|            CUDA OOMs: 1            |        cudaMalloc retries: 1         |", "none"),
+        ("Token indices sequence length is longer than the specified maximum sequence length for this model (564 > 512). Running this sequence through the model will result in indexing errors", "none"),
         // Triton's shared-memory limit is not an OOM; a real allocation failure after it is.
         ("No valid triton configs. OutOfMemoryError: out of resource: triton_mm Required: 294912 Hardware limit:232448 Reducing block sizes or `num_stages` may help.", "none"),
         ("No valid triton configs. OutOfMemoryError: out of resource: triton_mm Required: 294912 Hardware limit:232448\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "device_oom"),
@@ -757,6 +776,11 @@ mod tests {
         // Without the kernel's lines, the shell's Killed would have decided.
         ("Killed\nMemory cgroup out of memory: Killed process 4242 (python3)", "oom_killed", Some("kernel_oom_killer"), Some(2), Some(("oom_killed", Some("shell_job_killed"), 1))),
         ("failed (exitcode: -9) local_rank: 0 (pid: 1)", "killed", Some("launcher_exit_minus_9"), Some(1), None),
+        // Issue 42: the new rows are named; a platform's SIGKILL report beside its memory reason is
+        // the OOM kill, and without the R15 row the launcher's exit 137 would have decided.
+        ("heroku[worker.1]: Error R15 (Memory quota vastly exceeded)\nheroku[worker.1]: Process exited with status 137", "oom_killed", Some("heroku_r15_memory_quota"), Some(1), Some(("killed", Some("launcher_exit_minus_9"), 2))),
+        ("Memory Size: 128 MB\tMax Memory Used: 128 MB\nRuntime exited with error: signal: killed", "oom_killed", Some("platform_sigkill_report"), Some(2), None),
+        ("MESA: error: ../src/intel/vulkan/anv_device.c:4237: VK_ERROR_OUT_OF_DEVICE_MEMORY", "device_oom", Some("vulkan_device_alloc_failed"), Some(1), None),
         // A survived OOM: the fatal error decides, no family does.
         ("CUDA out of memory. Tried to allocate 1 GiB; skipping batch\n\nerror: checkpoint dir /ckpt is not writable", "failed", None, Some(3), Some(("failed", None, 3))),
     ];

@@ -37,7 +37,8 @@ const RAN_OUT: &str = r"(?ix)
             | memory[\s_-]*limit[\s_-]*(?:was[\s_-]*)?exceeded | exceed(?:ed|s|ing)?\b.{0,40}\bmemory
             | \bmem(?:ory)?\b.{0,40}\bexceed | over\s+(?:its\s+|the\s+)?memory\s+limit
             | (?:cannot|can't|could\s*not|couldn't|failed\s+to|unable\s+to)\s+allocate
-            | \ballocat(?:ion|ing|e)\b.{0,40}\bfailed | \balloc\s+failed | allocation\s+failure
+            | \ballocat(?:ion|ing|e)\b.{0,40}\bfailed | \balloc\s+failed | allocation[\s_]+failure
+            | \balloc_\w+\s+failed
             | failed\s+allocation
             | bad_alloc | insufficient\s+(?:device\s+|host\s+|gpu\s+)?memory
             | not\s+enough\s+(?:device\s+|host\s+|gpu\s+)?memory | memory\s+(?:is\s+)?exhausted
@@ -48,6 +49,7 @@ const RAN_OUT: &str = r"(?ix)
             | \berrno\s*12\b | \benomem\b | cannot\s+allocate\s+memory
             | \bmemory\b.{0,30}\b(?:limit|threshold|budget)\b.{0,30}\b(?:killed|restart|terminat)
             | alloc_failed | memoryerror | low\s+memory! | error\s+allocating
+            | \bh_vmem\b.{0,30}\b(?:limit|exceed)
             | larger\s+than\s+the\s+available\b.{0,30}\bmemory
             | attempting\s+to\s+allocate\b.{0,60}\bnot\s+possible
             | out\s+of\s+shared\s+memory | insufficient\s+shared\s+memory | no\s+available\s+memory
@@ -161,7 +163,14 @@ fn rule() -> &'static Rule {
             | ^\W*(?:to\s+avoid|to\s+prevent|to\s+reduce|if\s+you|if\s+the|try|consider|hint|tip|note|see)\b
             | \bnot\s+(?:a|an)\s+(?:failure|error)\b
             | static\s+tls
-            | memory\s+limit\s+at\s+some\s+point",
+            | memory\s+limit\s+at\s+some\s+point
+            # A garbage collector's routine log lines: a JVM's young collection started by an
+            # allocation that found its region full, V8's trace of the last collections.
+            | \bgc\b[^\n]{0,30}\(allocation\s+failure\) | \bpause\s+(?:young|full)\b[^\n]{0,30}\(allocation\s+failure\)
+            | \bms:\s+(?:scavenge|mark-sweep|mark-compact)\b
+            # A guess is not evidence: a supervisor's or a person's question whether memory ran out.
+            | \b(?:perhaps|maybe|possibly|probably|likely|might(?:\s+have)?|may\s+have)\b[^.!\n]{0,40}(?:out\s+of\s+memory|\boom\b|run\s+out)
+            | out\s+of\s+memory\s*\?",
         )
         .expect("the rule's vetoes compile"),
         // Which memory: a device.
@@ -173,6 +182,7 @@ fn rule() -> &'static Rule {
             | onnxruntime | bfcarena | execution\s*provider | tensorrt | \btrt\b | sycl
             | level[\s_-]?zero | \bkv[\s_-]?cache | cache\s+blocks | jax | xla | prefill
             | allocated\s+so\s+far | \bcu(?:Mem|Ctx|Launch|Module|Graph)\w* | \bhip\w*alloc
+            | dxvk | \bvk[a-z]*(?:alloc|memory) | gmem | \bhami\b
             | 显存 | 顯存 | ビデオメモリ | видеопамят",
         )
         .expect("the rule's device words compile"),
@@ -181,7 +191,8 @@ fn rule() -> &'static Rule {
             r"(?ix)
               \bslurm | \bpbs\b | torque | \bmoab\b | htcondor | \bcondor | \blsf\b | \bsge\b
             | \byarn\b | container | cgroup | \bpod\b | kubernetes | oomkilled | state:\s*out_of_memory
-            | evicted | session\s+crashed | \bnotebook | earlyoom | oomd | oom[\s_-]?kill",
+            | evicted | session\s+crashed | \bnotebook | earlyoom | oomd | oom[\s_-]?kill
+            | \bexecd\b | \bh_vmem\b",
         )
         .expect("the rule's killer names compile"),
         killed: Regex::new(
@@ -197,7 +208,8 @@ fn rule() -> &'static Rule {
             .expect("the rule's worker words compile"),
         host: Regex::new(r"(?ix)paging\s+file | 页面文件 | 分页文件 | \bswap\b | java\s+heap | heap\s+space
             | \bram\b(?:\s+\w+){0,3}\s+(?:exhausted|exceeded|full)
-            | all\s+available\s+ram | cpuallocator | /dev/shm | shared\s+memory | \bshm\b")
+            | all\s+available\s+ram | cpuallocator | /dev/shm | shared\s+memory | \bshm\b
+            | javascript\s+heap")
             .expect("the rule's host words compile"),
         killed_outright: Regex::new(r"(?i)\bkill(?:ed|ing)?\b|oomkilled|evicted|\bsigkill\b")
             .expect("the rule's outright kill words compile"),
@@ -409,6 +421,18 @@ mod tests {
         ("dask-worker.o42:=>> PBS: job killed: mem job total 115343360 kb exceeded limit 115343360 kb\n", Some(KernelOomKill)),
         // A paging file is host memory, whatever the path of the DLL being loaded says.
         ("OSError: [WinError 1455] The paging file is too small for this operation to complete. Error loading \"C:\\torch\\lib\\cudnn_cnn_infer64_8.dll\"\n", Some(HostOom)),
+        // Grid Engine's execd over a job's h_vmem (issue 42).
+        ("failed execd enforced h_vmem limit because:\njob 7921630.1 died through signal KILL (9).\n", Some(KernelOomKill)),
+        // A device allocator's generic wording next to a card's name; a runtime's own heap.
+        ("[Info] Initializing NVIDIA GeForce RTX 3090\n[Error] CL_MEM_OBJECT_ALLOCATION_FAILURE\n", Some(DeviceOom)),
+        ("DxvkMemoryAllocator: Memory allocation failed\nterminate called after throwing an instance of 'dxvk::DxvkError'\n", Some(DeviceOom)),
+        ("FATAL ERROR: Ineffective mark-compacts near heap limit Allocation failed - JavaScript heap out of memory\n 2: 0xa0839c node::OnFatalError [/opt/.nvm/versions/node/v12.18.0/bin/node]\n", Some(HostOom)),
+        // Near misses: routine GC lines, guesses (issue 42).
+        ("2025-04-29T06:21:15.784+0000: [GC (Allocation Failure) [PSYoungGen: 5447048K->226034K(5565952K)] 5959599K->738594K(17435136K), 0.0801102 secs]\n", None),
+        ("[27.231s][info   ][gc             ] GC(57) Pause Young (Allocation Failure) 18M->13M(22M) 7.695ms\n", None),
+        ("[1:0x1] 170904 ms: Mark-sweep 2019.2 (2057.9) -> 2019.0 (2057.9) MB, 5209.6 / 0.0 ms  allocation failure GC in old space requested\n", None),
+        ("[ERROR] Worker (pid:17) was sent SIGKILL! Perhaps out of memory?\n", None),
+        ("error: the solver died; it might have run out of memory?\n", None),
         // Near misses.
         ("service train was unable to place a task because no container instance met all of its requirements. The closest matching container-instance has insufficient memory available.\n", None),
         ("job 3264830 exceeded MEM usage soft limit\n", None),

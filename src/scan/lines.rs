@@ -108,6 +108,19 @@ fn load_failure_aftermath() -> &'static Regex {
     })
 }
 
+/// Errors that report a device allocation an interposed limiter refused, as the runtime passes
+/// the refusal on: HAMi's vGPU limiter answers an allocation over the container's share with an
+/// error code CUDA does not know (Project-HAMi/HAMi-core issue #55), so PyTorch raises
+/// `RuntimeError: CUDA error: unrecognized error code` right after the limiter's `Device 0 OOM`
+/// line. After an out-of-memory error it is that error surfacing, not a cause of its own.
+fn refusal_aftermath() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(r"\bCUDA error: unrecognized error code\b")
+            .expect("refusal aftermath pattern compiles")
+    })
+}
+
 /// Python's banners between a chained exception and the one raised while handling it.
 fn is_chain_marker(line: &str) -> bool {
     line.starts_with("During handling of the above exception")
@@ -123,6 +136,7 @@ fn is_fatal_error(line: &str) -> bool {
         && !wrapper_exception().is_match(line)
         && !collateral_error().is_match(line)
         && !load_failure_aftermath().is_match(line)
+        && !refusal_aftermath().is_match(line)
         && scan(line).is_empty()
 }
 

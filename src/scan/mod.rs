@@ -125,6 +125,19 @@ const MEMORY_PHRASES: &[&str] = &[
     "memory usage limit",
     "all available ram",
     "more memory than is available",
+    // Issue 42's families: other device allocators, V8's heap, userspace killers and platforms.
+    "erroroutofdevicememory",
+    "vkallocatememory failed",
+    "dxvkmemoryallocator",
+    "device memory allocation of size",
+    "mem_object_allocation_failure",
+    "alloc_gmem",
+    "device memory failed",
+    "call_and_retry_last",
+    "to the victim",
+    "memory quota vastly",
+    "signal: killed",
+    "on signal 9 (killed)",
 ];
 
 /// Whether `text` may show a memory finding at all (see [`MEMORY_PHRASES`]): false means no
@@ -701,6 +714,25 @@ mod tests {
         // Schedulers: the LSF limit that is memory, not the others; exit 143 alone says nothing.
         ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.\nExited with exit code 143.", &[KernelOomKill]),
         ("TERM_THREADLIMIT: job killed after reaching LSF thread limit.\nExited with exit code 143.", &[]),
+        // Issue 42: a userspace killer's or platform's memory reason beside a SIGKILL is an OOM kill...
+        ("systemd-oomd[659]: Marked /system.slice/x.service for killing due to memory pressure for /system.slice being 85.03% > 80.00% for > 2s with reclaim activity", &[KernelOomKill]),
+        ("earlyoom v1.3\nsending SIGTERM to process 12006 \"python3\": badness 209, VmRSS 2891 MiB", &[KernelOomKill]),
+        ("heroku[worker.1]: Error R15 (Memory quota vastly exceeded)\nheroku[worker.1]: Stopping process with SIGKILL\nheroku[worker.1]: Process exited with status 137", &[KernelOomKill, KilledBySigkill]),
+        ("REPORT RequestId: 1\tDuration: 19266.38 ms\tMemory Size: 2688 MB\tMax Memory Used: 2581 MB\nError Runtime exited with error: signal: killed\nRuntime.ExitError", &[KernelOomKill]),
+        ("Out of memory: Killed process 4242 (a.out)\nmpirun noticed that process rank 0 with PID 4242 on node n1 exited on signal 9 (Killed).", &[KernelOomKill, KernelOomKill]),
+        // ...and without one it stays a SIGKILL.
+        ("mpirun noticed that process rank 2 with PID 0 on node qy-PC exited on signal 9 (Killed).", &[KilledBySigkill]),
+        ("RequestId: 1 Error: Runtime exited with error: signal: killed\nRuntime.ExitError", &[KilledBySigkill]),
+        ("[CRITICAL] WORKER TIMEOUT (pid:17)\n[ERROR] Worker (pid:17) was sent SIGKILL! Perhaps out of memory?", &[KilledBySigkill]),
+        // Device allocators beyond CUDA's words, wherever the vendor words sit.
+        ("vkAllocateMemory failed", &[DeviceOom]),
+        ("MESA: error: ../src/intel/vulkan/anv_device.c:4237: VK_ERROR_OUT_OF_DEVICE_MEMORY", &[DeviceOom]),
+        ("terminate called after throwing an instance of 'sycl::_V1::runtime_error'\n  what():  level_zero backend failed with error: 40 (UR_RESULT_ERROR_OUT_OF_RESOURCES)", &[DeviceOom]),
+        ("Error (ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)", &[DeviceOom]),
+        ("allocate device memory failed.[FUNC:Init][FILE:memory_pool_manager.cc][LINE:50]", &[DeviceOom]),
+        ("[4pdvGPU ERROR (pid:99)]: device OOM encountered: usage=9502195712 limit=8388608000", &[DeviceOom]),
+        // A runtime's own heap report is host memory.
+        ("FATAL ERROR: CALL_AND_RETRY_LAST Allocation failed - process out of memory", &[HostOom]),
         // A traceback's echoed source line is code, not an event.
         ("  File \"train.py\", line 12, in step\n    except torch.cuda.OutOfMemoryError:\nValueError: bad shape", &[]),
     ];
@@ -818,7 +850,17 @@ mod tests {
         ("shell_script_job_killed", "bash: line 1: 4242 Killed                  python3 train.py", "bash: line 1: python3: command not found"),
         ("launcher_exit_minus_9", "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 290596)", "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -11) local_rank: 0 (pid: 290596)"),
         ("process_pool_worker_killed", "torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal SIGKILL", "torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with exit code 1"),
-        ("launcher_signal_sigkill", "subprocess.CalledProcessError: Command '['python']' died with <Signals.SIGKILL: 9>.", "subprocess.CalledProcessError: Command '['python']' died with <Signals.SIGSEGV: 11>."),
+        ("launcher_signal_sigkill", "subprocess.CalledProcessError: Command '['python']' died with <Signals.SIGKILL: 9>.", "subprocess.CalledProcessError: Command '['python']' died with <Signals.SIGSEGV: 11>."),        // Issue 42's families.
+        ("vulkan_device_alloc_failed", "ggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory", "ggml_vulkan: Found 1 Vulkan devices:"),
+        ("level_zero_out_of_resources", "Native API failed. Native API returns: 40 (UR_RESULT_ERROR_OUT_OF_RESOURCES)", "Native API failed. Native API returns: 45 (UR_RESULT_ERROR_INVALID_ARGUMENT)"),
+        ("opencl_mem_object_allocation_failure", "[Error] CL_MEM_OBJECT_ALLOCATION_FAILURE", "[Error] CL_INVALID_KERNEL_ARGS"),
+        ("vendor_device_memory_alloc_failed", "[bmlib_memory][error] bm_alloc_gmem failed, dev_id = 0, size = 0x1000000", "[bmlib_memory][info] bm_alloc_gmem dev_id = 0, size = 0x1000000"),
+        ("hami_vgpu_device_oom", "[HAMI-core ERROR (pid:30 thread=1 allocator.c:53)]: Device 0 OOM 3171158016 / 3145728000", "[HAMI-core Msg(30:1:libvgpu.c:855)]: Initialized"),
+        ("v8_javascript_heap_oom", "FATAL ERROR: Ineffective mark-compacts near heap limit Allocation failed - JavaScript heap out of memory", "[9178:0x7394fe0] 18891558 ms: Mark-sweep 3470.1 (4143.7) -> 3461.9 (4133.4) MB, 4143.7 / 0.0 ms  (average mu = 0.143, current mu = 0.026) allocation failure; GC in old space requested"),
+        ("nohang_corrective_kill", "nohang[530]:   Send SIGKILL to the victim; total response time: 609 ms", "nohang[530]: Memory status after implementing a corrective action:"),
+        ("heroku_r15_memory_quota", "heroku[worker.1]: Error R15 (Memory quota vastly exceeded)", "heroku[web.1]: Error R14 (Memory quota exceeded)"),
+        ("platform_sigkill_report", "mpirun noticed that process rank 2 with PID 0 on node qy-PC exited on signal 9 (Killed).", "mpiexec noticed that process rank 0 with PID 10313 on node proton exited on signal 6 (Aborted)."),
+        ("supervisor_sigkill_guess", "[ERROR] Worker (pid:17) was sent SIGKILL! Perhaps out of memory?", "[ERROR] Worker (pid:17) exited with code 1"),
     ];
 
     #[test]

@@ -166,6 +166,17 @@ macro_rules! ggml_gpu_buffer {
     };
 }
 
+/// A memory reason beside a platform's SIGKILL report: Lambda's REPORT line ("Memory Size: 2688
+/// MB\tMax Memory Used: 2581 MB"), a kernel or cgroup OOM kill, an allocation that failed, or a
+/// scheduler's memory limit (Grid Engine's `h_vmem`). Any of them makes the kill the OOM kill.
+const MEMORY_REASON: Nearby = Nearby {
+    lines: 12,
+    by: &[(
+        r"(?i)\bMax Memory Used:|\bout of memory\b|\boom[-_ ]?kill|\bcannot allocate memory\b|\bmemory (?:limit|quota)\b[^\n]{0,40}\bexceeded\b|\bh_vmem\b",
+        KernelOomKill,
+    )],
+};
+
 /// The signature table: every family is tested on every line. Order matters only between
 /// families of one class matching the same line: the first names the finding, so specific
 /// families come before the catch-alls of their class.
@@ -287,6 +298,56 @@ pub(crate) const SIGNATURES: &[Signature] = &[
             ggml_gpu_buffer!(),
             r" buffer\b"
         )],
+    ),
+    // Vulkan's allocators (issue 42; seen in llama.cpp's ggml_vulkan, Mesa's anv driver and DXVK
+    // under Wine): "ggml_vulkan: Device memory allocation of size 118497280 failed.", "vk::Device::
+    // allocateMemory: ErrorOutOfDeviceMemory", "MESA: error: ../src/intel/vulkan/anv_device.c:4237:
+    // VK_ERROR_OUT_OF_DEVICE_MEMORY", "vkAllocateMemory failed", "DxvkMemoryAllocator: Memory
+    // allocation failed". A Vulkan driver's allocation is the card's (or its carve-out's) memory.
+    sig(
+        "vulkan_device_alloc_failed",
+        DeviceOom,
+        &[
+            r"\bVK_ERROR_OUT_OF_DEVICE_MEMORY\b|\bErrorOutOfDeviceMemory\b|\bvkAllocateMemory failed\b|\bDxvkMemoryAllocator: Memory allocation failed\b|\bggml_vulkan: Device memory allocation of size \d+ failed",
+        ],
+    ),
+    // Level Zero and SYCL through Intel's unified runtime (issue 42; seen in ggml's SYCL backend
+    // under stable-diffusion.cpp: "Native API failed. Native API returns: 40
+    // (UR_RESULT_ERROR_OUT_OF_RESOURCES)", and llama.cpp's "ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY";
+    // the older plugin interface's "PI_ERROR_OUT_OF_RESOURCES").
+    sig(
+        "level_zero_out_of_resources",
+        DeviceOom,
+        &[
+            r"\b(?:UR_RESULT_ERROR_OUT_OF_RESOURCES|ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|PI_ERROR_OUT_OF_RESOURCES)\b",
+        ],
+    ),
+    // OpenCL's buffer allocation on the device (issue 42; seen in eclambda, KataGo, DeepFaceLab's
+    // PlaidML): "[Error] CL_MEM_OBJECT_ALLOCATION_FAILURE".
+    sig(
+        "opencl_mem_object_allocation_failure",
+        DeviceOom,
+        &[r"\bCL_MEM_OBJECT_ALLOCATION_FAILURE\b"],
+    ),
+    // Vendor runtimes that name device memory in their own words (issue 42; seen in Sophgo's
+    // bmlib under LLM-TPU and ChatDoc-TPU: "[bmlib_memory][error] bm_alloc_gmem failed, dev_id =
+    // 0, size = 0xc0fb4000", sophon-stream's "Alloc Device Memory Failed!", Ascend CANN's
+    // "allocate device memory failed.").
+    sig(
+        "vendor_device_memory_alloc_failed",
+        DeviceOom,
+        &[
+            r"(?i)\bbm_alloc_gmem failed\b|\balloc(?:ate)? device memory failed\b|\bfailed to allocate device memory\b",
+        ],
+    ),
+    // HAMi's vGPU memory limiter refusing an allocation over the container's share (issue 42;
+    // seen in Project-HAMi/HAMi issues): "[HAMI-core ERROR (pid:30 thread=... allocator.c:53)]:
+    // Device 0 OOM 3171158016 / 3145728000", and its 4paradigm predecessor's "[4pdvGPU ERROR
+    // (...)]: device OOM encountered: usage=9502195712 limit=8388608000".
+    sig(
+        "hami_vgpu_device_oom",
+        DeviceOom,
+        &[r"\bDevice \d+ OOM \d+ / \d+|\bdevice OOM encountered: usage="],
     ),
     // fairseq / ParlAI catching an OOM: "| WARNING: ran out of memory, skipping batch",
     // "ran out of memory on GPU #2, skipping batch" (whether the job went on is `classify`'s).
@@ -478,6 +539,16 @@ pub(crate) const SIGNATURES: &[Signature] = &[
     ),
     // JVM-based data tooling (Spark, Hadoop readers): "java.lang.OutOfMemoryError: Java heap space".
     sig("java_heap_oom", HostOom, &[r"java\.lang\.OutOfMemoryError"]),
+    // V8 (Node.js) refusing to grow its own heap past its limit (issue 42; seen in gemini-cli,
+    // Netlify builds and concurrently-prefixed servers): after "<--- Last few GCs --->", "FATAL
+    // ERROR: Ineffective mark-compacts near heap limit Allocation failed - JavaScript heap out of
+    // memory", the older "CALL_AND_RETRY_LAST Allocation failed". The runtime's own host-memory
+    // error, not a kill from outside (and the GC lines above it are routine).
+    sig(
+        "v8_javascript_heap_oom",
+        HostOom,
+        &[r"\bJavaScript heap out of memory\b|\bCALL_AND_RETRY_LAST Allocation failed\b"],
+    ),
     // NCCL's shared-memory transport: "failed to extend /dev/shm/nccl-abc to 9637892 bytes",
     // "... /dev/shm/nccl-xyz ... No space left on device". /dev/shm is RAM.
     sig(
@@ -562,7 +633,7 @@ pub(crate) const SIGNATURES: &[Signature] = &[
         "earlyoom_kill",
         KernelOomKill,
         &[
-            r#"low memory! at or below SIG(?:TERM|KILL) limits|sending SIG(?:TERM|KILL) to process \d+ uid \d+|escalating to SIGKILL|killing process \d+ "[^"]*" with signal \d+"#,
+            r#"low memory! at or below SIG(?:TERM|KILL) limits|sending SIG(?:TERM|KILL) to process \d+ (?:uid \d+|"[^"]*": badness)|escalating to SIGKILL|killing process \d+ "[^"]*" with signal \d+"#,
         ],
     ),
     // macOS jetsam, its memory-pressure killer: a JetsamEvent report is `"bug_type": "298"`.
@@ -597,7 +668,29 @@ pub(crate) const SIGNATURES: &[Signature] = &[
     sig(
         "systemd_oomd_kill",
         KernelOomKill,
-        &[r"\bsystemd-oomd\[\d+\]: Killed\b"],
+        // Its other wordings (issue 42; seen in systemd's TEST-55-OOMD journals): "Marked
+        // /system.slice/x.service for killing due to memory pressure for ...", and pid 1's
+        // "x.service: systemd-oomd killed 1 process(es) in this unit."
+        &[
+            r"\bsystemd-oomd\[\d+\]: Killed\b|\bMarked \S+ for killing due to memory pressure\b|\bsystemd-oomd killed \d+ process",
+        ],
+    ),
+    // nohang, another userspace OOM killer (issue 42; seen in hakavlad/nohang's journals):
+    // "Implement a corrective action:" then "Send SIGKILL to the victim; total response time:
+    // 609 ms" (or SIGTERM first), beside "MemAvailable: 113.6 MiB, SwapFree: 182.7 MiB".
+    sig(
+        "nohang_corrective_kill",
+        KernelOomKill,
+        &[r"\bSend SIG(?:KILL|TERM) to the victim\b"],
+    ),
+    // Heroku's dyno manager over a dyno's memory quota (issue 42; seen in bot and web-app
+    // threads): "Error R15 (Memory quota vastly exceeded)" then "Stopping process with SIGKILL"
+    // and "Process exited with status 137". R14 ("Memory quota exceeded") is only a warning: the
+    // dyno swaps and goes on.
+    sig(
+        "heroku_r15_memory_quota",
+        KernelOomKill,
+        &[r"\bError R15 \(Memory quota vastly exceeded\)"],
     ),
     // ---------------------------------------------------------------- Slurm
     // task/cgroup plugin: "Detected 2 oom-kill event(s) in step 3756240.batch cgroup." and the
@@ -702,6 +795,27 @@ pub(crate) const SIGNATURES: &[Signature] = &[
         &[
             r"(?i)\breturn\s*code\s*[:=]?\s*(?:137|-9)\b|\bnon-zero exit status (?:137|-9)\b|<Signals\.SIGKILL: 9>|\bsignal\s*9\W{0,3}SIGKILL\b",
         ],
+    ), // A platform's or launcher's report that a process died of SIGKILL, whose memory reason may
+    // stand beside it (issue 42): Open MPI's "mpirun noticed that process rank 2 with PID 0 on
+    // node qy-PC exited on signal 9 (Killed).", AWS Lambda's "Runtime exited with error: signal:
+    // killed" under a REPORT line's "Max Memory Used: 2581 MB". Alone it says only SIGKILL; the
+    // memory reason nearby (see [`MEMORY_REASON`]) makes it the OOM kill it was.
+    Signature {
+        nearby: Some(&MEMORY_REASON),
+        ..sig(
+            "platform_sigkill_report",
+            KilledBySigkill,
+            &[r"\bexited on signal 9 \(Killed\)|\bRuntime exited with error: signal: killed\b"],
+        )
+    },
+    // gunicorn's arbiter on a worker it SIGKILLed itself after "[CRITICAL] WORKER TIMEOUT
+    // (pid:17)" (issue 42; seen in devilry and open-runtimes logs): "[ERROR] Worker (pid:17) was
+    // sent SIGKILL! Perhaps out of memory?". The question is the supervisor's guess, not evidence:
+    // a SIGKILL, sender known.
+    sig(
+        "supervisor_sigkill_guess",
+        KilledBySigkill,
+        &[r"\bwas sent SIGKILL! Perhaps out of memory\?"],
     ),
 ];
 
