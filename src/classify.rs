@@ -733,6 +733,8 @@ mod tests {
         ("nohang[530]: Implement a corrective action:\nnohang[530]:   Send SIGKILL to the victim; total response time: 609 ms", "oom_killed"),
         // ...but a bare SIGKILL stays what it was, and a supervisor's guess is no evidence.
         ("mpirun noticed that process rank 2 with PID 0 on node qy-PC exited on signal 9 (Killed).", "killed"),
+        ("REPORT RequestId: 1\tMemory Size: 3008 MB\tMax Memory Used: 400 MB\nError Runtime exited with error: signal: killed", "killed"),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\nmpirun noticed that process rank 0 with PID 1 on node n1 exited on signal 9 (Killed).", "device_oom"),
         ("[CRITICAL] WORKER TIMEOUT (pid:17)\n[ERROR] Worker (pid:17) was sent SIGKILL! Perhaps out of memory?", "killed"),
         ("Segmentation fault (core dumped)\nerror: the solver died; it might have run out of memory?", "none"),
         // Device allocators wherever the vendor words sit; a runtime's heap is the host's.

@@ -159,6 +159,14 @@ pub fn as_user<T>(work: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
     }
 }
 
+/// A regular file's text, read as the job's user ([`as_user`]) through the regular-file-only
+/// open, at most `max_bytes` of it: the scripts and configs the knob search reads on the job's
+/// behalf. `None` where it cannot be read, is larger, or is not UTF-8.
+pub fn read_text(path: &std::path::Path, max_bytes: u64) -> Option<String> {
+    let bytes = as_user(|| crate::fsutil::read_regular_capped(path, max_bytes)).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
 /// [`as_user`] only when `yes`: for places that are the job's when given explicitly and
 /// oomguard's own by default.
 pub fn as_user_if<T>(yes: bool, work: impl FnOnce() -> io::Result<T>) -> io::Result<T> {

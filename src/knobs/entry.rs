@@ -71,10 +71,10 @@ pub(super) fn find(
     if let Some(found) = hydra::find(request, reader, notes)? {
         return Ok(Some(found));
     }
-    if let Some(found) = yacs::find(request, reader)? {
+    if let Some(found) = yacs::find(request)? {
         return Ok(Some(found));
     }
-    if let Some(found) = mmengine::find(request)? {
+    if let Some(found) = mmengine::find(request, notes)? {
         return Ok(Some(found));
     }
     pyconfig::find(request, reader, notes)

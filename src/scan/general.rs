@@ -38,7 +38,7 @@ const RAN_OUT: &str = r"(?ix)
             | \bmem(?:ory)?\b.{0,40}\bexceed | over\s+(?:its\s+|the\s+)?memory\s+limit
             | (?:cannot|can't|could\s*not|couldn't|failed\s+to|unable\s+to)\s+allocate
             | \ballocat(?:ion|ing|e)\b.{0,40}\bfailed | \balloc\s+failed | allocation[\s_]+failure
-            | \balloc_\w+\s+failed
+            | (?:\b|_)alloc_\w+\s+failed
             | failed\s+allocation
             | bad_alloc | insufficient\s+(?:device\s+|host\s+|gpu\s+)?memory
             | not\s+enough\s+(?:device\s+|host\s+|gpu\s+)?memory | memory\s+(?:is\s+)?exhausted
@@ -426,6 +426,9 @@ mod tests {
         // A device allocator's generic wording next to a card's name; a runtime's own heap.
         ("[Info] Initializing NVIDIA GeForce RTX 3090\n[Error] CL_MEM_OBJECT_ALLOCATION_FAILURE\n", Some(DeviceOom)),
         ("DxvkMemoryAllocator: Memory allocation failed\nterminate called after throwing an instance of 'dxvk::DxvkError'\n", Some(DeviceOom)),
+        // A vendor allocator named `<prefix>_alloc_<what>` (Sophgo's bmlib), not a dealloc or malloc_.
+        ("[bmlib_memory][error] bm_alloc_gmem failed, dev_id = 0, size = 0xc0fb4000\n", Some(DeviceOom)),
+        ("dealloc_pages failed: bad handle\n", None),
         ("FATAL ERROR: Ineffective mark-compacts near heap limit Allocation failed - JavaScript heap out of memory\n 2: 0xa0839c node::OnFatalError [/opt/.nvm/versions/node/v12.18.0/bin/node]\n", Some(HostOom)),
         // Near misses: routine GC lines, guesses (issue 42).
         ("2025-04-29T06:21:15.784+0000: [GC (Allocation Failure) [PSYoungGen: 5447048K->226034K(5565952K)] 5959599K->738594K(17435136K), 0.0801102 secs]\n", None),

@@ -386,6 +386,7 @@ pub(crate) fn scan_inner(text: &str, without: &[&str], general: bool) -> Vec<(us
             c.nearby[idx]
                 .iter()
                 .find(|(re, _)| re.is_match(text))
+                .filter(|_| (n.holds)(text))
                 .map(|(_, class)| *class)
         };
         (0..=n.lines)
@@ -723,6 +724,11 @@ mod tests {
         // ...and without one it stays a SIGKILL.
         ("mpirun noticed that process rank 2 with PID 0 on node qy-PC exited on signal 9 (Killed).", &[KilledBySigkill]),
         ("RequestId: 1 Error: Runtime exited with error: signal: killed\nRuntime.ExitError", &[KilledBySigkill]),
+        // Lambda's REPORT comes after every invocation: a peak far below the size is no reason,
+        // nor is a job's h_vmem request, nor a device's allocation failure (its own finding).
+        ("REPORT RequestId: 1\tMemory Size: 3008 MB\tMax Memory Used: 400 MB\nRequestId: 1 Error: Runtime exited with error: signal: killed", &[KilledBySigkill]),
+        ("Resource List = h_vmem=16G,h_rt=3600\nmpirun noticed that process rank 0 with PID 1 on node n1 exited on signal 9 (Killed).", &[KilledBySigkill]),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\nmpirun noticed that process rank 0 with PID 1 on node n1 exited on signal 9 (Killed).", &[DeviceOom, KilledBySigkill]),
         ("[CRITICAL] WORKER TIMEOUT (pid:17)\n[ERROR] Worker (pid:17) was sent SIGKILL! Perhaps out of memory?", &[KilledBySigkill]),
         // Device allocators beyond CUDA's words, wherever the vendor words sit.
         ("vkAllocateMemory failed", &[DeviceOom]),
@@ -850,7 +856,8 @@ mod tests {
         ("shell_script_job_killed", "bash: line 1: 4242 Killed                  python3 train.py", "bash: line 1: python3: command not found"),
         ("launcher_exit_minus_9", "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 290596)", "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -11) local_rank: 0 (pid: 290596)"),
         ("process_pool_worker_killed", "torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal SIGKILL", "torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with exit code 1"),
-        ("launcher_signal_sigkill", "subprocess.CalledProcessError: Command '['python']' died with <Signals.SIGKILL: 9>.", "subprocess.CalledProcessError: Command '['python']' died with <Signals.SIGSEGV: 11>."),        // Issue 42's families.
+        ("launcher_signal_sigkill", "subprocess.CalledProcessError: Command '['python']' died with <Signals.SIGKILL: 9>.", "subprocess.CalledProcessError: Command '['python']' died with <Signals.SIGSEGV: 11>."),
+        // Issue 42's families.
         ("vulkan_device_alloc_failed", "ggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory", "ggml_vulkan: Found 1 Vulkan devices:"),
         ("level_zero_out_of_resources", "Native API failed. Native API returns: 40 (UR_RESULT_ERROR_OUT_OF_RESOURCES)", "Native API failed. Native API returns: 45 (UR_RESULT_ERROR_INVALID_ARGUMENT)"),
         ("opencl_mem_object_allocation_failure", "[Error] CL_MEM_OBJECT_ALLOCATION_FAILURE", "[Error] CL_INVALID_KERNEL_ARGS"),

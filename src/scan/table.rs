@@ -82,6 +82,14 @@ pub(crate) struct Signature {
 pub(crate) struct Nearby {
     pub(super) lines: usize,
     pub(super) by: &'static [(&'static str, Family)],
+    /// What a line one of `by` matched must also show (a figure its words cannot compare);
+    /// a line it refuses says nothing. [`always`] for most.
+    pub(super) holds: fn(&str) -> bool,
+}
+
+/// Any line of a [`Nearby`]'s `by` speaks.
+fn always(_: &str) -> bool {
+    true
 }
 
 const fn sig(name: &'static str, class: Family, patterns: &'static [&'static str]) -> Signature {
@@ -134,6 +142,7 @@ const THRUST_ABOVE: Nearby = Nearby {
         r"\bthrust::(?:system::)?(?:detail::)?bad_alloc\b",
         DeviceOom,
     )],
+    holds: always,
 };
 
 /// Hints and tutorials mention OOM without one happening ("to avoid out of memory, ...").
@@ -157,6 +166,7 @@ const ORT_PROVIDER: Nearby = Nearby {
             DeviceOom,
         ),
     ],
+    holds: always,
 };
 
 /// The GPU backends a ggml buffer is named after ("CUDA0", "ROCm0", "SYCL0", "Vulkan0", ...).
@@ -166,16 +176,40 @@ macro_rules! ggml_gpu_buffer {
     };
 }
 
-/// A memory reason beside a platform's SIGKILL report: Lambda's REPORT line ("Memory Size: 2688
-/// MB\tMax Memory Used: 2581 MB"), a kernel or cgroup OOM kill, an allocation that failed, or a
-/// scheduler's memory limit (Grid Engine's `h_vmem`). Any of them makes the kill the OOM kill.
+/// A memory reason beside a platform's SIGKILL report: a kernel or cgroup OOM kill, a memory
+/// limit or quota exceeded (Grid Engine's `h_vmem` limit), or Lambda's REPORT line with its
+/// peak at the function's size ("Memory Size: 2688 MB\tMax Memory Used: 2581 MB", see
+/// [`lambda_at_limit`]). Any of them makes the kill the OOM kill. Not a device's or the
+/// process's own allocation failure: that is its own finding, and outranks a SIGKILL by itself.
 const MEMORY_REASON: Nearby = Nearby {
     lines: 12,
     by: &[(
-        r"(?i)\bMax Memory Used:|\bout of memory\b|\boom[-_ ]?kill|\bcannot allocate memory\b|\bmemory (?:limit|quota)\b[^\n]{0,40}\bexceeded\b|\bh_vmem\b",
+        r"(?i)\bMax Memory Used:|\bout of memory: kill|\bmemory cgroup out of memory\b|\boom[-_ ]?kill|\bmemory (?:limit|quota)\b[^\n]{0,40}\bexceeded\b|\bh_vmem\b[^\n]{0,30}\b(?:limit|exceed)",
         KernelOomKill,
     )],
+    holds: lambda_at_limit,
 };
+
+/// Lambda prints its REPORT line ("Memory Size: 128 MB\tMax Memory Used: 70 MB") after every
+/// invocation, successful ones too: it is a memory reason only with the peak within a tenth
+/// of the size. Other lines pass.
+fn lambda_at_limit(line: &str) -> bool {
+    let line = line.to_ascii_lowercase();
+    let mb_after = |key: &str| -> Option<u64> {
+        let rest = line[line.find(key)? + key.len()..].trim_start();
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        rest[..end].parse().ok()
+    };
+    if !line.contains("max memory used:") {
+        return true;
+    }
+    match (mb_after("memory size:"), mb_after("max memory used:")) {
+        (Some(size), Some(used)) => used.saturating_mul(10) >= size.saturating_mul(9),
+        _ => false,
+    }
+}
 
 /// The signature table: every family is tested on every line. Order matters only between
 /// families of one class matching the same line: the first names the finding, so specific
@@ -795,7 +829,8 @@ pub(crate) const SIGNATURES: &[Signature] = &[
         &[
             r"(?i)\breturn\s*code\s*[:=]?\s*(?:137|-9)\b|\bnon-zero exit status (?:137|-9)\b|<Signals\.SIGKILL: 9>|\bsignal\s*9\W{0,3}SIGKILL\b",
         ],
-    ), // A platform's or launcher's report that a process died of SIGKILL, whose memory reason may
+    ),
+    // A platform's or launcher's report that a process died of SIGKILL, whose memory reason may
     // stand beside it (issue 42): Open MPI's "mpirun noticed that process rank 2 with PID 0 on
     // node qy-PC exited on signal 9 (Killed).", AWS Lambda's "Runtime exited with error: signal:
     // killed" under a REPORT line's "Max Memory Used: 2581 MB". Alone it says only SIGKILL; the

@@ -107,6 +107,11 @@ fn codebases_torchtune_built_in_config_moves_both_from_the_configs_values() {
             .ends_with("batch_size 4→2, gradient_accumulation_steps 8→16"),
         "{out}"
     );
+    let other = project();
+    install(&other, "tune", "othertune.cli");
+    let (out, _) = plan(&other, &format!("{doc} batch_size=8"));
+    assert!(!out.contains("torchtune"), "{out}");
+    assert!(!out.contains("gradient_accumulation_steps"), "{out}");
 }
 
 #[test]
@@ -209,6 +214,21 @@ fn codebases_axolotl_cli_and_module_take_its_own_keys_never_the_trainers() {
     let (head, command) = second(&out);
     assert!(head.ends_with("--micro-batch-size 2→1"), "{head}");
     assert_eq!(command, "axolotl train global.yml --micro-batch-size=1");
+    // The global batch on the command line over a YAML with neither, the micro batch in the
+    // command's underscore spelling: that word moves where it is, and no accumulation is
+    // added (axolotl refuses one beside a global batch).
+    let micro_only = text.replace("gradient_accumulation_steps: 2\n", "");
+    std::fs::write(sb.path("project/micro.yml"), micro_only).unwrap();
+    let job = "axolotl train micro.yml --batch-size=16 --micro_batch_size=4";
+    let (out, _) = plan(&sb, job);
+    assert!(
+        out.contains("batch: `--micro_batch_size=4` in the command"),
+        "{out}"
+    );
+    assert!(out.contains("`batch_size` in the command"), "{out}");
+    let (head, command) = second(&out);
+    assert!(head.ends_with("--micro_batch_size 4→2"), "{head}");
+    assert_eq!(command, job.replace("size=4", "size=2"));
 }
 
 #[test]
@@ -226,6 +246,12 @@ fn codebases_trl_flags_added_from_the_trainers_defaults() {
         command,
         format!("{job} --per_device_train_batch_size 4 --gradient_accumulation_steps 2")
     );
+    // A config named but not here may set the batch: the Trainer's default is no guess to
+    // override it with.
+    let (out, _) = plan(&sb, "trl sft --config missing.yaml --output_dir test-sft");
+    assert!(out.contains("config: missing.yaml is not here"), "{out}");
+    assert!(!out.contains("TRL's default 8"), "{out}");
+    assert!(!out.contains("attempt 2"), "{out}");
 }
 
 #[test]
@@ -243,6 +269,13 @@ fn codebases_ultralytics_keeps_its_effective_batch_through_nbs() {
     assert_eq!(
         second(&out).1,
         "yolo train cfg=ultralytics/default.yaml batch=8"
+    );
+    // Above nbs it accumulates 1 step either way: the effective batch shrinks, said so.
+    let (out, _) = plan(&sb, "yolo train data=coco8.yaml batch=128");
+    assert!(out.contains("1 for a batch of 128"), "{out}");
+    assert!(
+        out.contains("effective batch shrinks with the batch (128 → 64)"),
+        "{out}"
     );
     // AutoBatch is its own.
     let (out, _) = plan(&sb, "yolo train data=coco8.yaml batch=-1");

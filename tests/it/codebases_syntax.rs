@@ -158,7 +158,7 @@ fn codebases_mmdetection_cfg_options_over_a_python_config_chain() {
     has(&p, "found: batch: `train_dataloader.batch_size` in configs/faster_rcnn/../_base_/datasets/coco_detection.py, 2");
     has(&p, &format!("command: python3 tools/train.py {config} --cfg-options train_dataloader.batch_size=1 optim_wrapper.accumulative_counts=2"));
     assert!(!p.contains("effective batch shrinks"), "{p}");
-    // The command's own list: the accumulation joins it (a second --cfg-options would drop it).
+    // The command's own list: the accumulation joins it (mmcv 1.x kept only the last list).
     let p = plan(
         Some("mmdetection"),
         &[
@@ -175,6 +175,36 @@ fn codebases_mmdetection_cfg_options_over_a_python_config_chain() {
     for line in p.lines().filter(|l| l.contains("command:")) {
         assert_eq!(line.matches("--cfg-options").count(), 1, "{line}");
     }
+}
+
+/// mmyolo writes the batch as a variable (`batch_size=train_batch_size_per_gpu`): no literal to
+/// read, so nothing is moved (a line says so and how to name it), and the plan is still made.
+#[test]
+fn codebases_mmengine_batch_held_in_a_variable_is_named_not_refused() {
+    let sb = Sandbox::new();
+    let project = sb.path("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        project.join("yolov5_s.py"),
+        "train_batch_size_per_gpu = 16\ntrain_dataloader = dict(batch_size=train_batch_size_per_gpu, num_workers=8)\n",
+    )
+    .unwrap();
+    let out = sb
+        .run(
+            &["--dry-run"],
+            &["python3", "tools/train.py", "yolov5_s.py"],
+        )
+        .current_dir(&project)
+        .output()
+        .expect("oomguard runs");
+    let p = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", util::stderr_of(&out));
+    has(&p, "train_dataloader.batch_size is a name, not a literal");
+    has(
+        &p,
+        "name the batch with --batch-arg and the accumulation with --accum-arg",
+    );
+    assert!(!p.contains("attempt 2 after oom_killed: "), "{p}");
 }
 
 #[test]

@@ -125,7 +125,7 @@ fn declaration(call: crate::knobs::file::py::Call) -> Option<Declaration> {
 /// `None` where there is no such script or it cannot be read.
 pub fn read(argv: &[OsString], cwd: &Path) -> Option<Declared> {
     let script = script_of(argv, cwd)?;
-    let text = read_text(&cwd.join(&script))?;
+    let text = crate::principal::read_text(&cwd.join(&script), SCRIPT_MAX_BYTES)?;
     Some(Declared::parse(&script, &text))
 }
 
@@ -134,6 +134,16 @@ fn script_of(argv: &[OsString], cwd: &Path) -> Option<String> {
     let launch = super::launch(argv);
     if let Some(script) = launch.script.as_deref().filter(|s| s.ends_with(".py")) {
         return Some(script.to_string());
+    }
+    // `python -m pkg.train`: Python looks in the working directory first, so a module of the
+    // project is `pkg/train.py` (or a package's `__main__.py`) there; an installed one is not read.
+    if let Some(module) = launch.script.as_deref().filter(|s| is_module_name(s)) {
+        let path = module.replace('.', "/");
+        return [format!("{path}.py"), format!("{path}/__main__.py")]
+            .into_iter()
+            .find(|file| {
+                crate::principal::as_user(|| Ok(cwd.join(file).is_file())).unwrap_or(false)
+            });
     }
     let program = argv.first()?.to_str()?;
     let base = program.rsplit('/').next().unwrap_or(program);
@@ -144,7 +154,21 @@ fn script_of(argv: &[OsString], cwd: &Path) -> Option<String> {
     } else {
         return None;
     };
-    wrapped_script(&read_text(&cwd.join(wrapper))?)
+    wrapped_script(&crate::principal::read_text(
+        &cwd.join(wrapper),
+        SCRIPT_MAX_BYTES,
+    )?)
+}
+
+/// `pkg.train`: dotted Python identifiers, as `python -m` takes a module.
+fn is_module_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.split('.').all(|part| {
+            part.chars()
+                .next()
+                .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+                && part.chars().all(|c| c == '_' || c.is_ascii_alphanumeric())
+        })
 }
 
 /// The `.py` a shell wrapper passes its own arguments to: the one word ending in `.py` on the
@@ -167,13 +191,6 @@ pub fn wrapped_script(text: &str) -> Option<String> {
         [one] => Some(one.to_string()),
         _ => None,
     }
-}
-
-fn read_text(path: &Path) -> Option<String> {
-    let bytes =
-        crate::principal::as_user(|| crate::fsutil::read_regular_capped(path, SCRIPT_MAX_BYTES))
-            .ok()?;
-    String::from_utf8(bytes).ok()
 }
 
 #[cfg(test)]
@@ -266,6 +283,54 @@ parser.add_argument('data', nargs='?', metavar='DIR', const=None)
         ];
         for (text, want) in table {
             assert_eq!(wrapped_script(text).as_deref(), *want, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_script_is_found_behind_an_interpreter_a_module_or_a_wrapper() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write(
+            "train.py",
+            "p.add_argument('-b', '--batch-size', default=8)\n",
+        );
+        write(
+            "pkg/train.py",
+            "p.add_argument('--per_device_train_batch_size', default=8)\n",
+        );
+        write("app/__main__.py", "p.add_argument('--bs', default=4)\n");
+        write(
+            "run.sh",
+            "#!/bin/sh\ntorchrun --nproc-per-node=2 train.py \"$@\"\n",
+        );
+        // (command, the script read, an option it declares)
+        let table: &[(&str, Option<&str>, &str)] = &[
+            ("python3 train.py -b 8", Some("train.py"), "-b"),
+            (
+                "torchrun --nproc_per_node 2 -m pkg.train --x 1",
+                Some("pkg/train.py"),
+                "--per_device_train_batch_size",
+            ),
+            ("python -m app --bs 4", Some("app/__main__.py"), "--bs"),
+            ("./run.sh -b 8", Some("train.py"), "-b"),
+            // An installed module, not the project's: not read.
+            ("python -m torch.utils.bottleneck x", None, ""),
+            ("python -m ../evil x", None, ""),
+        ];
+        for (command, script, option) in table {
+            let found = read(&crate::test_util::argv(command), dir.path());
+            assert_eq!(
+                found.as_ref().map(|d| d.script.as_str()),
+                *script,
+                "{command}"
+            );
+            if let Some(d) = found {
+                assert!(d.declares(option), "{command}: {d:?}");
+            }
         }
     }
 }

@@ -177,7 +177,8 @@ pub static CODEBASES: &[Codebase] = &[
         scripts: &["trl"],
         entry_modules: &["trl.cli", "trl.commands.cli"],
         train_modules: &[],
-        train_words: &["sft", "dpo", "grpo", "kto", "reward", "rloo", "ppo", "orpo"],
+        // trl/cli.py's training commands (`env` and `vllm-serve` do not train).
+        train_words: &["sft", "dpo", "grpo", "kto", "reward", "rloo"],
         recipe_after: false,
         config: ConfigWord::Flag("--config"),
         syntax: Syntax::Dashed,
@@ -331,32 +332,39 @@ const WRAPPER_MAX_BYTES: u64 = 64 << 10;
 /// its package's `entry_points.txt` beside it. `None` where neither says.
 fn runs(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_str()?;
-    let text =
-        crate::principal::as_user(|| crate::fsutil::read_regular_capped(path, WRAPPER_MAX_BYTES))
-            .ok()
-            .and_then(|bytes| String::from_utf8(bytes).ok());
-    if let Some(module) = text.as_deref().and_then(wrapper_module) {
+    let text = crate::principal::read_text(path, WRAPPER_MAX_BYTES)?;
+    if let Some(module) = wrapper_module(&text) {
         return Some(module);
     }
+    // Only a Python script's package is searched: not the interpreter's (`python train.py`),
+    // nor a shell wrapper's, whose environment's every dist-info would be read for nothing.
+    if !(text.starts_with("#!") && text.lines().next()?.contains("python")) {
+        return None;
+    }
     site_packages(path).into_iter().find_map(|site| {
-        let dirs = std::fs::read_dir(&site).ok()?;
-        dirs.flatten()
-            .filter(|e| {
-                e.file_name()
-                    .to_str()
-                    .is_some_and(|n| n.ends_with(".dist-info"))
-            })
-            .find_map(|e| {
-                let bytes = crate::principal::as_user(|| {
-                    crate::fsutil::read_regular_capped(
-                        &e.path().join("entry_points.txt"),
-                        WRAPPER_MAX_BYTES,
-                    )
-                })
-                .ok()?;
-                console_entry(&String::from_utf8(bytes).ok()?, name)
-            })
+        let infos = as_job(|| {
+            std::fs::read_dir(&site).map_or_else(
+                |_| Vec::new(),
+                |dirs| {
+                    dirs.flatten()
+                        .map(|e| e.path())
+                        .filter(|p| p.extension().is_some_and(|x| x == "dist-info"))
+                        .collect::<Vec<_>>()
+                },
+            )
+        });
+        infos.into_iter().find_map(|info| {
+            let text =
+                crate::principal::read_text(&info.join("entry_points.txt"), WRAPPER_MAX_BYTES)?;
+            console_entry(&text, name)
+        })
     })
+}
+
+/// `work`'s answer as the job's user sees the files (a directory listed, a path tested), the
+/// default where the switch fails: the job's paths are never looked at with root's eyes.
+fn as_job<T: Default>(work: impl FnOnce() -> T) -> T {
+    crate::principal::as_user(|| Ok(work())).unwrap_or_default()
 }
 
 /// The module a pip/uv-generated wrapper imports its entry point from: a Python `#!` line and
@@ -405,21 +413,23 @@ fn site_packages(script: &Path) -> Vec<PathBuf> {
     let Some(env) = script.parent().and_then(Path::parent) else {
         return Vec::new();
     };
-    let Ok(lib) = std::fs::read_dir(env.join("lib")) else {
-        return Vec::new();
-    };
-    let mut dirs: Vec<PathBuf> = lib
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.starts_with("python"))
-        })
-        .map(|e| e.path().join("site-packages"))
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
-    dirs
+    as_job(|| {
+        let Ok(lib) = std::fs::read_dir(env.join("lib")) else {
+            return Vec::new();
+        };
+        let mut dirs: Vec<PathBuf> = lib
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.starts_with("python"))
+            })
+            .map(|e| e.path().join("site-packages"))
+            .filter(|p| p.is_dir())
+            .collect();
+        dirs.sort();
+        dirs
+    })
 }
 
 /// A word that is neither a flag nor an override: a subcommand, a task, a config, a recipe.
@@ -486,12 +496,20 @@ pub(in crate::knobs) fn find(
     }
     let at = argv.len();
     let word_of = |key: &str| syntax.shown(key);
+    // A word of the command as the user wrote it (`--micro_batch_size=4`, not axolotl's dash-case).
+    let as_written = |place: &argv::Place, raw: &str| {
+        let name = place.name();
+        match syntax {
+            Syntax::Dashed => format!("{name} {raw}"),
+            Syntax::KeyValue | Syntax::KebabJoined => format!("{name}={raw}"),
+        }
+    };
     let (batch_place, batch) = match &batch_word {
         Some((place, raw)) => {
             let n = raw.parse::<u64>().expect("checked above");
             lines.push(format!(
                 "batch: `{}` in the command, {n}",
-                word_of(codebase.batch_key).replace('N', raw)
+                as_written(place, raw)
             ));
             (place.clone(), n)
         }
@@ -506,7 +524,8 @@ pub(in crate::knobs) fn find(
                     ));
                     n
                 }
-                (None, Some(n)) => {
+                // A config named but not read may set the batch: the default would be a guess.
+                (None, Some(n)) if !unread_config => {
                     let whose = match &shown_config {
                         Some(c) => format!("absent from {c}"),
                         None => "not in the command".to_string(),
@@ -519,7 +538,7 @@ pub(in crate::knobs) fn find(
                     ));
                     n
                 }
-                (None, None) => {
+                (None, _) => {
                     lines.push(format!(
                         "batch: `{}` is neither in the command nor in a config oomguard could read",
                         codebase.batch_key
@@ -546,20 +565,35 @@ pub(in crate::knobs) fn find(
                 None => in_config(key).ok().flatten(),
             }
             .unwrap_or(default);
-            lines.push(format!(
-                "accumulation: {} keeps the effective batch itself, accumulating round({key} {nbs} ÷ batch) steps, so the batch moves alone",
-                codebase.name
-            ));
-            found.kept_by_job = true;
+            // max(round(nbs ÷ batch), 1): a batch above nbs accumulates 1 step either side
+            // of a halving, so the effective batch shrinks until the batch is at most nbs.
+            found.kept_by_job = batch <= nbs;
+            lines.push(if found.kept_by_job {
+                format!(
+                    "accumulation: {} keeps the effective batch itself, accumulating round({key} {nbs} ÷ batch) steps, so the batch moves alone",
+                    codebase.name
+                )
+            } else {
+                format!(
+                    "accumulation: {} accumulates max(round({key} {nbs} ÷ batch), 1) steps, 1 for a batch of {batch}, so the effective batch shrinks until the batch is at most {nbs} (give `{key}={batch}` to keep it)",
+                    codebase.name
+                )
+            });
         }
+        // axolotl refuses a global batch beside an accumulation (check_gas_bsz), so none is
+        // added where the command or the config gives the global batch.
         Keeps::GlobalBatch(global)
             if command_word(argv, syntax, codebase.accum_key)?.is_none()
                 && in_config(codebase.accum_key)?.is_none()
-                && in_config(global)?.is_some() =>
+                && (command_word(argv, syntax, global)?.is_some()
+                    || in_config(global)?.is_some()) =>
         {
+            let whose = match command_word(argv, syntax, global)? {
+                Some(_) => "the command",
+                None => shown_config.as_deref().unwrap_or("the config"),
+            };
             lines.push(format!(
-                "accumulation: `{global}` in {} with no `{}`: {} derives the accumulation as {global} ÷ {}, so the batch moves alone",
-                shown_config.as_deref().unwrap_or("the config"),
+                "accumulation: `{global}` in {whose} with no `{}`: {} derives the accumulation as {global} ÷ {}, so the batch moves alone",
                 codebase.accum_key,
                 codebase.name,
                 codebase.batch_key
@@ -583,7 +617,7 @@ pub(in crate::knobs) fn find(
                         argv::parse_count(&syntax.name(key), OsString::from(&raw).as_os_str(), 1)?;
                     lines.push(format!(
                         "accumulation: `{}` in the command, {n}",
-                        word_of(key).replace('N', &raw)
+                        as_written(&place, &raw)
                     ));
                     (place, n)
                 }
@@ -682,7 +716,7 @@ fn read_named(
     lines: &mut Vec<String>,
 ) -> Result<Option<(String, crate::knobs::file::Format, String)>, KnobError> {
     let who = format!("{} config {path}", launcher.codebase.name);
-    if request.cwd.join(path).is_file() {
+    if as_job(|| request.cwd.join(path).is_file()) {
         let (format, text) = read_config(request, path, &who)?;
         return Ok(Some((path.to_string(), format, text)));
     }
@@ -692,7 +726,7 @@ fn read_named(
             site_packages(script)
                 .into_iter()
                 .map(|site| site.join("recipes/configs").join(format!("{path}.yaml")))
-                .find(|p| p.is_file())
+                .find(|p| as_job(|| p.is_file()))
         });
         if let Some(file) = file {
             let absolute = file.display().to_string();

@@ -6,10 +6,10 @@
 //! (paths relative to the file naming them; the naming file wins, as mmengine merges it over
 //! its bases). Reads the chain as the job's user; writes nothing, runs nothing.
 //!
-//! A relaunch changes them with `key=N` words in the command's `--cfg-options` list, or with a
-//! `--cfg-options` added where there is none: mmengine's `DictAction` keeps only the last
-//! `--cfg-options` it is given, so a second one would drop the user's own overrides. The files
-//! are left alone. Only the old-style configs are read (`_base_` lists, `dict(...)` calls); a
+//! A relaunch changes them with `key=N` words in the command's last `--cfg-options` list, or
+//! with a `--cfg-options` added where there is none: mmengine's `DictAction` merges repeated
+//! lists, but mmcv 1.x's kept only the last, so a second list would drop the user's own
+//! overrides there. The files are left alone. Only the old-style configs are read (`_base_` lists, `dict(...)` calls); a
 //! config of the new style (`with read_base():` imports) holds no `_base_` and is read for its
 //! own keys only.
 
@@ -52,7 +52,10 @@ impl Chain {
             if files.len() >= MAX_FILES {
                 break;
             }
-            let Some(text) = read_text(&request.cwd.join(&path)) else {
+            let Some(text) = crate::principal::read_text(
+                &request.cwd.join(&path),
+                crate::fsutil::SMALL_FILE_MAX_BYTES,
+            ) else {
                 if files.is_empty() {
                     return None;
                 }
@@ -131,8 +134,8 @@ fn bases_in(text: &str) -> Vec<String> {
 }
 
 /// The `--cfg-options` list of the script's arguments: the index of the flag, and the index
-/// right after its last value (where a word joins the list). The last one, as `DictAction`
-/// keeps only that.
+/// right after its last value (where a word joins the list). The last one, which wins under
+/// mmengine's merging `DictAction` and is the only one mmcv 1.x's kept.
 fn cfg_options(argv: &[OsString], from: usize) -> Option<(usize, usize)> {
     let at = (from..argv.len())
         .rev()
@@ -171,16 +174,33 @@ fn error(problem: String) -> KnobError {
 
 /// The batch and accumulation of a command whose first script argument is an mmengine config
 /// setting `train_dataloader.batch_size` (itself or through `_base_`), with no batch in the
-/// command; `None` where it is not one.
-pub(super) fn find(request: &Request) -> Result<Option<Found>, KnobError> {
+/// command; `None` where it is not one, or where the batch or the accumulation is no literal
+/// (mmyolo's `batch_size=train_batch_size_per_gpu`): then a line in `notes` says so, and the
+/// run goes on as with no batch found rather than override a value oomguard cannot read.
+pub(super) fn find(request: &Request, notes: &mut Vec<String>) -> Result<Option<Found>, KnobError> {
     let Some((chain, from)) = Chain::read(request) else {
         return Ok(None);
     };
-    let Some((file, batch)) = chain.count(BATCH_KEY).map_err(error)? else {
-        return Ok(None);
+    let unread = |problem: String| {
+        format!("{ENTRYPOINT}: {problem}; name the batch with --batch-arg and the accumulation with --accum-arg to move them")
+    };
+    let (file, batch) = match chain.count(BATCH_KEY) {
+        Ok(Some(found)) => found,
+        Ok(None) => return Ok(None),
+        Err(problem) => {
+            notes.push(unread(problem));
+            return Ok(None);
+        }
     };
     let argv = request.command;
-    let (accum_place, accum, accum_note) = accum_of(&chain, argv, from)?;
+    let (accum_place, accum, accum_note) = match accum_of(&chain, argv, from) {
+        Ok(found) => found,
+        Err(KnobError::Knob { problem, .. }) => {
+            notes.push(unread(problem));
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
     let batch_note = format!(
         "batch: `{BATCH_KEY}` in {file}, {batch}, changed with `{}` (the files are left alone)",
         word(argv, from, BATCH_KEY)
@@ -253,14 +273,6 @@ fn word(argv: &[OsString], from: usize, key: &str) -> String {
         Some(_) => format!("{key}=N in the command's --cfg-options"),
         None => format!("--cfg-options {key}=N"),
     }
-}
-
-fn read_text(path: &Path) -> Option<String> {
-    let bytes = crate::principal::as_user(|| {
-        crate::fsutil::read_regular_capped(path, crate::fsutil::SMALL_FILE_MAX_BYTES)
-    })
-    .ok()?;
-    String::from_utf8(bytes).ok()
 }
 
 #[cfg(test)]

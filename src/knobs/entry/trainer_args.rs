@@ -44,13 +44,11 @@ fn hf_script(request: &Request) -> bool {
         return false;
     };
     script.ends_with(".py")
-        && crate::principal::as_user(|| {
-            crate::fsutil::read_regular_capped(
-                &request.cwd.join(&script),
-                crate::fsutil::SMALL_FILE_MAX_BYTES,
-            )
-        })
-        .is_ok_and(|bytes| String::from_utf8_lossy(&bytes).contains("HfArgumentParser"))
+        && crate::principal::read_text(
+            &request.cwd.join(&script),
+            crate::fsutil::SMALL_FILE_MAX_BYTES,
+        )
+        .is_some_and(|text| text.contains("HfArgumentParser"))
 }
 
 /// `TrainingArguments`' defaults for the two keys.

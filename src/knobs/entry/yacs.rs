@@ -14,7 +14,7 @@ use std::path::Path;
 
 use super::{count_at, flag_values, read_config, script_args_start, Found};
 use crate::knobs::argv;
-use crate::knobs::reader::{KnobError, Reader, Request};
+use crate::knobs::reader::{KnobError, Request};
 use crate::knobs::Place;
 
 /// The batch key detectron2 reads (images per step, over all workers).
@@ -27,7 +27,7 @@ const ENTRYPOINT: &str = "yacs config (detectron2)";
 
 /// The batch of a command with `--config-file` whose YAML chain (or whose `KEY VALUE` pairs)
 /// set `SOLVER.IMS_PER_BATCH`; `None` where neither does.
-pub(super) fn find(request: &Request, _reader: &mut Reader) -> Result<Option<Found>, KnobError> {
+pub(super) fn find(request: &Request) -> Result<Option<Found>, KnobError> {
     let argv = request.command;
     let from = script_args_start(argv);
     let Some(&(_, config)) = flag_values(argv, from, &["--config-file"]).last() else {
