@@ -976,11 +976,15 @@ impl Place {
         }
     }
 
-    /// The flag or key as written (an equals-form absent flag without its `=`).
+    /// The flag or key as written (an equals-form absent flag without its `=`, a key added with
+    /// its list flag without the flag: `train_dataloader.batch_size`).
     pub fn name(&self) -> &str {
         match self {
             Place::Flag { name, .. } | Place::Switch { name, .. } => name,
-            Place::Absent { name, .. } => name.strip_suffix('=').unwrap_or(name),
+            Place::Absent { name, .. } => {
+                let name = name.strip_suffix('=').unwrap_or(name);
+                name.split_once(' ').map_or(name, |(_, key)| key)
+            }
         }
     }
 

@@ -157,6 +157,11 @@ fn codebases_mmdetection_cfg_options_over_a_python_config_chain() {
     let p = plan(Some("mmdetection"), &["python3", "tools/train.py", config]);
     has(&p, "found: batch: `train_dataloader.batch_size` in configs/faster_rcnn/../_base_/datasets/coco_detection.py, 2");
     has(&p, &format!("command: python3 tools/train.py {config} --cfg-options train_dataloader.batch_size=1 optim_wrapper.accumulative_counts=2"));
+    // The relaunch line names the keys, not the list flag they are added with.
+    has(
+        &p,
+        "attempt 2 after oom_killed: train_dataloader.batch_size 2→1, optim_wrapper.accumulative_counts 1→2",
+    );
     assert!(!p.contains("effective batch shrinks"), "{p}");
     // The command's own list: the accumulation joins it (mmcv 1.x kept only the last list).
     let p = plan(
