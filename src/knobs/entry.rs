@@ -53,16 +53,19 @@ pub struct Found {
 /// The first entrypoint that keeps the batch in a file the command names: LightningCLI's
 /// `--config`, a Trainer's single JSON/YAML argument, a DeepSpeed config, Hydra's composed
 /// config, a Python script's globals and config files. `None` when none does.
-/// `notes` gets a line where an entrypoint holds a batch it cannot move.
+/// `notes` gets a line where an entrypoint holds a batch it cannot move. `codebase_launcher`:
+/// a codebase's own launcher runs the command ([`console::identify`]), so its files are not a
+/// Trainer's arguments file.
 pub(super) fn find(
     request: &Request,
     reader: &mut Reader,
     notes: &mut Vec<String>,
+    codebase_launcher: bool,
 ) -> Result<Option<Found>, KnobError> {
     if let Some(found) = lightning::find(request, notes)? {
         return Ok(Some(found));
     }
-    if let Some(found) = trainer_args::find(request, reader)? {
+    if let Some(found) = trainer_args::find(request, reader, codebase_launcher)? {
         return Ok(Some(found));
     }
     if let Some(found) = deepspeed::find(request, reader)? {

@@ -162,9 +162,14 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
     // A codebase's own launcher (`tune run`, `llamafactory-cli train`) reads its words its own
     // way: it decides both knobs, even where a word of the command is the batch (`batch_size=8`),
     // whose partner is in the config the command names. What the flags said is not its.
-    if batch_spec.is_none() && accum_spec.is_none() {
+    // Looked up once (its PATH entry and wrapper read): the entrypoints below are told whether
+    // a codebase's launcher runs the command, whose files are its own.
+    let launcher = (batch_spec.is_none() && accum_spec.is_none())
+        .then(|| super::entry::console::identify(request.command))
+        .flatten();
+    if let Some(launcher) = &launcher {
         let mut lines = Vec::new();
-        if let Some(found) = super::entry::console::find(request, &mut lines)? {
+        if let Some(found) = super::entry::console::find(request, launcher, &mut lines)? {
             set.notes = found.notes;
             set.kept_by_job = found.kept_by_job;
             set.no_accumulation = found.no_accumulation;
@@ -174,15 +179,17 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
     }
     // No flag of the command is the batch: an entrypoint may keep it in a file.
     let (batch, accum) = match (batch, batch_spec.is_none() && accum_spec.is_none()) {
-        (None, true) => match super::entry::find(request, &mut reader, &mut set.notes)? {
-            Some(found) => {
-                set.notes.extend(found.notes);
-                set.kept_by_job |= found.kept_by_job;
-                set.no_accumulation = found.no_accumulation;
-                (Some(found.batch), found.accum)
+        (None, true) => {
+            match super::entry::find(request, &mut reader, &mut set.notes, launcher.is_some())? {
+                Some(found) => {
+                    set.notes.extend(found.notes);
+                    set.kept_by_job |= found.kept_by_job;
+                    set.no_accumulation = found.no_accumulation;
+                    (Some(found.batch), found.accum)
+                }
+                None => (None, accum),
             }
-            None => (None, accum),
-        },
+        }
         (batch, _) => (batch, accum),
     };
     push_knobs(set, request, reader, batch, accum)

@@ -12,6 +12,17 @@ use crate::util::{self, copy_tree, Sandbox};
 
 /// `--dry-run` of `job` in a project holding the codebase's files: the plan, exit 0.
 fn plan(codebase: Option<&str>, job: &[&str]) -> String {
+    plan_with(codebase, &[], &[], job)
+}
+
+/// [`plan`] with `files` (path, text) written into the project too and `extra` options before
+/// the job.
+fn plan_with(
+    codebase: Option<&str>,
+    files: &[(&str, &str)],
+    extra: &[&str],
+    job: &[&str],
+) -> String {
     let sb = Sandbox::new();
     let project = sb.path("project");
     std::fs::create_dir_all(&project).unwrap();
@@ -21,8 +32,13 @@ fn plan(codebase: Option<&str>, job: &[&str]) -> String {
             &project,
         );
     }
+    for (path, text) in files {
+        std::fs::write(project.join(path), text).unwrap();
+    }
+    let mut options = vec!["--dry-run"];
+    options.extend_from_slice(extra);
     let out = sb
-        .run(&["--dry-run"], job)
+        .run(&options, job)
         .current_dir(&project)
         .output()
         .expect("oomguard runs");
@@ -186,24 +202,15 @@ fn codebases_mmdetection_cfg_options_over_a_python_config_chain() {
 /// read, so nothing is moved (a line says so and how to name it), and the plan is still made.
 #[test]
 fn codebases_mmengine_batch_held_in_a_variable_is_named_not_refused() {
-    let sb = Sandbox::new();
-    let project = sb.path("project");
-    std::fs::create_dir_all(&project).unwrap();
-    std::fs::write(
-        project.join("yolov5_s.py"),
-        "train_batch_size_per_gpu = 16\ntrain_dataloader = dict(batch_size=train_batch_size_per_gpu, num_workers=8)\n",
-    )
-    .unwrap();
-    let out = sb
-        .run(
-            &["--dry-run"],
-            &["python3", "tools/train.py", "yolov5_s.py"],
-        )
-        .current_dir(&project)
-        .output()
-        .expect("oomguard runs");
-    let p = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}", util::stderr_of(&out));
+    let p = plan_with(
+        None,
+        &[(
+            "yolov5_s.py",
+            "train_batch_size_per_gpu = 16\ntrain_dataloader = dict(batch_size=train_batch_size_per_gpu, num_workers=8)\n",
+        )],
+        &[],
+        &["python3", "tools/train.py", "yolov5_s.py"],
+    );
     has(&p, "train_dataloader.batch_size is a name, not a literal");
     has(
         &p,
@@ -214,24 +221,18 @@ fn codebases_mmengine_batch_held_in_a_variable_is_named_not_refused() {
 
 #[test]
 fn codebases_mmdetection_file_key_inside_a_dict_call() {
-    let sb = Sandbox::new();
-    let project = sb.path("project");
-    copy_tree(Path::new(&util::fixture("codebases/mmdetection")), &project);
     let key = "configs/_base_/datasets/coco_detection.py:train_dataloader.batch_size";
-    let out = sb
-        .run(
-            &["--dry-run", "--batch-arg", key],
-            &[
-                "python3",
-                "tools/train.py",
-                "configs/faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py",
-            ],
-        )
-        .current_dir(&project)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", util::stderr_of(&out));
-    has(&String::from_utf8_lossy(&out.stdout), "2→1");
+    let p = plan_with(
+        Some("mmdetection"),
+        &[],
+        &["--batch-arg", key],
+        &[
+            "python3",
+            "tools/train.py",
+            "configs/faster_rcnn/faster-rcnn_r50_fpn_1x_coco.py",
+        ],
+    );
+    has(&p, "2→1");
 }
 
 #[test]

@@ -250,7 +250,10 @@ pub(in crate::knobs) fn identify(argv: &[OsString]) -> Option<Launcher> {
         }
     }
     let program_at = match (found.launchers.last(), &found.script) {
-        (None, _) => 0,
+        // The program itself, where it is neither an interpreter nor a launcher (with neither,
+        // `launch` finds no script): `python train.py` is never looked up and read.
+        (None, None) => 0,
+        (None, Some(_)) => return None,
         (Some(last), Some(_)) if last == "tune run" => {
             // The last `tune run` before the recipe (`srun tune run ...`).
             let at = (0..found.script_args.saturating_sub(1)).rev().find(|&i| {
@@ -314,15 +317,12 @@ fn by_name(name: &str) -> Option<&'static Codebase> {
 /// The program as the job's PATH finds it (this process's PATH, which the job inherits).
 fn on_path(token: &str) -> Option<PathBuf> {
     let path_var = std::env::var_os("PATH");
-    let mut found = None;
-    let _ = crate::principal::as_user(|| {
+    as_job(|| {
         // Through a link to where it is installed: its environment's files are beside it there.
-        found = crate::child::resolve_program(token, path_var.as_deref())
+        crate::child::resolve_program(token, path_var.as_deref())
             .ok()
-            .map(|p| std::fs::canonicalize(&p).unwrap_or(p));
-        Ok(())
-    });
-    found
+            .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+    })
 }
 
 /// The most of a console script read to tell what it runs: pip's wrappers are a few lines.
@@ -336,9 +336,9 @@ fn runs(path: &Path) -> Option<String> {
     if let Some(module) = wrapper_module(&text) {
         return Some(module);
     }
-    // Only a Python script's package is searched: not the interpreter's (`python train.py`),
-    // nor a shell wrapper's, whose environment's every dist-info would be read for nothing.
-    if !(text.starts_with("#!") && text.lines().next()?.contains("python")) {
+    // Only a Python script's package is searched: not a shell wrapper's, whose environment's
+    // every dist-info would be read for nothing.
+    if !python_script(&text) {
         return None;
     }
     site_packages(path).into_iter().find_map(|site| {
@@ -370,8 +370,7 @@ fn as_job<T: Default>(work: impl FnOnce() -> T) -> T {
 /// The module a pip/uv-generated wrapper imports its entry point from: a Python `#!` line and
 /// `from MODULE import FUNC` followed by `sys.exit(FUNC())`.
 pub fn wrapper_module(text: &str) -> Option<String> {
-    let first = text.lines().next()?;
-    if !(first.starts_with("#!") && first.contains("python")) {
+    if !python_script(text) {
         return None;
     }
     text.lines().find_map(|line| {
@@ -386,6 +385,13 @@ pub fn wrapper_module(text: &str) -> Option<String> {
         (named(module) && named(func) && text.contains(&format!("sys.exit({func}()")))
             .then(|| module.to_string())
     })
+}
+
+/// A script whose `#!` line runs Python.
+fn python_script(text: &str) -> bool {
+    text.lines()
+        .next()
+        .is_some_and(|first| first.starts_with("#!") && first.contains("python"))
 }
 
 /// The module of console script `name` in an `entry_points.txt`'s `[console_scripts]`.
@@ -437,30 +443,28 @@ fn bare(word: &str) -> bool {
     !word.starts_with('-') && !word.contains('=')
 }
 
-/// The batch and accumulation of a codebase launcher's command; `None` where the command runs
-/// none, or it does not train (`tune ls`, `yolo predict`), or no batch can be read (with a line
+/// The batch and accumulation of the command `launcher` ([`identify`]) runs; `None` where it
+/// does not train (`tune ls`, `yolo predict`), or no batch can be read (with a line
 /// in `notes` saying why).
 pub(in crate::knobs) fn find(
     request: &Request,
+    launcher: &Launcher,
     notes: &mut Vec<String>,
 ) -> Result<Option<Found>, KnobError> {
     let argv = request.command;
-    let Some(launcher) = identify(argv) else {
-        return Ok(None);
-    };
     let codebase = launcher.codebase;
-    let Some(from) = words_start(argv, &launcher) else {
+    let Some(from) = words_start(argv, launcher) else {
         return Ok(None);
     };
     let mut lines = vec![format!("{}: {}", codebase.name, launcher.how)];
     // LLaMA-Factory reads flags when its first word is no config file (`read_args`).
-    let config = config_word(argv, from, codebase.config);
-    let syntax = match (codebase.config, &config) {
+    let named = config_word(argv, from, codebase.config);
+    let syntax = match (codebase.config, &named) {
         (ConfigWord::First, None) if codebase.syntax == Syntax::KeyValue => Syntax::Dashed,
         _ => codebase.syntax,
     };
-    let config = match config {
-        Some(path) => read_named(request, &launcher, &path, &mut lines)?,
+    let config = match &named {
+        Some(path) => read_named(request, launcher, path, &mut lines)?,
         None => None,
     };
     let in_config = |key: &str| -> Result<Option<u64>, KnobError> {
@@ -475,8 +479,9 @@ pub(in crate::knobs) fn find(
     let shown_config = config.as_ref().map(|(shown, ..)| shown.clone());
     // A config named but not read may hold an accumulation (torchtune's 8): one added from 1
     // would override it, so then only the command's own accumulation is moved.
-    let unread_config = config.is_none() && config_word(argv, from, codebase.config).is_some();
+    let unread_config = config.is_none() && named.is_some();
     let batch_word = command_word(argv, syntax, codebase.batch_key)?;
+    let accum_word = command_word(argv, syntax, codebase.accum_key)?;
     // ultralytics: a batch of -1 or a fraction of the card is its own AutoBatch.
     if let Some((_, raw)) = &batch_word {
         if raw.parse::<u64>().map_or(true, |n| n == 0) {
@@ -583,7 +588,7 @@ pub(in crate::knobs) fn find(
         // axolotl refuses a global batch beside an accumulation (check_gas_bsz), so none is
         // added where the command or the config gives the global batch.
         Keeps::GlobalBatch(global)
-            if command_word(argv, syntax, codebase.accum_key)?.is_none()
+            if accum_word.is_none()
                 && in_config(codebase.accum_key)?.is_none()
                 && (command_word(argv, syntax, global)?.is_some()
                     || in_config(global)?.is_some()) =>
@@ -600,9 +605,7 @@ pub(in crate::knobs) fn find(
             ));
             found.kept_by_job = true;
         }
-        Keeps::Accumulation | Keeps::GlobalBatch(_)
-            if unread_config && command_word(argv, syntax, codebase.accum_key)?.is_none() =>
-        {
+        Keeps::Accumulation | Keeps::GlobalBatch(_) if unread_config && accum_word.is_none() => {
             lines.push(format!(
                 "accumulation: `{}` is in no word of the command and its config was not read, so the batch moves alone and the effective batch shrinks with it (add `{}` to the command to keep it)",
                 codebase.accum_key,
@@ -611,7 +614,7 @@ pub(in crate::knobs) fn find(
         }
         Keeps::Accumulation | Keeps::GlobalBatch(_) => {
             let key = codebase.accum_key;
-            let (place, n) = match command_word(argv, syntax, key)? {
+            let (place, n) = match accum_word {
                 Some((place, raw)) => {
                     let n =
                         argv::parse_count(&syntax.name(key), OsString::from(&raw).as_os_str(), 1)?;

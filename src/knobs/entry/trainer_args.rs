@@ -55,13 +55,15 @@ fn hf_script(request: &Request) -> bool {
 const DEFAULT_BATCH: u64 = 8;
 
 /// The batch and the accumulation of a script whose only argument is its arguments file;
-/// `None` for any other command, or a file that is no Trainer's (no `output_dir`, no batch).
+/// `None` for any other command, a codebase's own launcher (`codebase_launcher`), or a file
+/// that is no Trainer's (no `output_dir`, no batch).
 pub(in crate::knobs) fn find(
     request: &Request,
     reader: &mut Reader,
+    codebase_launcher: bool,
 ) -> Result<Option<Found>, KnobError> {
     let argv = request.command;
-    if super::console::identify(argv).is_some() {
+    if codebase_launcher {
         return Ok(None);
     }
     let [only] = &argv[script_args_start(argv)..] else {
