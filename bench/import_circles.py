@@ -4,6 +4,10 @@
 A module and its own parent or child are not counted as a circle (the parent declares the
 child). Prints each circle, or "no import circles"; exits 1 where there is one.
 
+It also holds src/'s folders to their layers (docs/ARCHITECTURE.md): a folder imports only
+folders of a lower layer, so the tree reads from the ground up. Each import that reaches
+sideways or up is printed with its file, and exits 1 too.
+
     python3 bench/import_circles.py [SRC_DIR]
 """
 import os
@@ -130,6 +134,36 @@ sys.setrecursionlimit(10000)
 for v in sorted(edges):
     if v not in index:
         visit(v)
+# The layers, lowest first (docs/ARCHITECTURE.md); folders on one layer do not import each other.
+LAYERS = [
+    ["guard"],
+    ["observe"],
+    ["judge", "output"],
+    ["knobs"],
+    ["probe"],
+    ["launch", "decide"],
+    ["remember"],
+    ["tell", "supervise"],
+    ["front"],
+    ["error"],
+    ["commands", "run"],
+    [""],  # lib.rs
+]
+layer = {folder: i for i, folders in enumerate(LAYERS) for folder in folders}
+wrong = []
+for mod in sorted(edges):
+    top = mod[0] if mod else ""
+    for target in sorted(edges[mod]):
+        to = target[0] if target else ""
+        if top == to:
+            continue
+        if top not in layer or to not in layer:
+            wrong.append(f"  {modules[mod]} -> {'::'.join(target)}: a folder on no layer")
+        elif layer[to] >= layer[top]:
+            wrong.append(f"  {modules[mod]} -> {'::'.join(target)}: {top or 'lib'} may not import {to}")
+for line in wrong:
+    print(line)
+
 name = lambda m: "::".join(m) or "lib"
 for scc in sccs:
     members = sorted(scc)
@@ -137,5 +171,6 @@ for scc in sccs:
     for a in members:
         for b in sorted(edges[a] & set(members)):
             print(f"  {name(a)} -> {name(b)}")
-print(f"{len(modules)} files; " + (f"{len(sccs)} import circles" if sccs else "no import circles"))
-sys.exit(1 if sccs else 0)
+print(f"{len(modules)} files; " + (f"{len(sccs)} import circles" if sccs else "no import circles")
+      + "; " + (f"{len(wrong)} imports across the layers" if wrong else "every folder on its layer"))
+sys.exit(1 if sccs or wrong else 0)

@@ -1,15 +1,15 @@
 //! How oomguard itself ends early, and every exit status it ends with: the [`Error`] that stops a
 //! command before or between attempts (bad flags, a job that cannot start, a run directory or
 //! file that cannot be written), each with its status, and the statuses of a run that ends on
-//! its own (`EXIT_GAVE_UP`). The words of an attempt's ending are [`crate::outcome`]'s; where
+//! its own (`EXIT_GAVE_UP`). The words of an attempt's ending are [`crate::judge::outcome`]'s; where
 //! the error is printed is the binary's.
 
-use crate::child::SpawnError;
-use crate::install_units::InstallError;
+use crate::front::install_units::InstallError;
+use crate::front::settings::from_args::UsageError;
 use crate::knobs::patch::PatchError;
-use crate::record::run_dir::RunDirError;
-use crate::report::ReportError;
-use crate::settings::from_args::UsageError;
+use crate::launch::child::SpawnError;
+use crate::remember::record::run_dir::RunDirError;
+use crate::tell::report::ReportError;
 
 /// Exit status when out-of-memory deaths outlasted every remedy (EX_TEMPFAIL in sysexits.h:
 /// more memory, or a lower --min-batch, would let a retry succeed).

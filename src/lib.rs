@@ -14,18 +14,27 @@
 //! [`mod@run`] holds one `oomguard run`: its loop reads as the steps of one attempt, launch →
 //! run → judge → learn → decide → wait, and each step tells what happened as one event to
 //! everyone who listens (console, run directory, job memory, service manager, metrics, hooks).
-//! The modules, by the stage of the data path they serve:
+//! The folders, in the order an attempt meets them (docs/ARCHITECTURE.md draws the same map):
 //!
-//! | stage | modules |
+//! | folder | what it holds |
 //! |---|---|
-//! | settings | [`cli`] (the flags), [`settings`] (flags and job file → the run's settings), [`jobfile`] (`--config`: the knob ladder and the job), [`runas`] and [`principal`] (as root: whom the job and its files belong to), [`pathwalk`], [`fsutil`], [`units`] (sizes and durations) |
-//! | knobs | [`knobs`] (flags, overrides, environment, config files: found, rewritten, patched and given back), [`resume`] (the checkpoint to hand a relaunch) |
-//! | run | [`mod@run`] (the attempt loop), [`supervise`] (one attempt: spawn, watch, stop, reap; its rules apart in `supervise::attempt`), [`child`], [`pinned`], [`terminal`], [`stream`], [`signals`], [`slurm`], [`quiet`], [`watch`] |
-//! | observe | [`sampler`], [`mem`], [`gpu`], [`cgroup`], [`cgroup_chain`], [`kernel`], [`liveness`] |
-//! | judge | [`classify`] (the verdict), [`taken`] (a device OOM that neighbours on a shared card caused), [`scan`] (reading the output), [`oom_numbers`], [`outcome`] (the words of an ending) |
-//! | decide | [`policy`] (relaunch or stop, and with what), [`leftovers`] (a relaunch refused over the last attempt's files: set them aside or stop), [`fit`] (how much smaller, from the evidence), [`room`] (room on a shared card, the cards `--gpus` picks, other oomguards' claims) |
-//! | record | [`record`] (summary.json, samples.csv, the run directory), [`jobs`] (each job's memory), [`console`] and [`logging`] (what the user reads), [`notify`], [`metrics`], [`hooks`] |
-//! | commands | [`commands`] (`status`, `classify`, `report`, `man`), [`status`], [`report`], [`doctor`], [`install`], [`install_units`], [`dry_run`] |
+//! | [`front`] | the flags, the `--config` job file, the run's settings, `--dry-run`'s plan |
+//! | [`knobs`] | where the job keeps its batch and accumulation, and how to change them |
+//! | [`probe`] | the probe inside a Python job, and what it reports |
+//! | [`launch`] | spawning the job: process group, cgroup, identity, terminal; oomguard's signals |
+//! | [`output`] | the job's output passed through and logged, oomguard's own lines |
+//! | [`observe`] | the job's memory: processes, cgroups, GPUs, the kernel, Slurm |
+//! | [`supervise`] | one attempt, from spawn to the last reaped descendant |
+//! | [`judge`] | why it ended: the output read, the kernel's evidence, the verdict |
+//! | [`decide`] | relaunch or stop, how much smaller, room on a shared card, the checkpoint |
+//! | [`remember`] | the run directory and each job's memory across runs |
+//! | [`tell`] | hooks, the service manager, metrics, `status` and `report` |
+//! | [`guard`] | acting for the job's user as root: credentials, files, processes |
+//! | [`commands`] | the commands that run no job: `status`, `classify`, `report`, `doctor`, ... |
+//!
+//! A folder imports only folders below it in this order of layers: guard; observe; judge and
+//! output; knobs; probe; launch and decide; remember; tell and supervise; front; commands and
+//! run. Each folder's first paragraph names what it must not import.
 //!
 //! How oomguard itself ends early, and every exit status it ends with, is [`error`]'s.
 //! Everything is private to the crate except the binary's entry ([`run()`], [`parse_from`],
@@ -37,97 +46,51 @@
 #![allow(rustdoc::private_intra_doc_links)]
 
 mod error;
-#[cfg(test)]
-mod test_util;
-// settings
-mod cli;
-mod fsutil;
-mod jobfile;
-mod pathwalk;
-mod principal;
-mod runas;
-mod settings;
-mod units;
-// knobs
-mod knobs;
-mod resume;
-// run
-mod child;
-mod pinned;
-mod probe;
-mod quiet;
-mod run;
-mod signals;
-mod slurm;
-mod stream;
-mod supervise;
-mod terminal;
-mod watch;
-// observe
-mod cgroup;
-mod cgroup_chain;
-mod gpu;
-mod kernel;
-mod liveness;
-mod mem;
-mod sampler;
-// judge
-mod classify;
-mod oom_numbers;
-mod outcome;
-mod scan;
-mod taken;
-// decide
-mod fit;
-mod leftovers;
-mod policy;
-mod room;
-// record
-mod console;
-mod hooks;
-mod jobs;
-mod logging;
-mod metrics;
-mod notify;
-mod record;
-// commands
+// In the order of the layers above, lowest first.
 mod commands;
-mod doctor;
-mod dry_run;
-mod install;
-mod install_units;
-mod report;
-mod status;
+mod decide;
+mod front;
+mod guard;
+mod judge;
+mod knobs;
+mod launch;
+mod observe;
+mod output;
+mod probe;
+mod remember;
+mod run;
+mod supervise;
+mod tell;
 
-use crate::cli::Command;
+use crate::front::cli::Command;
 
-/// What the binary uses: the command line parsed, and the one line it prints on an error.
-pub use crate::cli::{parse_from, Cli, ParseError};
-pub use crate::console::Reporter;
 /// Its exit statuses, and the error that ends it early with one.
 pub use crate::error::{Error, EXIT_CANT_CREATE, EXIT_GAVE_UP, EXIT_INTERNAL, EXIT_USAGE};
+/// What the binary uses: the command line parsed, and the one line it prints on an error.
+pub use crate::front::cli::{parse_from, Cli, ParseError};
+pub use crate::output::console::Reporter;
 
 /// What the benchmarks (benches/) and the integration tests (tests/it/) drive directly, under
 /// the module paths they have inside the crate. Nothing else of the crate is public, so the
 /// compiler sees every item nothing uses.
 pub mod api {
     pub mod cgroup {
-        pub use crate::cgroup::{JobCgroup, Limits, Parent};
+        pub use crate::observe::cgroup::{JobCgroup, Limits, Parent};
     }
     pub mod classify {
-        pub use crate::classify::{classify_text, memory_error_shown};
+        pub use crate::judge::classify::{classify_text, memory_error_shown};
     }
     pub mod fit {
-        pub use crate::fit::{
+        pub use crate::decide::fit::{
             attach_fixed, observe, Evidence, Memory, Observed, Ramp, DIVISOR_SLACK,
         };
     }
     pub mod gpu {
-        pub use crate::gpu::{GpuError, GpuProbe, GpuSnapshot};
+        pub use crate::observe::gpu::{GpuError, GpuProbe, GpuSnapshot};
     }
     pub mod jobs {
-        pub use crate::jobs::memory::LastSuccess;
-        pub use crate::jobs::start::start_from;
+        pub use crate::remember::jobs::memory::LastSuccess;
+        pub use crate::remember::jobs::start::start_from;
     }
     pub mod knobs {
         pub use crate::knobs::{default_causes, Knob, KnobSet, Moves, Place, Rule, Step, Value};
@@ -136,38 +99,38 @@ pub mod api {
         }
     }
     pub mod mem {
-        pub use crate::mem::process::ProcReader;
-        pub use crate::mem::system::{parse_meminfo, SystemReader};
-        pub use crate::mem::tree::ProcTree;
-        pub use crate::mem::tree_mem::read_tree;
+        pub use crate::observe::mem::process::ProcReader;
+        pub use crate::observe::mem::system::{parse_meminfo, SystemReader};
+        pub use crate::observe::mem::tree::ProcTree;
+        pub use crate::observe::mem::tree_mem::read_tree;
     }
     pub mod outcome {
-        pub use crate::outcome::Cause;
+        pub use crate::judge::outcome::Cause;
     }
     pub mod policy {
-        pub use crate::policy::{decide_with, Decision, Limits, StepPlan, Strategy};
+        pub use crate::decide::policy::{decide_with, Decision, Limits, StepPlan, Strategy};
     }
     pub mod record {
-        pub use crate::record::run_dir::RunDir;
-        pub use crate::record::summary::{
+        pub use crate::remember::record::run_dir::RunDir;
+        pub use crate::remember::record::summary::{
             rfc3339, AttemptRecord, FinalSizes, KnobValues, PeakRecord, Summary,
         };
     }
     pub mod report {
-        pub use crate::report::RunReport;
+        pub use crate::tell::report::RunReport;
     }
     pub mod sampler {
-        pub use crate::sampler::Sampler;
+        pub use crate::observe::sampler::Sampler;
     }
     pub mod units {
-        pub use crate::units::human_bytes;
+        pub use crate::observe::units::human_bytes;
     }
 }
 
 /// Runs a parsed command line; returns the process exit status.
 pub fn run(cli: Cli) -> Result<i32, Error> {
     let report = Reporter { quiet: cli.quiet };
-    logging::init_tracing_as(cli.verbose, cli.quiet, cli.log_format);
+    output::logging::init_tracing_as(cli.verbose, cli.quiet, cli.log_format);
     match cli.command {
         Command::Run(args) => {
             // Before the knobs are read from the user's files: a file an oomguard killed with
@@ -181,11 +144,53 @@ pub fn run(cli: Cli) -> Result<i32, Error> {
         Command::Classify(args) => Ok(commands::classify_files(&args)),
         Command::Status(args) => commands::show_status(&args, report),
         Command::Report(args) => commands::show_report(&args),
-        Command::Doctor(args) => Ok(doctor::run(report, args.config.as_deref(), &args.command)),
-        Command::Completions(args) => commands::print_bytes(&install::completions(args.shell)),
+        Command::Doctor(args) => Ok(commands::doctor::run(
+            report,
+            args.config.as_deref(),
+            &args.command,
+        )),
+        Command::Completions(args) => {
+            commands::print_bytes(&commands::install::completions(args.shell))
+        }
         Command::Man(args) => commands::man(&args),
         Command::InstallUnits(args) => commands::install_units(&args),
-        Command::Guard => Ok(child::guard_main(std::io::stdin().lock())),
-        Command::Hook(args) => Ok(hooks::wrapper_main(args.timeout_ms, &args.argv)),
+        Command::Guard => Ok(launch::child::guard_main(std::io::stdin().lock())),
+        Command::Hook(args) => Ok(tell::hooks::wrapper_main(args.timeout_ms, &args.argv)),
+    }
+}
+
+/// What the unit tests share: a command written as one line of words turned into the argv a
+/// process gets, an argv back into one line for an assertion, and the project with a YAML
+/// training config that both knob resolvers (the command's and a job file's) read. Compiled
+/// for tests only, so no production code can come to lean on it; table rows stay with their
+/// tests.
+#[cfg(test)]
+mod test_util {
+    use std::ffi::OsString;
+
+    /// `"python train.py --batch_size 8"` as the argv it stands for: split on whitespace, with no
+    /// quoting (a word with a space in it needs an argv written out).
+    pub fn argv(line: &str) -> Vec<OsString> {
+        line.split_whitespace().map(OsString::from).collect()
+    }
+
+    /// An argv as one line, its words joined by single spaces (bytes that are not UTF-8 shown as
+    /// U+FFFD).
+    pub fn words(argv: &[OsString]) -> String {
+        argv.iter()
+            .map(|t| t.to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// The training config of [`yaml_project`]'s `configs/default.yaml`.
+    pub const TRAINING_YAML: &str = "training:\n  batch_size: 64\n  gradient_accumulation_steps: 1\n  num_workers: 4\n  pin_memory: true\n  lr: 3e-4\n";
+
+    /// A project directory whose `configs/default.yaml` is [`TRAINING_YAML`].
+    pub fn yaml_project() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("configs")).unwrap();
+        std::fs::write(dir.path().join("configs/default.yaml"), TRAINING_YAML).unwrap();
+        dir
     }
 }

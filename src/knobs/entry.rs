@@ -123,8 +123,11 @@ fn read_config(request: &Request, path: &str, who: &str) -> Result<(Format, Stri
     };
     let format = config_format(path, who)?;
     let absolute = request.cwd.join(path);
-    let bytes = crate::principal::as_user(|| {
-        crate::fsutil::read_regular_capped(&absolute, crate::fsutil::SMALL_FILE_MAX_BYTES)
+    let bytes = crate::guard::principal::as_user(|| {
+        crate::guard::fsutil::read_regular_capped(
+            &absolute,
+            crate::guard::fsutil::SMALL_FILE_MAX_BYTES,
+        )
     })
     .map_err(|e| fail(format!("cannot read config file {path}: {e}")))?;
     let text = String::from_utf8(bytes)

@@ -9,8 +9,8 @@
 //! edited file where the job reads it and always gives the user's file back. [`resolve`] finds a
 //! run's knobs in its command line, asking [`entry`] where a training entrypoint (LightningCLI, a
 //! Trainer's arguments file, DeepSpeed, Hydra) keeps the batch in a file; both read files through
-//! [`reader`], as do the knobs a `--config` job file names ([`crate::settings::job_knobs`]). Which
-//! knob moves when is [`crate::policy`]'s decision, made without knowing where knobs live; this
+//! [`reader`], as do the knobs a `--config` job file names ([`crate::front::settings::job_knobs`]). Which
+//! knob moves when is [`crate::decide::policy`]'s decision, made without knowing where knobs live; this
 //! module turns values into an attempt's argv, environment and file texts, and tells what changed.
 
 pub mod argv;
@@ -21,13 +21,14 @@ pub mod inside;
 pub mod patch;
 pub mod reader;
 pub mod resolve;
+pub mod values;
 
 use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::outcome::Cause;
-use crate::record::summary::{FinalSizes, KnobValues};
+use crate::judge::outcome::Cause;
+use values::{FinalSizes, KnobValues};
 
 /// What the run's first lines, `--dry-run` and `doctor` say where no batch was found, and the
 /// fix: one sentence, however each goes on.
@@ -394,7 +395,7 @@ impl KnobSet {
     }
 
     /// [`KnobSet::input`] with `extra` edits of the command made too, by indices into the
-    /// original command like the knobs' own (the checkpoint to resume from: [`crate::resume`]).
+    /// original command like the knobs' own (the checkpoint to resume from: [`crate::decide::resume`]).
     pub fn input_with(
         &self,
         command: &[OsString],

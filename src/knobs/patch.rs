@@ -183,7 +183,7 @@ struct Journal {
     users_entry: bool,
 }
 
-/// Whom a root oomguard touches the user's file as ([`crate::principal`]), kept in the journal.
+/// Whom a root oomguard touches the user's file as ([`crate::guard::principal`]), kept in the journal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct ActingUser {
     name: String,
@@ -196,7 +196,7 @@ struct ActingUser {
 impl ActingUser {
     /// The user this run acts for, if any.
     fn current() -> Option<ActingUser> {
-        crate::principal::acting_for().map(|who| ActingUser {
+        crate::guard::principal::acting_for().map(|who| ActingUser {
             name: who.name.clone(),
             uid: who.uid.as_raw(),
             gid: who.gid.as_raw(),
@@ -219,9 +219,9 @@ impl ActingUser {
         })
     }
 
-    fn run_as(&self) -> crate::principal::RunAs {
+    fn run_as(&self) -> crate::guard::principal::RunAs {
         use nix::unistd::{Gid, Uid};
-        crate::principal::RunAs {
+        crate::guard::principal::RunAs {
             name: self.name.clone(),
             uid: Uid::from_raw(self.uid),
             gid: Gid::from_raw(self.gid),
@@ -231,10 +231,10 @@ impl ActingUser {
     }
 }
 
-/// Runs `work` on the user's file as `who` (see [`crate::principal`]); as oomguard itself
+/// Runs `work` on the user's file as `who` (see [`crate::guard::principal`]); as oomguard itself
 /// without one.
 fn as_theirs<T>(who: Option<&ActingUser>, work: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
-    crate::principal::as_recorded(who.map(ActingUser::run_as).as_ref(), work)
+    crate::guard::principal::as_recorded(who.map(ActingUser::run_as).as_ref(), work)
 }
 
 const JOURNAL_VERSION: u32 = 1;
@@ -305,7 +305,7 @@ fn copy_key(pid: u32, absolute: &Path) -> String {
 /// FNV-1a, 64 bits, over the path's bytes: stable across versions and machines, so every
 /// oomguard finds the same entry for one file.
 fn fnv1a(path: &Path) -> u64 {
-    crate::fsutil::Fnv64::of(path.as_os_str().as_bytes())
+    crate::guard::fsutil::Fnv64::of(path.as_os_str().as_bytes())
 }
 
 /// The file name with anything but letters, digits, `-` and `_` as `_`, at most 40 characters.
@@ -314,7 +314,7 @@ fn readable(path: &Path) -> String {
         .file_name()
         .map(|n| n.to_string_lossy())
         .unwrap_or_default();
-    crate::fsutil::file_safe(&name, &['-', '_'])
+    crate::guard::fsutil::file_safe(&name, &['-', '_'])
 }
 
 /// What the lock file of a held entry says about its owner.
@@ -663,7 +663,7 @@ impl Patcher {
     }
 
     /// [`Patcher::open`], its entries under `state_dir` kept as the job's user when
-    /// `journal_as_user` (a state directory that is theirs: see [`crate::principal`]), so root
+    /// `journal_as_user` (a state directory that is theirs: see [`crate::guard::principal`]), so root
     /// never writes where the user could point a link.
     pub fn open_as(
         state_dir: &Path,
@@ -671,7 +671,7 @@ impl Patcher {
         files: Vec<(PathBuf, Mode)>,
         journal_as_user: bool,
     ) -> Result<Patcher, PatchError> {
-        let mut patcher = crate::principal::as_user_if_or(
+        let mut patcher = crate::guard::principal::as_user_if_or(
             journal_as_user,
             || Patcher::open_here(state_dir, run_dir, files),
             |source| PatchError::Io {
@@ -808,9 +808,9 @@ impl Patcher {
             // The times before our read touches the access time.
             let (meta, bytes) = as_theirs(who.as_ref(), || {
                 let meta = std::fs::metadata(&target)?;
-                let bytes = crate::fsutil::read_regular_capped(
+                let bytes = crate::guard::fsutil::read_regular_capped(
                     &target,
-                    crate::fsutil::SMALL_FILE_MAX_BYTES,
+                    crate::guard::fsutil::SMALL_FILE_MAX_BYTES,
                 )?;
                 Ok((meta, bytes))
             })
@@ -870,7 +870,7 @@ impl Patcher {
     pub fn write(&mut self, i: usize, text: &str) -> Result<Option<PathBuf>, PatchError> {
         let as_user = self.journal_as_user;
         let run_dir = self.run_dir.clone();
-        crate::principal::as_user_if_or(
+        crate::guard::principal::as_user_if_or(
             as_user,
             || self.write_here(i, text),
             |source| PatchError::Io {
@@ -912,7 +912,7 @@ impl Patcher {
     pub fn finish(&mut self) -> Vec<String> {
         let as_user = self.journal_as_user;
         let mut lines = Vec::new();
-        let switched = crate::principal::as_user_if(as_user, || {
+        let switched = crate::guard::principal::as_user_if(as_user, || {
             lines = self.finish_here();
             Ok(())
         });
@@ -1206,7 +1206,10 @@ fn finish_in_place(journal: &Journal) -> Result<Finished, PatchError> {
         })?;
     let backup_reader = journal.acting.as_ref().filter(|_| journal.users_entry);
     let original = as_theirs(backup_reader, || {
-        crate::fsutil::read_regular_capped(backup, crate::fsutil::SMALL_FILE_MAX_BYTES)
+        crate::guard::fsutil::read_regular_capped(
+            backup,
+            crate::guard::fsutil::SMALL_FILE_MAX_BYTES,
+        )
     })
     .map_err(io_err("read the backup", backup))?;
     let path = &journal.path;
@@ -1298,12 +1301,13 @@ fn keep_beside(
 
 fn load_journal(path: &Path) -> Result<Journal, PatchError> {
     // Owner and bytes from the one descriptor; a FIFO or a device there is no entry.
-    let file = crate::fsutil::open_regular(path).map_err(io_err("read the journal entry", path))?;
+    let file =
+        crate::guard::fsutil::open_regular(path).map_err(io_err("read the journal entry", path))?;
     let owner = file
         .metadata()
         .map_err(io_err("read the journal entry", path))?
         .uid();
-    let text = crate::fsutil::read_capped(file, crate::fsutil::SMALL_FILE_MAX_BYTES)
+    let text = crate::guard::fsutil::read_capped(file, crate::guard::fsutil::SMALL_FILE_MAX_BYTES)
         .map_err(io_err("read the journal entry", path))?;
     let mut journal: Journal = serde_json::from_slice(&text).map_err(|e| PatchError::Journal {
         path: path.to_path_buf(),
@@ -1369,7 +1373,7 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 /// The file's bytes, or None if it does not exist.
 fn read_if_exists(who: Option<&ActingUser>, path: &Path) -> Result<Option<Vec<u8>>, PatchError> {
     match as_theirs(who, || {
-        crate::fsutil::read_regular_capped(path, crate::fsutil::SMALL_FILE_MAX_BYTES)
+        crate::guard::fsutil::read_regular_capped(path, crate::guard::fsutil::SMALL_FILE_MAX_BYTES)
     }) {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -1481,7 +1485,7 @@ fn replace_file(
     times: Option<&FileStat>,
     pid: u32,
 ) -> io::Result<()> {
-    let current = match crate::fsutil::open_regular(target) {
+    let current = match crate::guard::fsutil::open_regular(target) {
         Ok(file) => Some(file),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => return Err(e),
@@ -1530,7 +1534,7 @@ fn overwrite(target: &Path, bytes: &[u8], times: Option<&FileStat>) -> io::Resul
 
 /// The extended attributes of the file at `path`; none when it is gone.
 fn xattrs_at(path: &Path) -> io::Result<Xattrs> {
-    match crate::fsutil::open_regular(path) {
+    match crate::guard::fsutil::open_regular(path) {
         Ok(file) => Xattrs::of(&file),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Xattrs::default()),
         Err(e) => Err(e),
@@ -1706,14 +1710,14 @@ mod tests {
         std::os::unix::fs::chown(&squatted, Some(65534), Some(65534)).unwrap();
         let stat = FileStat::of(&std::fs::metadata(&target).unwrap());
         // As a user who is neither the squatter nor root (the kernel checks the fsuid).
-        let who = crate::principal::RunAs {
+        let who = crate::guard::principal::RunAs {
             name: "someone".into(),
             uid: nix::unistd::Uid::from_raw(65533),
             gid: nix::unistd::Gid::from_raw(65533),
             groups: vec![],
             home: "/".into(),
         };
-        let temp = crate::principal::as_recorded(Some(&who), || {
+        let temp = crate::guard::principal::as_recorded(Some(&who), || {
             write_temp(
                 &target,
                 b"batch_size: 4\n",

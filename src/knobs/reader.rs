@@ -2,7 +2,7 @@
 //! of the config files it names ([`Reader`]: read once each, as the job's user), and the checks
 //! of a value read ([`count`], [`env_value`]) and a place's name in messages ([`label_of`]).
 //! Shared by the resolver, the entrypoints it asks, and the job file's knobs
-//! ([`crate::settings::job_knobs`]), so none imports another for them. It decides no knob.
+//! ([`crate::front::settings::job_knobs`]), so none imports another for them. It decides no knob.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -92,7 +92,7 @@ impl<'a> Reader<'a> {
         let absolute = self.request.cwd.join(path);
         // As the job's user when a root oomguard acts for one: a symlink of theirs leads only
         // where they could go themselves.
-        let canonical = crate::principal::as_user(|| std::fs::canonicalize(&absolute))
+        let canonical = crate::guard::principal::as_user(|| std::fs::canonicalize(&absolute))
             .map_err(|e| fail(format!("cannot open config file {shown}: {e}")))?;
         if let Some(&i) = self.by_path.get(&canonical) {
             return Ok(i);
@@ -100,8 +100,11 @@ impl<'a> Reader<'a> {
         if self.request.finish_left_patches {
             crate::knobs::patch::finish_left_beside(&canonical);
         }
-        let bytes = crate::principal::as_user(|| {
-            crate::fsutil::read_regular_capped(&canonical, crate::fsutil::SMALL_FILE_MAX_BYTES)
+        let bytes = crate::guard::principal::as_user(|| {
+            crate::guard::fsutil::read_regular_capped(
+                &canonical,
+                crate::guard::fsutil::SMALL_FILE_MAX_BYTES,
+            )
         })
         .map_err(|e| fail(format!("cannot read config file {shown}: {e}")))?;
         let text = String::from_utf8(bytes)

@@ -5,7 +5,7 @@
 //! job's environment, the config files — and checks every knob can move as asked, so a missing
 //! file, a key that is not there or a value that is not a number is one line before any process
 //! or file exists. Writes nothing. The knobs a job file's `[[knob]]` ladder
-//! names instead are read by [`crate::settings::job_knobs`].
+//! names instead are read by [`crate::front::settings::job_knobs`].
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -14,7 +14,7 @@ use super::argv;
 use super::file::Format;
 use super::reader::{count, env_value, label_of, Reader};
 use super::{default_causes, Knob, KnobSet, Moves, Place, Rule, Step, Value};
-use crate::outcome::Cause;
+use crate::judge::outcome::Cause;
 
 pub use super::reader::{KnobError, Request};
 

@@ -11,7 +11,7 @@
 //! `oomguard status`, the metrics).
 //!
 //! It decides nothing: the run carries the summary into the record, the console, the report
-//! and the fit ([`crate::fit`] reads an out-of-memory event's figures). Anything the probe
+//! and the fit ([`crate::decide::fit`] reads an out-of-memory event's figures). Anything the probe
 //! writes that does not parse is ignored; nothing the job does waits on the pipe (the probe
 //! drops an event rather than block).
 
@@ -72,8 +72,8 @@ pub fn runs_python(argv: &[OsString]) -> bool {
 
 /// Whether the file at `path` (where it is a path) starts with a `#!` line naming Python.
 ///
-/// Read as the job's user ([`crate::principal::as_user`]) and only if it is a regular file
-/// ([`crate::fsutil::open_regular`]: `O_PATH` first, never an open of a FIFO, a terminal or a
+/// Read as the job's user ([`crate::guard::principal::as_user`]) and only if it is a regular file
+/// ([`crate::guard::fsutil::open_regular`]: `O_PATH` first, never an open of a FIFO, a terminal or a
 /// device): root's oomguard runs a user's command, and what the user swaps in for it between
 /// the lookup and this read must answer as it would to them, not tell them a bit of a file
 /// only root can read, nor hang the start on a FIFO or act on a device.
@@ -83,8 +83,8 @@ fn shebang_names_python(path: &Path) -> bool {
         return false;
     }
     let mut head = [0u8; 128];
-    let read = crate::principal::as_user(|| {
-        crate::fsutil::open_regular(path).and_then(|mut f| f.read(&mut head))
+    let read = crate::guard::principal::as_user(|| {
+        crate::guard::fsutil::open_regular(path).and_then(|mut f| f.read(&mut head))
     });
     let Ok(read) = read else {
         return false;
@@ -606,7 +606,7 @@ impl ProbeRecord {
         let parts: Vec<String> = [
             self.seen.seconds_per_step.map(per_step_text),
             self.samples_per_second
-                .map(|r| format!("{} samples/s", crate::units::rate(r))),
+                .map(|r| format!("{} samples/s", crate::observe::units::rate(r))),
         ]
         .into_iter()
         .flatten()
@@ -624,7 +624,7 @@ impl ProbeRecord {
                 None => "no optimizer step seen".to_string(),
             };
         };
-        let steps = crate::units::thousands(steps);
+        let steps = crate::observe::units::thousands(steps);
         match self.pace() {
             Some(pace) => format!("died at step {steps} ({pace})"),
             None => format!("died at step {steps}"),

@@ -1,16 +1,16 @@
-//! The run's side of [`crate::leftovers`]: when attempt 1 started (what this run made is what was
+//! The run's side of [`crate::judge::leftovers`]: when attempt 1 started (what this run made is what was
 //! born after it), reading an attempt that ended as a refusal to start over the last one's
 //! leftovers, and, where the policy relaunches after one, setting them aside or stopping with the
-//! reason. The rules are [`crate::leftovers`]'; this only carries the run's state to them and tells
+//! reason. The rules are [`crate::judge::leftovers`]'; this only carries the run's state to them and tells
 //! what was done.
 
 use std::path::Path;
 use std::time::SystemTime;
 
-use crate::classify::Verdict;
-use crate::leftovers::{self, Kind, Look, Plan, Refusal, Retried};
-use crate::outcome::{Cause, Outcome};
-use crate::policy::{Decision, Next};
+use crate::decide::policy::{Decision, Next};
+use crate::judge::classify::Verdict;
+use crate::judge::leftovers::{self, Kind, Look, Plan, Refusal, Retried};
+use crate::judge::outcome::{Cause, Outcome};
 use crate::supervise::AttemptEnd;
 
 use super::events::RunEvent;
@@ -58,9 +58,10 @@ impl super::Run<'_> {
         let known = refusal.kind != Kind::Unknown;
         let look = match (path, self.aside.started, known) {
             (Some(path), Some(started), true) => {
-                crate::principal::as_user(|| Ok(leftovers::look(path, started))).unwrap_or_else(
-                    |e| Look::CannotTell(format!("cannot act as the job's user: {e}")),
-                )
+                crate::guard::principal::as_user(|| Ok(leftovers::look(path, started)))
+                    .unwrap_or_else(|e| {
+                        Look::CannotTell(format!("cannot act as the job's user: {e}"))
+                    })
             }
             _ => Look::Gone,
         };

@@ -14,23 +14,25 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use crate::classify::Verdict;
-use crate::console::{self, Reporter};
+use crate::decide::policy;
 use crate::error::Error;
-use crate::jobs::run::JobRun;
+use crate::front::settings::RunSettings;
+use crate::judge::classify::Verdict;
+use crate::judge::outcome::{Cause, Outcome};
 use crate::knobs::Value;
-use crate::outcome::{Cause, Outcome};
-use crate::policy;
+use crate::observe::sampler::Sample;
+use crate::output::attempt_log::AttemptLog;
+use crate::output::console::{self, Reporter};
 use crate::probe::{Channel, Progress};
-use crate::record::attempt_log::AttemptLog;
-use crate::record::run_dir::RunDir;
-use crate::record::samples::SamplesCsv;
-use crate::record::summary::{AttemptRecord, KnobValues, RoomCut, Summary};
-use crate::sampler::Sample;
-use crate::settings::RunSettings;
+use crate::remember::jobs::run::JobRun;
+use crate::remember::record::run_dir::RunDir;
+use crate::remember::record::samples::SamplesCsv;
+use crate::remember::record::summary::{AttemptRecord, KnobValues, RoomCut, Summary};
 use crate::supervise::{AttemptEnd, Notice, Observer};
-use crate::{hooks, metrics, notify, principal, room, units};
-use crate::{record, report};
+use crate::{
+    decide::room, guard::principal, observe::units, tell::hooks, tell::metrics, tell::notify,
+};
+use crate::{remember::record, tell::report};
 
 use super::ladder::AttemptRamp;
 use super::prepare::{self, lossy};
@@ -325,7 +327,7 @@ impl<'a> Observers<'a> {
                 // A full disk costs rows, not the run: the row stays buffered and is tried again
                 // with the next one.
                 if let Err(e) = self.samples.write(sample, progress.map(|p| p.steps)) {
-                    record::unsaved::unsaved("samples.csv", &e);
+                    crate::output::unsaved::unsaved("samples.csv", &e);
                 }
                 // The largest card NVML showed the job on, in every save of summary.json.
                 let capacity = sample
@@ -388,8 +390,8 @@ impl<'a> Observers<'a> {
                 // Not saved now (a full disk) is tried again with the next attempt: the run goes
                 // on from memory.
                 match self.run_dir.save(self.summary, false) {
-                    Ok(()) => record::unsaved::saved("summary.json"),
-                    Err(e) => record::unsaved::unsaved("summary.json", &e),
+                    Ok(()) => crate::output::unsaved::saved("summary.json"),
+                    Err(e) => crate::output::unsaved::unsaved("summary.json", &e),
                 }
             }
             RunEvent::Ended { outcome, exit_code } => self.close(outcome, exit_code.is_some()),
@@ -409,8 +411,8 @@ impl<'a> Observers<'a> {
         }
         summary.finish(outcome);
         match run_dir.save(summary, true) {
-            Ok(()) => record::unsaved::saved("summary.json"),
-            Err(e) => record::unsaved::unsaved("summary.json", &e),
+            Ok(()) => crate::output::unsaved::saved("summary.json"),
+            Err(e) => crate::output::unsaved::unsaved("summary.json", &e),
         }
         let page = principal::as_user_if(run_dir.is_users(), || {
             Ok(report::html::write_html(
@@ -502,7 +504,7 @@ impl<'a> Observers<'a> {
         let summary = &*self.summary;
         let summary_path = self.run_dir.path().join("summary.json");
         if console::log_format() == console::LogFormat::Text {
-            for line in console::table(summary.attempts()) {
+            for line in crate::tell::table::table(summary.attempts()) {
                 report.say(&line);
             }
         }
@@ -529,13 +531,13 @@ impl<'a> Observers<'a> {
                 serde_json::json!({ "report": page }),
                 &format!("report in {}", page.display()),
             ),
-            Some(Err(why)) => record::unsaved::unsaved("report.html", &why),
+            Some(Err(why)) => crate::output::unsaved::unsaved("report.html", &why),
             None => {}
         }
-        if let Some(line) = record::unsaved::unsaved_summary() {
+        if let Some(line) = crate::output::unsaved::unsaved_summary() {
             report.warn(&line);
         }
-        if let Some(line) = record::attempt_log::cut_summary() {
+        if let Some(line) = crate::output::attempt_log::cut_summary() {
             report.warn(&line);
         }
     }

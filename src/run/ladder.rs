@@ -1,21 +1,21 @@
 //! Where a run stands on the knobs: the values of the next attempt and what moved for it, every
 //! attempt's cause with the values it ran with, what each attempt's numbers tell the fit, and
 //! the one-time hints (allocator fragmentation). It learns from each attempt that ends and asks
-//! [`crate::policy`] for the next step; it does not decide that step itself, and it neither
+//! [`crate::decide::policy`] for the next step; it does not decide that step itself, and it neither
 //! waits nor speaks.
 
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use crate::fit;
-use crate::jobs::memory::{PastAttempt, PastSteps};
-use crate::jobs::run::JobRun;
+use crate::decide::fit;
+use crate::decide::policy::{self, Decision};
+use crate::front::settings::RunSettings;
+use crate::judge::outcome::Cause;
 use crate::knobs::{self, KnobSet, Value};
-use crate::outcome::Cause;
-use crate::policy::{self, Decision};
-use crate::record::summary::RoomCut;
-use crate::sampler::Sample;
-use crate::settings::RunSettings;
+use crate::observe::sampler::Sample;
+use crate::remember::jobs::memory::{PastAttempt, PastSteps};
+use crate::remember::jobs::run::JobRun;
+use crate::remember::record::summary::RoomCut;
 use crate::supervise::AttemptEnd;
 
 /// An attempt's GPU and host memory series, each followed by a [`fit::Ramp`] (a few numbers,
@@ -378,7 +378,7 @@ fn first_need(job: &JobRun, knobs: &KnobSet, start: &[Value]) -> Option<FirstNee
         .find(|a| !a.gpu_devices.is_empty())
         .map(|a| a.gpu_devices.clone())
         .unwrap_or_default();
-    let at_start = |past: &&crate::jobs::memory::PastAttempt| {
+    let at_start = |past: &&crate::remember::jobs::memory::PastAttempt| {
         knobs
             .knobs
             .iter()
@@ -525,12 +525,12 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::classify::KernelEvidence;
-    use crate::cli::{Cli, Command};
-    use crate::outcome::Ending;
-    use crate::outcome::Outcome;
-    use crate::policy::{Hint, Next};
-    use crate::sampler::Peaks;
+    use crate::decide::policy::{Hint, Next};
+    use crate::front::cli::{Cli, Command};
+    use crate::judge::classify::KernelEvidence;
+    use crate::judge::outcome::Ending;
+    use crate::judge::outcome::Outcome;
+    use crate::observe::sampler::Peaks;
 
     const CUDA_OOM: &str =
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n";

@@ -7,9 +7,9 @@ use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use crate::child::Launch;
+use crate::decide::policy;
 use crate::error::Error;
-use crate::policy;
+use crate::launch::child::Launch;
 
 impl super::Run<'_> {
     /// The argv and environment of the next attempt, its config files put where it reads them.

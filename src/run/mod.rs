@@ -12,7 +12,7 @@
 //! the next one refused to start over it.
 //!
 //! It does not spawn or watch processes ([`crate::supervise`]), name causes
-//! ([`crate::classify`]) or choose the next values ([`crate::policy`]): it carries their results
+//! ([`crate::judge::classify`]) or choose the next values ([`crate::decide::policy`]): it carries their results
 //! from one to the next.
 
 mod aside;
@@ -25,17 +25,17 @@ mod waits;
 
 use nix::sys::signal::Signal;
 
-use crate::child::Launch;
-use crate::classify::{self, AttemptFacts, Verdict};
-use crate::console::Reporter;
+use crate::decide::policy::Decision;
 use crate::error::{Error, EXIT_GAVE_UP};
+use crate::front::settings::{CgroupPlan, RunSettings};
+use crate::judge::classify::{self, AttemptFacts, Verdict};
+use crate::judge::outcome::Outcome;
 use crate::knobs::patch::Patcher;
-use crate::outcome::Outcome;
-use crate::policy::Decision;
-use crate::sampler::Sampler;
-use crate::settings::{CgroupPlan, RunSettings};
+use crate::launch::child::Launch;
+use crate::observe::sampler::Sampler;
+use crate::output::console::Reporter;
 use crate::supervise::{AttemptEnd, KernelPaths, Setup, Supervisor};
-use crate::{gpu, signals, stream, terminal};
+use crate::{launch::signals, launch::terminal, observe::gpu, output::stream};
 
 use events::{Observers, RunEvent};
 use ladder::Ladder;
@@ -48,7 +48,7 @@ pub fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error
     prepare::places_as_whom(&mut settings)?;
     // Found as the job will be: with its PATH, and as its user (see child::resolve_program_for).
     let context = &settings.job_context;
-    let found = crate::child::resolve_program_for(
+    let found = crate::launch::child::resolve_program_for(
         &settings.command[0],
         context.path_var().as_deref(),
         context.run_as.as_ref(),
@@ -58,8 +58,8 @@ pub fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error
         // script on a laptop): one line says so and the command is read as written. Only a
         // program that is there but cannot be run is refused.
         let missing = match found {
-            Err(crate::child::SpawnError::NotFound(program))
-            | Err(crate::child::SpawnError::NotFoundFor(program, _)) => format!(
+            Err(crate::launch::child::SpawnError::NotFound(program))
+            | Err(crate::launch::child::SpawnError::NotFoundFor(program, _)) => format!(
                 "not installed here: {program} (command not found): the plan reads the command as written; a real run refuses it\n"
             ),
             other => {
@@ -70,9 +70,9 @@ pub fn run_job(mut settings: RunSettings, report: Reporter) -> Result<i32, Error
         // The plan shows a job file's values, which its user wrote: escaped for the terminal.
         print!(
             "{}",
-            crate::console::printable_lines(&format!(
+            crate::output::console::printable_lines(&format!(
                 "{missing}{}",
-                crate::dry_run::plan(&settings, cause)
+                crate::front::dry_run::plan(&settings, cause)
             ))
         );
         return Ok(0);

@@ -6,15 +6,15 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use crate::console::Reporter;
 use crate::error::Error;
-use crate::jobs::run::JobRun;
+use crate::front::settings::from_args::UsageError;
+use crate::front::settings::{CgroupPlan, RunSettings};
 use crate::knobs::patch::Patcher;
-use crate::record::run_dir::{self, RunDir};
-use crate::record::summary::{RunLimits, Summary};
-use crate::settings::from_args::UsageError;
-use crate::settings::{CgroupPlan, RunSettings};
-use crate::{cgroup, knobs, metrics, principal, runas};
+use crate::output::console::Reporter;
+use crate::remember::jobs::run::JobRun;
+use crate::remember::record::run_dir::{self, RunDir};
+use crate::remember::record::summary::{RunLimits, Summary};
+use crate::{guard::principal, knobs, observe::cgroup, tell::metrics};
 
 /// Files an oomguard killed together with its guard left patched come back, and the user hears
 /// so: before anything else, and before any knob is read from them.
@@ -25,7 +25,7 @@ pub fn recover_patched_files(state_dir: Option<PathBuf>, report: &Reporter) {
         // yet, and root must not act in a place a user could point elsewhere. A user's own
         // entries are finished by their file's lock before the file is read.
         if !matches!(
-            runas::place_is_users(&dir, None, "state directory"),
+            crate::guard::ownership::place_is_users(&dir, None, "state directory"),
             Ok(false)
         ) {
             return;
@@ -57,7 +57,7 @@ pub(super) fn enter_job_context(settings: &RunSettings, report: &Reporter) -> Re
     // said (as root, places_as_whom decides).
     if let Some(dir) = &settings.run_dir {
         let refused = |why| Error::Usage(UsageError::JobFile(why));
-        if let Some(warning) = runas::own_run_dir(dir).map_err(refused)? {
+        if let Some(warning) = crate::guard::ownership::own_run_dir(dir).map_err(refused)? {
             report.warn(&warning);
         }
     }
@@ -76,10 +76,11 @@ pub(super) fn places_as_whom(settings: &mut RunSettings) -> Result<(), Error> {
         .unwrap_or_else(run_dir::default_runs_base);
     let run_dir = std::path::absolute(&run_dir).unwrap_or(run_dir);
     settings.run_dir_is_users |=
-        runas::place_is_users(&run_dir, who, "run directory").map_err(usage)?;
+        crate::guard::ownership::place_is_users(&run_dir, who, "run directory").map_err(usage)?;
     if let Some(state) = &settings.job.state_dir {
         settings.job.state_dir_is_users |=
-            runas::place_is_users(state, who, "state directory").map_err(usage)?;
+            crate::guard::ownership::place_is_users(state, who, "state directory")
+                .map_err(usage)?;
     }
     Ok(())
 }

@@ -1,13 +1,13 @@
 //! The run's part on a shared card: a device out-of-memory death that the neighbours caused is
-//! named `gpu_taken` ([`crate::taken`]), and the run then waits for room (`--gpu-wait`) instead of
+//! named `gpu_taken` ([`crate::judge::taken`]), and the run then waits for room (`--gpu-wait`) instead of
 //! cutting the batch; only when the wait runs out is the batch fitted into the room left, and that
-//! cut is kept apart from the job's own size ([`crate::record::summary::RoomCut`]). Before attempt
+//! cut is kept apart from the job's own size ([`crate::remember::record::summary::RoomCut`]). Before attempt
 //! 1 it picks the cards (`--gpus N`), and where the job's memory says what the job needs, waits for
 //! that room rather than launching into a certain out-of-memory error, or starts from the
 //! room-limited size while the card is still short. Before launching into room it waited for, it
-//! claims it ([`crate::room::claims`]), so two oomguards do not both take the same room.
+//! claims it ([`crate::decide::room::claims`]), so two oomguards do not both take the same room.
 //!
-//! What room means, and the claims' files, are [`crate::room`]'s; the fit is [`crate::policy`]'s.
+//! What room means, and the claims' files, are [`crate::decide::room`]'s; the fit is [`crate::decide::policy`]'s.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -15,18 +15,18 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use crate::classify::Verdict;
-use crate::console;
-use crate::fit;
-use crate::gpu::{DeviceShare, JobGpu};
-use crate::outcome::Cause;
-use crate::policy::Decision;
-use crate::room::claims::{Claim, Place};
-use crate::room::{self, Need, Steady};
-use crate::sampler::Sample;
+use crate::decide::fit;
+use crate::decide::policy::Decision;
+use crate::decide::room::claims::{Claim, Place};
+use crate::decide::room::{self, Need, Steady};
+use crate::judge::classify::Verdict;
+use crate::judge::outcome::Cause;
+use crate::judge::taken::{self, HostTaken, Taken};
+use crate::observe::gpu::{DeviceShare, JobGpu};
+use crate::observe::sampler::Sample;
+use crate::observe::units::human_bytes;
+use crate::output::console;
 use crate::supervise::AttemptEnd;
-use crate::taken::{self, HostTaken, Taken};
-use crate::units::human_bytes;
 
 use super::events::RunEvent;
 

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::Signal;
 
-use crate::console;
+use crate::output::console;
 use crate::supervise::{self, AttemptEnd, GpuWait, Supervisor};
-use crate::{hooks, policy, resume};
+use crate::{decide::policy, decide::resume, tell::hooks};
 
 use super::events::{Observers, Relaunch, RunEvent};
 

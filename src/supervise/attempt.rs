@@ -6,7 +6,7 @@
 //! of a table test below.
 //!
 //! It does not sample, read the kernel's evidence or decide what the attempt's end means
-//! ([`crate::outcome`], [`crate::policy`]): it only keeps what the verdict needs (the main
+//! ([`crate::judge::outcome`], [`crate::decide::policy`]): it only keeps what the verdict needs (the main
 //! process's end, the user's, the memory bound's and the quiet watch's stops).
 
 use std::time::{Duration, Instant};
@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use super::{Notice, UserStop};
-use crate::outcome::Ending;
-use crate::quiet::QuietStop;
-use crate::watch::Crossing;
+use crate::judge::outcome::Ending;
+use crate::judge::quiet::QuietStop;
+use crate::observe::watch::Crossing;
 
 /// Why oomguard is stopping the job: the first reason, which a later one does not replace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,16 +2,16 @@
 //! kernel log before and after ([`EvidenceBefore`], from [`KernelPaths`], fixtures in tests),
 //! the files the job holds open for writing when it is stopped ([`open_for_writing`]), and
 //! which SIGKILL of a job's process oomguard did not send ([`is_unexplained_sigkill`]). It
-//! reads; it does not judge what the evidence means ([`crate::classify`] does).
+//! reads; it does not judge what the evidence means ([`crate::judge::classify`] does).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use crate::cgroup_chain;
-use crate::classify::KernelEvidence;
-use crate::kernel::{self, Kmsg};
-use crate::outcome::Ending;
-use crate::scan;
+use crate::judge::classify::KernelEvidence;
+use crate::judge::outcome::Ending;
+use crate::judge::scan;
+use crate::observe::cgroup_chain;
+use crate::observe::kernel::{self, Kmsg};
 
 /// Where kernel evidence is read from; fixtures in tests.
 #[derive(Debug, Clone)]

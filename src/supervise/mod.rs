@@ -1,7 +1,7 @@
 //! Runs one attempt from spawn to the last reaped descendant, and the waits between attempts
 //! that need its signals: the async side of an attempt (signal streams, timers; [`mod@crate::run`]
 //! awaits these methods) and the one place where the running job's processes are signalled
-//! ([`crate::child`] holds the calls). It puts the job in its own memory cgroup where it can, gives it a pseudo-terminal under a terminal, streams its
+//! ([`crate::launch::child`] holds the calls). It puts the job in its own memory cgroup where it can, gives it a pseudo-terminal under a terminal, streams its
 //! output, reaps everything below us, and hands back a plain record of what happened
 //! ([`AttemptEnd`]).
 //!
@@ -11,8 +11,8 @@
 //! [`attempt::Attempt::on_wake`] and its acts into signals. Sampling and the quiet watch's tick
 //! are [`sampling`]'s, the kernel's evidence [`evidence`]'s, the job's Slurm steps [`steps`]'s.
 //!
-//! It does not classify, decide or print: [`crate::classify`], [`crate::policy`] and
-//! [`crate::console`] do (samples and notices go to an [`Observer`] the caller provides); it
+//! It does not classify, decide or print: [`crate::judge::classify`], [`crate::decide::policy`] and
+//! [`crate::output::console`] do (samples and notices go to an [`Observer`] the caller provides); it
 //! only asks `classify` whether a silent job's output shows an out-of-memory error.
 
 use std::collections::HashSet;
@@ -25,21 +25,21 @@ use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant as TokioInstant};
 
-use crate::cgroup::{self, JobCgroup, Parent};
-use crate::child::{self, ChildEvent, Guard, JobOutput, Launch, SpawnError};
-use crate::classify::KernelEvidence;
-use crate::gpu::JobGpu;
-use crate::mem::tree::ProcTree;
-use crate::outcome::Ending;
-use crate::quiet::{self, QuietStop, QuietWatch};
-use crate::record::attempt_log::AttemptLog;
-use crate::sampler::{Peaks, Sample, Sampler};
-use crate::signals::Deliveries;
-use crate::slurm::{self, Step};
-use crate::stream::{self, Sinks, Target};
-use crate::taken::HostReading;
-use crate::terminal::{self, Pty};
-use crate::watch::{Bounds, Crossing};
+use crate::judge::classify::KernelEvidence;
+use crate::judge::outcome::Ending;
+use crate::judge::quiet::{self, QuietStop, QuietWatch};
+use crate::judge::taken::HostReading;
+use crate::launch::child::{self, ChildEvent, Guard, JobOutput, Launch, SpawnError};
+use crate::launch::signals::Deliveries;
+use crate::launch::terminal::{self, Pty};
+use crate::observe::cgroup::{self, JobCgroup, Parent};
+use crate::observe::gpu::JobGpu;
+use crate::observe::mem::tree::ProcTree;
+use crate::observe::sampler::{Peaks, Sample, Sampler};
+use crate::observe::slurm::{self, Step};
+use crate::observe::watch::{Bounds, Crossing};
+use crate::output::attempt_log::AttemptLog;
+use crate::output::stream::{self, Sinks, Target};
 
 mod attempt;
 mod evidence;
@@ -151,7 +151,7 @@ pub struct AttemptEnd {
     /// When oomguard first asked living processes of the job to stop (its leftovers after the
     /// main process ended, or the job on a soft bound or going quiet); `None` when it never had
     /// to. A checkpoint written shortly before may have been cut by the stop although no
-    /// process had it open at that instant ([`crate::resume::judge`]).
+    /// process had it open at that instant ([`crate::decide::resume::judge`]).
     pub stop_began: Option<SystemTime>,
     /// The card at the attempt's first and last readings while the job had processes (who
     /// held what at its start and at its death); `None` without GPU readings.
@@ -798,12 +798,12 @@ impl Supervisor {
     }
 
     /// The machine's memory now.
-    pub fn system_now(&self) -> Option<crate::mem::system::SystemMem> {
+    pub fn system_now(&self) -> Option<crate::observe::mem::system::SystemMem> {
         self.sampler.system_now()
     }
 
     /// The cards as the driver lists them; `None` without GPU readings.
-    pub fn gpu_devices(&mut self) -> Option<Vec<crate::gpu::GpuDevice>> {
+    pub fn gpu_devices(&mut self) -> Option<Vec<crate::observe::gpu::GpuDevice>> {
         self.sampler.gpu_devices()
     }
 

@@ -7,13 +7,13 @@
 use std::time::{Duration, Instant};
 
 use super::{attempt, AttemptState, Notice, Observer, Setup, StartedJob, Supervisor};
-use crate::cgroup::JobCgroup;
-use crate::classify;
-use crate::gpu::JobGpu;
-use crate::sampler::{Peaks, Sample, Scope};
-use crate::slurm;
-use crate::taken::HostReading;
-use crate::watch::{self, BoundWatch, Crossing, Trend};
+use crate::judge::classify;
+use crate::judge::taken::HostReading;
+use crate::observe::cgroup::JobCgroup;
+use crate::observe::gpu::JobGpu;
+use crate::observe::sampler::{Peaks, Sample, Scope};
+use crate::observe::slurm;
+use crate::observe::watch::{self, BoundWatch, Crossing, Trend};
 
 /// What one attempt's samples add up to: peaks, soft-bound streaks, the growth trend, and
 /// which notices were already given.
@@ -139,12 +139,18 @@ fn growth_notice(
     let growth = trend.growth()?;
     let mut ceilings: Vec<(u64, String)> = Vec::new();
     if let Some(max) = setup.bounds.max_rss_bytes {
-        ceilings.push((max, format!("--max-rss {}", crate::units::human_bytes(max))));
+        ceilings.push((
+            max,
+            format!("--max-rss {}", crate::observe::units::human_bytes(max)),
+        ));
     }
     if let Some(limit) = cgroup.and_then(JobCgroup::limit_bytes) {
         ceilings.push((
             limit,
-            format!("the memory limit {}", crate::units::human_bytes(limit)),
+            format!(
+                "the memory limit {}",
+                crate::observe::units::human_bytes(limit)
+            ),
         ));
     }
     if let Some(sys) = sample.system {
@@ -283,7 +289,7 @@ impl Supervisor {
     /// One tick of the quiet watch: a job silent for `--hang-timeout` after an out-of-memory
     /// error, or silent and idle for `--stall-timeout`, is asked to stop as for a soft memory
     /// bound (SIGTERM, then SIGKILL after `--grace`). The tail is read only when the job has been
-    /// silent that long (see [`crate::quiet::QuietWatch::tick`]): a tick costs the same however much it printed.
+    /// silent that long (see [`crate::judge::quiet::QuietWatch::tick`]): a tick costs the same however much it printed.
     fn watch_quiet(
         &self,
         sample: &Sample,

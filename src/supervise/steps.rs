@@ -7,8 +7,8 @@
 //! for the GPU only: sstat's total already holds them, and a task counted twice would stop a
 //! job that fits.
 //!
-//! It asks Slurm through the functions it is given ([`crate::slurm::steps_of`],
-//! [`crate::slurm::step_memory_cgroups`], [`crate::slurm::step_memory_bytes`] in the
+//! It asks Slurm through the functions it is given ([`crate::observe::slurm::steps_of`],
+//! [`crate::observe::slurm::step_memory_cgroups`], [`crate::observe::slurm::step_memory_bytes`] in the
 //! supervisor; fakes in the tests) and never signals anything: the supervisor does, with
 //! [`SrunSteps::known`].
 
@@ -16,9 +16,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::cgroup::JobCgroup;
-use crate::sampler::{SlurmPart, SlurmPlace};
-use crate::slurm::{self, Listed, Step, StepCgroup};
+use crate::observe::cgroup::JobCgroup;
+use crate::observe::sampler::{SlurmPart, SlurmPlace};
+use crate::observe::slurm::{self, Listed, Step, StepCgroup};
 
 /// The Slurm step each of the job's `srun` processes launched, and where their tasks' memory is
 /// read: the tasks run under slurmstepd, not below oomguard.
@@ -114,12 +114,15 @@ const NAME_SETTLES: Duration = Duration::from_secs(2);
 
 /// Where this host's cgroup trees are mounted: `/sys/fs/cgroup`, or for tests
 /// `OOMGUARD_SLURM_CGROUP_ROOT` (a tree holding only some nodes' stands for a host where the
-/// others' are not) or [`crate::cgroup::CGROUP_ROOT_ENV`].
+/// others' are not) or [`crate::observe::cgroup::CGROUP_ROOT_ENV`].
 pub(super) fn cgroup_root() -> PathBuf {
-    ["OOMGUARD_SLURM_CGROUP_ROOT", crate::cgroup::CGROUP_ROOT_ENV]
-        .iter()
-        .find_map(|name| std::env::var_os(name).filter(|v| !v.is_empty()))
-        .map_or_else(|| PathBuf::from("/sys/fs/cgroup"), PathBuf::from)
+    [
+        "OOMGUARD_SLURM_CGROUP_ROOT",
+        crate::observe::cgroup::CGROUP_ROOT_ENV,
+    ]
+    .iter()
+    .find_map(|name| std::env::var_os(name).filter(|v| !v.is_empty()))
+    .map_or_else(|| PathBuf::from("/sys/fs/cgroup"), PathBuf::from)
 }
 
 /// How the supervisor asks Slurm (real commands) and the tests (fakes).
@@ -355,7 +358,7 @@ fn say_where(found: &FoundStep) {
 /// cgroups are looked for (rarely), never per tick.
 pub(super) fn real_slurm<R>(use_it: impl FnOnce(&Slurm) -> R) -> R {
     let cgroups_of = |step| {
-        let host = crate::liveness::host_name().unwrap_or_default();
+        let host = crate::guard::liveness::host_name().unwrap_or_default();
         let here = host.split('.').next().unwrap_or_default();
         slurm::step_memory_cgroups(&cgroup_root(), step, here)
     };

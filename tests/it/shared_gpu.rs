@@ -1,11 +1,11 @@
 //! A shared GPU (issue 25) end to end: the real binary over real child processes on the fake
-//! NVML file (`OOMGUARD_FAKE_GPU`, src/gpu/fake.rs). Another user's process on the card is
+//! NVML file (`OOMGUARD_FAKE_GPU`, src/observe/gpu/fake.rs). Another user's process on the card is
 //! tests/fixtures/gpu_neighbour.py, which holds its memory through its piece while it lives; the
 //! job is tests/fixtures/shared_gpu_job.py, which needs 20 GiB + 0.5 GiB per sample of an 80 GiB
 //! card (batch 64: 52 GiB, which fits alone but not beside a neighbour's 40 GiB) and dies with
 //! PyTorch's real message, naming the other processes, where it does not fit.
 //!
-//! Each test's card has UUIDs of its own: claims on a card's room (src/room/claims.rs) name it by
+//! Each test's card has UUIDs of its own: claims on a card's room (src/decide/room/claims.rs) name it by
 //! UUID and may live in a place every oomguard on the machine shares (`/run/oomguard-claims`),
 //! so tests running side by side must not see each other's claims as taken room.
 //!

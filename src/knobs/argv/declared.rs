@@ -125,7 +125,7 @@ fn declaration(call: crate::knobs::file::py::Call) -> Option<Declaration> {
 /// `None` where there is no such script or it cannot be read.
 pub fn read(argv: &[OsString], cwd: &Path) -> Option<Declared> {
     let script = script_of(argv, cwd)?;
-    let text = crate::principal::read_text(&cwd.join(&script), SCRIPT_MAX_BYTES)?;
+    let text = crate::guard::principal::read_text(&cwd.join(&script), SCRIPT_MAX_BYTES)?;
     Some(Declared::parse(&script, &text))
 }
 
@@ -142,7 +142,7 @@ fn script_of(argv: &[OsString], cwd: &Path) -> Option<String> {
         return [format!("{path}.py"), format!("{path}/__main__.py")]
             .into_iter()
             .find(|file| {
-                crate::principal::as_user(|| Ok(cwd.join(file).is_file())).unwrap_or(false)
+                crate::guard::principal::as_user(|| Ok(cwd.join(file).is_file())).unwrap_or(false)
             });
     }
     let program = argv.first()?.to_str()?;
@@ -154,7 +154,7 @@ fn script_of(argv: &[OsString], cwd: &Path) -> Option<String> {
     } else {
         return None;
     };
-    wrapped_script(&crate::principal::read_text(
+    wrapped_script(&crate::guard::principal::read_text(
         &cwd.join(wrapper),
         SCRIPT_MAX_BYTES,
     )?)

@@ -319,7 +319,7 @@ fn on_path(token: &str) -> Option<PathBuf> {
     let path_var = std::env::var_os("PATH");
     as_job(|| {
         // Through a link to where it is installed: its environment's files are beside it there.
-        crate::child::resolve_program(token, path_var.as_deref())
+        crate::guard::program::find(token.as_ref(), path_var.as_deref())
             .ok()
             .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
     })
@@ -332,7 +332,7 @@ const WRAPPER_MAX_BYTES: u64 = 64 << 10;
 /// its package's `entry_points.txt` beside it. `None` where neither says.
 fn runs(path: &Path) -> Option<String> {
     let name = path.file_name()?.to_str()?;
-    let text = crate::principal::read_text(path, WRAPPER_MAX_BYTES)?;
+    let text = crate::guard::principal::read_text(path, WRAPPER_MAX_BYTES)?;
     if let Some(module) = wrapper_module(&text) {
         return Some(module);
     }
@@ -354,8 +354,10 @@ fn runs(path: &Path) -> Option<String> {
             )
         });
         infos.into_iter().find_map(|info| {
-            let text =
-                crate::principal::read_text(&info.join("entry_points.txt"), WRAPPER_MAX_BYTES)?;
+            let text = crate::guard::principal::read_text(
+                &info.join("entry_points.txt"),
+                WRAPPER_MAX_BYTES,
+            )?;
             console_entry(&text, name)
         })
     })
@@ -364,7 +366,7 @@ fn runs(path: &Path) -> Option<String> {
 /// `work`'s answer as the job's user sees the files (a directory listed, a path tested), the
 /// default where the switch fails: the job's paths are never looked at with root's eyes.
 fn as_job<T: Default>(work: impl FnOnce() -> T) -> T {
-    crate::principal::as_user(|| Ok(work())).unwrap_or_default()
+    crate::guard::principal::as_user(|| Ok(work())).unwrap_or_default()
 }
 
 /// The module a pip/uv-generated wrapper imports its entry point from: a Python `#!` line and

@@ -113,13 +113,14 @@ fn find_in(request: &Request) -> Result<Option<Found>, KnobError> {
 
 /// Reads `path` (UTF-8, a regular file of sane size) as the job's user.
 fn read_text(path: &Path) -> io::Result<String> {
-    let bytes =
-        as_user(|| crate::fsutil::read_regular_capped(path, crate::fsutil::SMALL_FILE_MAX_BYTES))?;
+    let bytes = as_user(|| {
+        crate::guard::fsutil::read_regular_capped(path, crate::guard::fsutil::SMALL_FILE_MAX_BYTES)
+    })?;
     String::from_utf8(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
 }
 
 fn as_user<T>(work: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
-    crate::principal::as_user(work)
+    crate::guard::principal::as_user(work)
 }
 
 fn os_path(token: &OsString) -> &Path {
@@ -891,7 +892,7 @@ struct Composer<'a> {
     config_overrides: HashMap<String, Vec<String>>,
     /// Each file read so far: a config named again (or through another path or link) is not
     /// read again.
-    read: crate::fsutil::ReadOnce,
+    read: crate::guard::fsutil::ReadOnce,
     /// The text of every config composed so far, one named twice counted twice.
     composed_bytes: u64,
     /// Composition stopped at [`MAX_COMPOSED`] or [`MAX_COMPOSED_BYTES`], not at something it
@@ -907,7 +908,7 @@ impl<'a> Composer<'a> {
             line,
             sources: Vec::new(),
             config_overrides: HashMap::new(),
-            read: crate::fsutil::ReadOnce::default(),
+            read: crate::guard::fsutil::ReadOnce::default(),
             composed_bytes: 0,
             gave_up: false,
         }
@@ -923,21 +924,21 @@ impl<'a> Composer<'a> {
         }
         let left = MAX_COMPOSED_BYTES - self.composed_bytes;
         // No more than the bound allows is ever read: a file past it is not held.
-        let cap = left.min(crate::fsutil::SMALL_FILE_MAX_BYTES);
+        let cap = left.min(crate::guard::fsutil::SMALL_FILE_MAX_BYTES);
         let text = match as_user(|| self.read.text(path, cap))? {
-            crate::fsutil::Once::Again(text) | crate::fsutil::Once::New(text) => text,
-            crate::fsutil::Once::TooLong => {
+            crate::guard::fsutil::Once::Again(text) | crate::guard::fsutil::Once::New(text) => text,
+            crate::guard::fsutil::Once::TooLong => {
                 return Err(self.give_up(format!(
                     "{} would take the config text composed past {}",
                     path.display(),
-                    crate::units::human_bytes(MAX_COMPOSED_BYTES)
+                    crate::observe::units::human_bytes(MAX_COMPOSED_BYTES)
                 )))
             }
         };
         if text.len() as u64 > left {
             return Err(self.give_up(format!(
                 "more than {} of config text composed",
-                crate::units::human_bytes(MAX_COMPOSED_BYTES)
+                crate::observe::units::human_bytes(MAX_COMPOSED_BYTES)
             )));
         }
         self.composed_bytes += text.len() as u64;

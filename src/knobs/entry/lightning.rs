@@ -41,7 +41,7 @@ const MAX_CONFIGS: usize = 64;
 /// are a few KB; each is parsed again for every key looked up, so the bound is on CPU as much
 /// as memory (48 configs of 1.3 MB took minutes of root's time before anything started).
 const MAX_TOTAL_BYTES: u64 = 8 << 20;
-const _: () = assert!(MAX_TOTAL_BYTES <= crate::fsutil::SMALL_FILE_MAX_BYTES);
+const _: () = assert!(MAX_TOTAL_BYTES <= crate::guard::fsutil::SMALL_FILE_MAX_BYTES);
 
 /// The batch and the accumulation of a LightningCLI command's configs; `None` when the command
 /// is not LightningCLI's, names no config, or no config holds a batch.
@@ -148,7 +148,7 @@ impl<'a> Configs<'a> {
                 paths.len()
             )));
         }
-        let mut read = crate::fsutil::ReadOnce::default();
+        let mut read = crate::guard::fsutil::ReadOnce::default();
         let mut total_bytes = 0u64;
         let mut texts = Vec::with_capacity(paths.len());
         for path in paths {
@@ -167,7 +167,7 @@ impl<'a> Configs<'a> {
                 Once::PastBound => {
                     return Ok(gave_up(format!(
                         "its --config files hold more than {} of text",
-                        crate::units::human_bytes(MAX_TOTAL_BYTES)
+                        crate::observe::units::human_bytes(MAX_TOTAL_BYTES)
                     )))
                 }
             };
@@ -248,18 +248,18 @@ fn read_once(
     request: &Request,
     path: &str,
     who: &str,
-    read: &mut crate::fsutil::ReadOnce,
+    read: &mut crate::guard::fsutil::ReadOnce,
     left_bytes: u64,
 ) -> Result<Once, KnobError> {
-    use crate::fsutil::Once as FileText;
+    use crate::guard::fsutil::Once as FileText;
     let fail = |problem: String| KnobError::Knob {
         where_: who.to_string(),
         problem,
     };
     let format = super::config_format(path, who)?;
     let absolute = request.cwd.join(path);
-    let cap = crate::fsutil::SMALL_FILE_MAX_BYTES.min(left_bytes);
-    match crate::principal::as_user(|| read.text(&absolute, cap)) {
+    let cap = crate::guard::fsutil::SMALL_FILE_MAX_BYTES.min(left_bytes);
+    match crate::guard::principal::as_user(|| read.text(&absolute, cap)) {
         Ok(FileText::Again(text)) => Ok(Once::Text(format, text, 0)),
         Ok(FileText::New(text)) => {
             let len = text.len() as u64;

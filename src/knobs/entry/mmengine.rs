@@ -52,9 +52,9 @@ impl Chain {
             if files.len() >= MAX_FILES {
                 break;
             }
-            let Some(text) = crate::principal::read_text(
+            let Some(text) = crate::guard::principal::read_text(
                 &request.cwd.join(&path),
-                crate::fsutil::SMALL_FILE_MAX_BYTES,
+                crate::guard::fsutil::SMALL_FILE_MAX_BYTES,
             ) else {
                 if files.is_empty() {
                     return None;

@@ -348,8 +348,8 @@ const FILE_MAX_BYTES: u64 = 4 << 20;
 /// file of at most [`FILE_MAX_BYTES`].
 fn read_text(request: &Request, path: &str) -> std::io::Result<String> {
     let absolute = request.cwd.join(path);
-    let bytes = crate::principal::as_user(|| {
-        crate::fsutil::read_regular_capped(&absolute, FILE_MAX_BYTES)
+    let bytes = crate::guard::principal::as_user(|| {
+        crate::guard::fsutil::read_regular_capped(&absolute, FILE_MAX_BYTES)
     })?;
     String::from_utf8(bytes)
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))

@@ -44,9 +44,9 @@ fn hf_script(request: &Request) -> bool {
         return false;
     };
     script.ends_with(".py")
-        && crate::principal::read_text(
+        && crate::guard::principal::read_text(
             &request.cwd.join(&script),
-            crate::fsutil::SMALL_FILE_MAX_BYTES,
+            crate::guard::fsutil::SMALL_FILE_MAX_BYTES,
         )
         .is_some_and(|text| text.contains("HfArgumentParser"))
 }

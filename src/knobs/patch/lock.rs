@@ -193,7 +193,9 @@ impl Place {
         }
         let removed = self.as_theirs(|| self.unlink(name, UnlinkatFlags::NoRemoveDir));
         if removed.is_err() && nix::unistd::geteuid().is_root() {
-            let _ = crate::principal::as_oomguard(|| self.unlink(name, UnlinkatFlags::NoRemoveDir));
+            let _ = crate::guard::principal::as_oomguard(|| {
+                self.unlink(name, UnlinkatFlags::NoRemoveDir)
+            });
         }
     }
 }
@@ -395,8 +397,8 @@ impl FileLock {
             }
         };
         let exchange = || {
-            crate::principal::as_oomguard(|| {
-                crate::fsutil::renameat2(
+            crate::guard::principal::as_oomguard(|| {
+                crate::guard::fsutil::renameat2(
                     Some(place.dir.as_raw_fd()),
                     mine_name.as_os_str(),
                     Some(place.dir.as_raw_fd()),
@@ -430,7 +432,7 @@ impl FileLock {
             UnlinkatFlags::NoRemoveDir
         };
         // A directory with things in it stays, under our name for it: theirs to clear.
-        let _ = crate::principal::as_oomguard(|| place.unlink(&mine_name, flags));
+        let _ = crate::guard::principal::as_oomguard(|| place.unlink(&mine_name, flags));
         tracing::warn!(
             "removed {}: uid {squatter} had put it where oomguard locks {}",
             place.path.display(),
@@ -577,5 +579,5 @@ fn nonce() -> u64 {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
-    crate::fsutil::Fnv64::of(&now.as_nanos().to_le_bytes())
+    crate::guard::fsutil::Fnv64::of(&now.as_nanos().to_le_bytes())
 }
