@@ -3,8 +3,8 @@
 //! ([`runas`]), and the commands that run no job: `doctor`, `--dry-run`'s plan ([`dry_run`]),
 //! `install` and `install-units`.
 //!
-//! It may import every folder but the run loop ([`mod@crate::run`]) and the attempt's
-//! supervision ([`crate::supervise`]), which stand on it.
+//! It may import every folder below it, [`crate::tell`] and [`crate::supervise`] included; only
+//! [`crate::commands`], [`mod@crate::run`] and the crate's entry import it.
 
 pub(crate) mod cli;
 pub(crate) mod dry_run;

@@ -12,6 +12,10 @@
 //! [`reader`], as do the knobs a `--config` job file names ([`crate::front::settings::job_knobs`]). Which
 //! knob moves when is [`crate::decide::policy`]'s decision, made without knowing where knobs live; this
 //! module turns values into an attempt's argv, environment and file texts, and tells what changed.
+//!
+//! Text in, text out, and the user's files given back: it knows no process, and imports only
+//! [`crate::guard`] (files read as the job's user), [`crate::observe::units`] and the words of
+//! an ending ([`crate::judge::outcome`]).
 
 pub mod argv;
 pub mod entry;

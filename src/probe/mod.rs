@@ -14,6 +14,9 @@
 //! and the fit ([`crate::decide::fit`] reads an out-of-memory event's figures). Anything the probe
 //! writes that does not parse is ignored; nothing the job does waits on the pipe (the probe
 //! drops an event rather than block).
+//!
+//! It imports only the knob model (what the job's parsers and frameworks report is adopted
+//! there) and the layers below it: never what launches, decides or records.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};

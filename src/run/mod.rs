@@ -14,6 +14,9 @@
 //! It does not spawn or watch processes ([`crate::supervise`]), name causes
 //! ([`crate::judge::classify`]) or choose the next values ([`crate::decide::policy`]): it carries their results
 //! from one to the next.
+//!
+//! It stands at the top with [`crate::commands`]: it may import every folder, and only the
+//! crate's entry imports it.
 
 mod aside;
 mod events;

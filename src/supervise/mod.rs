@@ -14,6 +14,9 @@
 //! It does not classify, decide or print: [`crate::judge::classify`], [`crate::decide::policy`] and
 //! [`crate::output::console`] do (samples and notices go to an [`Observer`] the caller provides); it
 //! only asks `classify` whether a silent job's output shows an out-of-memory error.
+//!
+//! It may import the layers below it (launch, output, observe, judge, remember, ...), never
+//! [`crate::tell`] beside it nor the front door or the run loop above.
 
 use std::collections::HashSet;
 use std::fs::File;

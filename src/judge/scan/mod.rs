@@ -4,7 +4,8 @@
 //! table ([`table`]'s `SIGNATURES`) of name, class, patterns, veto and, for a message that names
 //! no device, the patterns of the lines around it that decide its class. [`lines`] reads the
 //! rest of a traceback that tells how it ended (exception lines, chain banners, teardown frames,
-//! skipped batches).
+//! skipped batches). The `prescreen` module says, before anything is compiled, whether a text
+//! may show a memory failure at all.
 //!
 //! This module only recognises text. It never decides why an attempt ended: weighing findings
 //! against the exit status and the kernel's counters is [`crate::judge::classify`]'s job, and reading
@@ -15,7 +16,10 @@
 
 mod general;
 pub mod lines;
+mod prescreen;
 pub mod table;
+
+pub(crate) use prescreen::may_show_memory_error;
 
 use regex::{Regex, RegexSet};
 use std::collections::HashMap;
@@ -36,118 +40,6 @@ pub struct Finding {
     /// The matching line, with log prefixes removed and cut to about 200 characters around the
     /// match; it is shown to people as evidence.
     pub line: String,
-}
-
-/// Phrases, in ASCII lower case, at least one of which every pattern of the families that say a
-/// running job hit its memory (device and host OOM, a killed DataLoader worker, the kernel's or
-/// Slurm's OOM kill) needs in a line it matches. [`may_show_memory_error`] looks for them before
-/// anything is compiled: the signature table's regexes cost about 13 MiB of heap and 60-100 ms to
-/// build, which a silent job's output (read by `--hang-timeout`) should not make oomguard pay
-/// for the rest of its run. A new family of those classes adds its phrase here; the corpus
-/// test (`every_memory_finding_passes_the_prescreen`) fails until it does.
-const MEMORY_PHRASES: &[&str] = &[
-    // Accelerator memory.
-    "out of memory",
-    "outofmemory",
-    "out_of_memory",
-    "out_of_me",
-    "out_of_resources",
-    "out_of_device_memory",
-    "cudaerrormemoryallocation",
-    "_alloc_failed",
-    "2 vs. 0",
-    "cudnn_status_not_supported",
-    "would exceed allowed memory",
-    "no available memory",
-    // Not "kv cache" alone: vLLM names its KV cache size at every start.
-    "stored in kv cache",
-    "available kv cache memory",
-    "not enough memory",
-    "no executable batch size",
-    "failed to cuda",
-    "exceeded hbm",
-    "exceeded vmem",
-    "oom when allocating",
-    "exhausted",
-    // ONNX Runtime's arenas, ggml's buffers (issue 20's families).
-    "bfcarena",
-    "failed to allocate",
-    // Host memory.
-    "cpuallocator",
-    "12 vs 0",
-    "buy new ram",
-    "[errno 12]",
-    "cannot allocate memory",
-    "enomem",
-    "unable to allocate",
-    "memoryerror",
-    "bad_alloc",
-    "killed due to",
-    "memory usage threshold",
-    "ray-oom-prevention",
-    "memory budget",
-    "error 1455",
-    "paging file",
-    "页面文件太小",
-    "/dev/shm",
-    "no space left",
-    "shared memory segment",
-    // DataLoader workers.
-    "dataloader worker",
-    "bus error",
-    "/torch_",
-    // The kernel's, a container runtime's and Slurm's OOM kills.
-    "kill process",
-    "killed process",
-    "oom-kill",
-    "oom_kill",
-    "oom_reaper",
-    "killed as a result of limit",
-    "oomkill",
-    "oom killed",
-    "low on resource: memory",
-    "memorypressure",
-    "consumption of memory",
-    "oom killer",
-    "low memory!",
-    "sending sig",
-    "escalating to sigkill",
-    "killing process",
-    "bug_type",
-    "killed by yarn",
-    "systemd-oomd",
-    "out-of-memory handler",
-    "memory limit",
-    "cancelled at",
-    "srun: error",
-    // LSF's and the notebooks' kills.
-    "term_memlimit",
-    "memory usage limit",
-    "all available ram",
-    "more memory than is available",
-    // Issue 42's families: other device allocators, V8's heap, userspace killers and platforms.
-    "erroroutofdevicememory",
-    "vkallocatememory failed",
-    "dxvkmemoryallocator",
-    "device memory allocation of size",
-    "mem_object_allocation_failure",
-    "alloc_gmem",
-    "device memory failed",
-    "call_and_retry_last",
-    "to the victim",
-    "memory quota vastly",
-    "signal: killed",
-    "on signal 9 (killed)",
-];
-
-/// Whether `text` may show a memory finding at all (see [`MEMORY_PHRASES`]): false means no
-/// device or host OOM, killed worker or OOM kill can be found in it, so the signature table need
-/// not be compiled to say so. Lines are joined first, as the scan glues hard-wrapped ones.
-pub(crate) fn may_show_memory_error(text: &str) -> bool {
-    let mut joined = text.replace(['\n', '\r'], "");
-    joined.make_ascii_lowercase();
-    MEMORY_PHRASES.iter().any(|p| joined.contains(p))
-        || general::mentions_running_out(text, &joined)
 }
 
 /// How the general rule's evidence starts, so a reader sees that no table entry matched.
@@ -358,11 +250,28 @@ pub(crate) fn scan_positions_without(text: &str, without: Option<&str>) -> Vec<(
 /// again what the winner said); the measure of how the rule stands in for families the table
 /// was never told about keeps it.
 pub(crate) fn scan_inner(text: &str, without: &[&str], general: bool) -> Vec<(usize, Finding)> {
-    let c = compiled();
+    let scan = Scan {
+        c: compiled(),
+        without,
+        lines: prepare(text),
+    };
+    let (mut hits, per_line) = scan.line_hits();
+    // After the lines' own hits, so that hits keep the order the findings are built in.
+    hits.extend(scan.glued_hits(&per_line));
+    let mut out = scan.findings(hits);
+    if general {
+        scan.add_general_rule(&mut out);
+    }
+    latest_distinct(out)
+}
+
+/// Splits `text` into lines and marks the source code a traceback echoes, so that a program's
+/// own `except MemoryError:` is never read as the event it names.
+fn prepare(text: &str) -> Vec<Prepared<'_>> {
     let raw_lines = split_lines(text);
     let mut lines: Vec<Prepared> = Vec::with_capacity(raw_lines.len());
     let mut after_frame = false;
-    for raw in &raw_lines {
+    for raw in raw_lines {
         let trimmed = raw.trim_start();
         let is_frame = trimmed.starts_with("File \"") && trimmed.contains("\", line ");
         let echo = after_frame && !is_frame && trimmed.len() < raw.len();
@@ -372,18 +281,148 @@ pub(crate) fn scan_inner(text: &str, without: &[&str], general: bool) -> Vec<(us
         let echo = echo || text.starts_with('│');
         lines.push(Prepared { text, raw, echo });
     }
+    lines
+}
 
-    let mut found: Vec<(usize, usize, String)> = Vec::new(); // (line, family, evidence)
-                                                             // The class a family's match on line `i` speaks for: its own, or what the lines around
-                                                             // it say (see [`Nearby`]).
-    let class_at = |idx: usize, i: usize| -> Family {
+/// A table entry's match before it becomes a [`Finding`]: kept apart because whether it counts
+/// (a Slurm limit hit) and which class it speaks for (its nearby lines) are only known once
+/// every line has been read.
+struct Hit {
+    /// Index of the line it was found on (the first of a glued pair).
+    at: usize,
+    /// Index of the entry in [`SIGNATURES`].
+    entry: usize,
+    /// What is shown of the matching text.
+    evidence: String,
+}
+
+/// What every step of one scan reads: the compiled table, the entries left out, and the text's
+/// prepared lines.
+struct Scan<'t, 'w> {
+    c: &'static Compiled,
+    without: &'w [&'w str],
+    lines: Vec<Prepared<'t>>,
+}
+
+/// Whether entries `a` and `b` describe the same message: several entries of one class often
+/// match one line ("torch.OutOfMemoryError: CUDA out of memory"), which is one finding.
+fn same_message(a: usize, b: usize) -> bool {
+    SIGNATURES[a].class == SIGNATURES[b].class && SIGNATURES[a].role == SIGNATURES[b].role
+}
+
+impl Scan<'_, '_> {
+    /// Each line's own hits, and per line the entries that matched it, so that the glued pass
+    /// does not say again what a line said alone.
+    fn line_hits(&self) -> (Vec<Hit>, Vec<Vec<usize>>) {
+        let mut found = Vec::new();
+        let mut per_line: Vec<Vec<usize>> = Vec::with_capacity(self.lines.len());
+        for (i, line) in self.lines.iter().enumerate() {
+            let mut hits: Vec<usize> = Vec::new();
+            let text = line.text.trim_end();
+            if !line.echo && !text.is_empty() {
+                let next = self.lines.get(i + 1).map(|l| l.raw);
+                for (idx, pat) in self.matching_entries(text) {
+                    if self.vetoed(idx, text, next) || hits.iter().any(|&h| same_message(h, idx)) {
+                        continue;
+                    }
+                    hits.push(idx);
+                    found.push(Hit {
+                        at: i,
+                        entry: idx,
+                        evidence: self.shown(pat, text),
+                    });
+                }
+            }
+            per_line.push(hits);
+        }
+        (found, per_line)
+    }
+
+    /// Terminal hard-wraps split phrases across lines ("Memory Mana\ngement", "Out \nof memory",
+    /// "ray log\ns"): each line's end glued to the next line's start, keeping what neither line
+    /// matched alone (`per_line`, from [`Self::line_hits`]).
+    fn glued_hits(&self, per_line: &[Vec<usize>]) -> Vec<Hit> {
+        let lines = &self.lines;
+        let mut found = Vec::new();
+        let mut glued = String::with_capacity(2 * GLUE_SPAN);
+        for i in 0..lines.len().saturating_sub(1) {
+            let (a, b) = (&lines[i], &lines[i + 1]);
+            if a.echo || b.echo || a.text.trim().is_empty() || b.raw.trim().is_empty() {
+                continue;
+            }
+            glued.clear();
+            glued
+                .push_str(&a.text[ceil_boundary(a.text, a.text.len().saturating_sub(GLUE_SPAN))..]);
+            glued.push_str(&b.raw[..floor_boundary(b.raw, GLUE_SPAN)]);
+            let mut glued_hits: Vec<usize> = Vec::new();
+            for (idx, pat) in self.matching_entries(&glued) {
+                let seen = |hits: &[usize]| hits.iter().any(|&h| same_message(h, idx));
+                if SIGNATURES[idx].whole_line
+                    || seen(&per_line[i])
+                    || seen(&per_line[i + 1])
+                    || seen(&glued_hits)
+                {
+                    continue;
+                }
+                if self.vetoed(idx, &glued, lines.get(i + 2).map(|l| l.raw)) {
+                    continue;
+                }
+                glued_hits.push(idx);
+                found.push(Hit {
+                    at: i,
+                    entry: idx,
+                    evidence: self.shown(pat, &glued),
+                });
+            }
+        }
+        found
+    }
+
+    /// The entries (and the first pattern of each) that match `text`, each once, in table
+    /// order, leaving out those the scan was told to do without.
+    fn matching_entries(&self, text: &str) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = Vec::new(); // (entry, pattern)
+        for pat in self.c.set.matches(text).iter() {
+            let idx = self.c.owner[pat];
+            if !self.without.contains(&SIGNATURES[idx].name)
+                && out.last().is_none_or(|&(f, _)| f != idx)
+            {
+                out.push((idx, pat));
+            }
+        }
+        out
+    }
+
+    /// Whether entry `idx`'s veto matches `context`, or the start of the `next` line, since a
+    /// hard-wrap may push the veto phrase onto it.
+    fn vetoed(&self, idx: usize, context: &str, next: Option<&str>) -> bool {
+        let Some(veto) = &self.c.vetoes[idx] else {
+            return false;
+        };
+        if veto.is_match(context) {
+            return true;
+        }
+        next.is_some_and(|n| veto.is_match(&n[..floor_boundary(n, GLUE_SPAN)]))
+    }
+
+    /// The evidence of pattern `pat`'s match in `text`: cut around where it matched, so that a
+    /// long line still shows the match.
+    fn shown(&self, pat: usize, text: &str) -> String {
+        let found = self.c.each[pat].find(text).map(|m| (m.start(), m.end()));
+        evidence(text, found)
+    }
+
+    /// The class entry `idx`'s match on line `i` speaks for: its own, or what the lines around
+    /// it say (see [`Nearby`](table::Nearby)), for a message that names no device.
+    fn class_at(&self, idx: usize, i: usize) -> Family {
         let s = &SIGNATURES[idx];
         let Some(n) = s.nearby else {
             return s.class;
         };
+        let lines = &self.lines;
         let says = |j: usize| {
             let text = lines[j].text;
-            c.nearby[idx]
+            self.c.nearby[idx]
                 .iter()
                 .find(|(re, _)| re.is_match(text))
                 .filter(|_| (n.holds)(text))
@@ -395,118 +434,47 @@ pub(crate) fn scan_inner(text: &str, without: &[&str], general: bool) -> Vec<(us
             .filter(|&j| j < lines.len())
             .find_map(says)
             .unwrap_or(s.class)
-    };
-    // The families of the patterns that match `text`, each once, in table order.
-    let families_matching = |text: &str| -> Vec<(usize, usize)> {
-        let mut out: Vec<(usize, usize)> = Vec::new(); // (family, pattern)
-        for pat in c.set.matches(text).iter() {
-            let idx = c.owner[pat];
-            if !without.contains(&SIGNATURES[idx].name) && out.last().is_none_or(|&(f, _)| f != idx)
-            {
-                out.push((idx, pat));
-            }
-        }
-        out
-    };
-    // Several families of one class often describe the same message
-    // ("torch.OutOfMemoryError: CUDA out of memory"): one finding per class and line.
-    let same = |a: usize, b: usize| {
-        SIGNATURES[a].class == SIGNATURES[b].class && SIGNATURES[a].role == SIGNATURES[b].role
-    };
-    let mut per_line: Vec<Vec<usize>> = Vec::with_capacity(lines.len());
+    }
 
-    let vetoed = |idx: usize, context: &str, next: Option<&str>| -> bool {
-        let Some(veto) = &c.vetoes[idx] else {
-            return false;
+    /// The hits that are findings, each with its class: Slurm's "Exceeded job memory limit"
+    /// counts only next to a sign that Slurm stopped the job, and the stop itself never does.
+    fn findings(&self, hits: Vec<Hit>) -> Vec<(usize, Finding)> {
+        let has = |role: Role, class: Family| {
+            hits.iter()
+                .any(|h| SIGNATURES[h.entry].role == role && SIGNATURES[h.entry].class == class)
         };
-        if veto.is_match(context) {
-            return true;
-        }
-        // A hard-wrap may push the veto phrase onto the next line.
-        next.is_some_and(|n| veto.is_match(&n[..floor_boundary(n, GLUE_SPAN)]))
-    };
-
-    for (i, line) in lines.iter().enumerate() {
-        let mut hits: Vec<usize> = Vec::new();
-        let text = line.text.trim_end();
-        if !line.echo && !text.is_empty() {
-            let next = lines.get(i + 1).map(|l| l.raw);
-            for (idx, pat) in families_matching(text) {
-                if vetoed(idx, text, next) || hits.iter().any(|&h| same(h, idx)) {
-                    continue;
+        let slurm_fatal = has(Role::SlurmStopped, SlurmOom) && !has(Role::Finding, SlurmOom);
+        hits.into_iter()
+            .filter_map(|h| {
+                let s = &SIGNATURES[h.entry];
+                let finding = Finding {
+                    family: self.class_at(h.entry, h.at),
+                    name: s.name,
+                    line: h.evidence,
+                };
+                match s.role {
+                    Role::Finding => Some((h.at, finding)),
+                    Role::SlurmLimitHit if slurm_fatal => Some((h.at, finding)),
+                    _ => None,
                 }
-                hits.push(idx);
-                let at = c.each[pat].find(text).map(|m| (m.start(), m.end()));
-                found.push((i, idx, evidence(text, at)));
-            }
-        }
-        per_line.push(hits);
+            })
+            .collect()
     }
 
-    // Terminal hard-wraps split phrases across lines ("Memory Mana\ngement", "Out \nof memory",
-    // "ray log\ns"): try each line's end glued to the next line's start, and keep what neither
-    // line matched alone.
-    let mut glued = String::with_capacity(2 * GLUE_SPAN);
-    for i in 0..lines.len().saturating_sub(1) {
-        let (a, b) = (&lines[i], &lines[i + 1]);
-        if a.echo || b.echo || a.text.trim().is_empty() || b.raw.trim().is_empty() {
-            continue;
+    /// When no entry said that memory ran out, the general rule (see [`general`]) may: it
+    /// stands in for the wordings the table was never told about.
+    fn add_general_rule(&self, out: &mut Vec<(usize, Finding)>) {
+        let memory = |f: &Finding| {
+            matches!(
+                f.family,
+                DeviceOom | HostOom | WorkerKilled | KernelOomKill | SlurmOom
+            )
+        };
+        if out.iter().any(|(_, f)| memory(f)) {
+            return;
         }
-        glued.clear();
-        glued.push_str(&a.text[ceil_boundary(a.text, a.text.len().saturating_sub(GLUE_SPAN))..]);
-        glued.push_str(&b.raw[..floor_boundary(b.raw, GLUE_SPAN)]);
-        let mut glued_hits: Vec<usize> = Vec::new();
-        for (idx, pat) in families_matching(&glued) {
-            let seen = |hits: &[usize]| hits.iter().any(|&h| same(h, idx));
-            if SIGNATURES[idx].whole_line
-                || seen(&per_line[i])
-                || seen(&per_line[i + 1])
-                || seen(&glued_hits)
-            {
-                continue;
-            }
-            if vetoed(idx, &glued, lines.get(i + 2).map(|l| l.raw)) {
-                continue;
-            }
-            glued_hits.push(idx);
-            let at = c.each[pat].find(&glued).map(|m| (m.start(), m.end()));
-            found.push((i, idx, evidence(&glued, at)));
-        }
-    }
-
-    // Slurm's "Exceeded job memory limit" counts only next to a sign that Slurm stopped the job.
-    let has = |role: Role, class: Family| {
-        found
-            .iter()
-            .any(|(_, idx, _)| SIGNATURES[*idx].role == role && SIGNATURES[*idx].class == class)
-    };
-    let slurm_fatal = has(Role::SlurmStopped, SlurmOom) && !has(Role::Finding, SlurmOom);
-    let mut out: Vec<(usize, Finding)> = found
-        .into_iter()
-        .filter_map(|(i, idx, line)| {
-            let s = &SIGNATURES[idx];
-            let finding = Finding {
-                family: class_at(idx, i),
-                name: s.name,
-                line,
-            };
-            match s.role {
-                Role::Finding => Some((i, finding)),
-                Role::SlurmLimitHit if slurm_fatal => Some((i, finding)),
-                _ => None,
-            }
-        })
-        .collect();
-
-    // No entry said that memory ran out: the general rule may (see [`general`]).
-    let memory = |f: &Finding| {
-        matches!(
-            f.family,
-            DeviceOom | HostOom | WorkerKilled | KernelOomKill | SlurmOom
-        )
-    };
-    if general && !out.iter().any(|(_, f)| memory(f)) {
-        let texts: Vec<&str> = lines
+        let texts: Vec<&str> = self
+            .lines
             .iter()
             .map(|l| if l.echo { "" } else { l.text })
             .collect();
@@ -523,8 +491,11 @@ pub(crate) fn scan_inner(text: &str, without: &[&str], general: bool) -> Vec<(us
             ));
         }
     }
+}
 
-    // Keep each distinct finding once, at its last position; logs repeat themselves.
+/// `out` in line order with each distinct finding kept once, at its last position (logs repeat
+/// themselves), and only the latest [`MAX_FINDINGS`], since the end of a log says how it died.
+fn latest_distinct(mut out: Vec<(usize, Finding)>) -> Vec<(usize, Finding)> {
     out.sort_by_key(|(i, _)| *i);
     let mut last: HashMap<(Family, &str), usize> = HashMap::new();
     for (pos, (_, f)) in out.iter().enumerate() {
@@ -1102,93 +1073,5 @@ mod tests {
         let found = scan(&text);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].name, "pytorch_allocator_oom");
-    }
-}
-
-#[cfg(test)]
-mod prescreen_tests {
-    use super::*;
-
-    const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/oom-corpus");
-
-    fn is_memory(family: Family) -> bool {
-        matches!(
-            family,
-            DeviceOom | HostOom | WorkerKilled | KernelOomKill | SlurmOom
-        )
-    }
-
-    #[test]
-    fn every_memory_finding_passes_the_prescreen() {
-        let mut checked = 0;
-        let held_out = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/oom-heldout");
-        let corpus = std::fs::read_dir(CORPUS).expect("the OOM corpus is there");
-        let held_out = std::fs::read_dir(held_out).expect("the held-out set is there");
-        for entry in corpus.chain(held_out) {
-            let path = entry.unwrap().path();
-            let Ok(text) = std::fs::read_to_string(&path) else {
-                continue;
-            };
-            // Each finding's own line, and the whole file as `--hang-timeout` hands it over.
-            for (at, finding) in scan_positions(&text) {
-                if !is_memory(finding.family) {
-                    continue;
-                }
-                checked += 1;
-                let lines = split_lines(&text);
-                let around = lines[at.saturating_sub(1)..(at + 2).min(lines.len())].join("\n");
-                assert!(
-                    may_show_memory_error(&around),
-                    "{} ({}): {:?}",
-                    path.display(),
-                    finding.name,
-                    finding.line
-                );
-            }
-        }
-        assert!(
-            checked > 200,
-            "only {checked} memory findings in the corpus"
-        );
-        for (text, families) in super::tests::TABLE {
-            if families.iter().any(|f| is_memory(*f)) {
-                assert!(may_show_memory_error(text), "{text:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn the_prescreen_lets_ordinary_training_output_through_unread() {
-        // (output, whether it may show a memory error)
-        let table = [
-            ("ready 4242\n", false),
-            ("INFO 05-01 12:00:00 gpu_executor.py:122] # GPU blocks: 7436, GPU KV cache size: 118976 tokens\n", false),
-            ("step 1455 | loss 1.9\n", false),
-            (
-                "step 100 | loss 2.31 | mem 12.3G | max_memory_allocated 10.2 GiB\n",
-                false,
-            ),
-            (
-                "Epoch 3: 100%|██████████| 500/500 [01:02<00:00, 8.01it/s, gpu_mem=31.2G]\n",
-                false,
-            ),
-            (
-                "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
-                true,
-            ),
-            // Hard-wrapped by a terminal, and in another case.
-            (
-                "torch.OutOfMemoryError: CUDA out of mem\nory. Tried to allocate\n",
-                true,
-            ),
-            ("MEMORYERROR\n", true),
-            (
-                "Memory cgroup out of memory: Killed process 15617 (python3)\n",
-                true,
-            ),
-        ];
-        for (text, want) in table {
-            assert_eq!(may_show_memory_error(text), want, "{text:?}");
-        }
     }
 }

@@ -54,7 +54,33 @@ impl JobRun {
     /// Loads the job and, unless `--fresh`, works out where the first attempt starts, saying
     /// so in one line. Any problem with the file is a warning: the run goes on.
     pub fn open(settings: &JobSettings, knobs: &KnobSet, report: &Reporter) -> JobRun {
-        let mut run = JobRun {
+        let mut run = JobRun::unloaded(settings);
+        let Some(state_dir) = &settings.state_dir else {
+            report.warn(&format!(
+                "no state directory (neither XDG_STATE_HOME nor HOME is set): job {} is not remembered; give --state-dir DIR",
+                settings.name
+            ));
+            return run;
+        };
+        run.load(state_dir, report);
+        // Not where the job's user could write the job memory that names the run directories
+        // (a `state_dir` of theirs): it could name another job's, which root would then hand
+        // to them.
+        if !settings.state_dir_is_users {
+            run.tighten_earlier_run_dirs();
+        }
+        // Before `--fresh` is looked at: another oomguard running the job is told either way.
+        let died = run.died_run(report);
+        if settings.fresh {
+            return run;
+        }
+        run.choose_start(died.as_ref(), knobs, report);
+        run
+    }
+
+    /// The run before anything is loaded: what a job without a state directory keeps.
+    fn unloaded(settings: &JobSettings) -> JobRun {
+        JobRun {
             settings: settings.clone(),
             store: None,
             memory: JobMemory::default(),
@@ -66,62 +92,87 @@ impl JobRun {
             pending_success: None,
             current: None,
             steps_saved_at_s: None,
-        };
-        let Some(state_dir) = &settings.state_dir else {
-            report.warn(&format!(
-                "no state directory (neither XDG_STATE_HOME nor HOME is set): job {} is not remembered; give --state-dir DIR",
-                settings.name
-            ));
-            return run;
-        };
+        }
+    }
+
+    /// Opens the job's store in `state_dir` and loads its memory; a file that cannot be read
+    /// is told and the run starts from the command's values, with the store kept for writing.
+    fn load(&mut self, state_dir: &Path, report: &Reporter) {
+        let settings = &self.settings;
         let store = JobStore::new(state_dir, &settings.name)
             .touched_as_user(settings.state_dir_is_users)
             .with_legacy_name(settings.legacy_name.clone());
         match store.load() {
             Ok((memory, moved)) => {
                 if let Some(moved) = moved {
-                    run.warn(report, &moved.to_string());
+                    self.warn(report, &moved.to_string());
                 }
-                run.memory = memory;
+                self.memory = memory;
             }
-            Err(e) => run.warn(
+            Err(e) => self.warn(
                 report,
                 &format!("{e}; this run starts from the command's values"),
             ),
         }
-        run.store = Some(store);
-        // Run directories of this job that an earlier version left readable by every user. Not
-        // where the job's user could write the job memory that names them (a `state_dir` of
-        // theirs): it could name another job's, which root would then hand to them.
-        if !settings.state_dir_is_users {
-            let earlier = run.memory.attempts().iter().map(|a| a.run.as_str());
-            let latest = run.memory.run.iter().map(|r| r.run_dir.as_str());
-            let tightened =
-                crate::remember::record::run_dir::tighten_earlier(earlier.chain(latest));
-            if tightened > 0 {
-                tracing::info!("made {tightened} earlier run directories of the job private");
-            }
+        self.store = Some(store);
+    }
+
+    /// Makes private the run directories of this job that an earlier version left readable by
+    /// every user.
+    fn tighten_earlier_run_dirs(&self) {
+        let earlier = self.memory.attempts().iter().map(|a| a.run.as_str());
+        let latest = self.memory.run.iter().map(|r| r.run_dir.as_str());
+        let tightened = crate::remember::record::run_dir::tighten_earlier(earlier.chain(latest));
+        if tightened > 0 {
+            tracing::info!("made {tightened} earlier run directories of the job private");
         }
-        // The job's last run, if its oomguard died without writing an end.
-        let died = run.memory.run.clone().filter(|last| {
+    }
+
+    /// The job's last run, if its oomguard died without writing an end: the one a run may
+    /// continue. One still alive is told, since the job's file then shows only the latest.
+    fn died_run(&self, report: &Reporter) -> Option<CurrentRun> {
+        self.memory.run.clone().filter(|last| {
             last.state.under_way()
                 && match crate::guard::liveness::liveness(&last.process) {
                     Liveness::Dead => true,
                     Liveness::Alive => {
                         report.warn(&format!(
                             "job {} is also being run by oomguard {} (run directory {}): `oomguard status` shows only the latest run; give --name for a job of its own",
-                            settings.name, last.process.pid, last.run_dir
+                            self.settings.name, last.process.pid, last.run_dir
                         ));
                         false
                     }
                     Liveness::Unknown => false,
                 }
-        });
-        if settings.fresh {
-            return run;
+        })
+    }
+
+    /// Where the first attempt starts, in order of preference: the attempt a dead run was in,
+    /// the last success's own and room-limited sizes, the fastest setting that fitted, the
+    /// last success. Each is said in one line.
+    fn choose_start(&mut self, died: Option<&CurrentRun>, knobs: &KnobSet, report: &Reporter) {
+        if self.continue_died(died, knobs, report) {
+            return;
         }
-        let continued = died.as_ref().and_then(|last| {
-            let start = continue_from(last, knobs, &settings.command);
+        let Some(last) = self.memory.last_success().cloned() else {
+            return;
+        };
+        if self.start_room_limited(&last, knobs, report) || self.start_fastest(&last, knobs, report)
+        {
+            return;
+        }
+        self.start_from_last(&last, knobs, report);
+    }
+
+    /// Continues the attempt the `died` run was in, if it ran the same command; whether it did.
+    fn continue_died(
+        &mut self,
+        died: Option<&CurrentRun>,
+        knobs: &KnobSet,
+        report: &Reporter,
+    ) -> bool {
+        let continued = died.and_then(|last| {
+            let start = continue_from(last, knobs, &self.settings.command);
             if start.is_none() {
                 report.say(&format!(
                     "the job's last run (oomguard {}, {}) died during attempt {} with another command: not continuing it",
@@ -130,78 +181,95 @@ impl JobRun {
             }
             start
         });
-        if let Some(start) = continued {
-            let StartFrom::Interrupted {
-                attempt,
-                pid,
-                run_dir,
-            } = &start.from
-            else {
-                unreachable!("continue_from continues an interrupted run");
-            };
-            let values = match start.describe(knobs) {
-                described if described.is_empty() => "the command's".to_string(),
-                described => described,
-            };
-            report.say(&format!(
-                "the job's last run (oomguard {pid}, {run_dir}) died during attempt {attempt}: continuing with that attempt's values: {values}; --fresh to start from the command's values"
-            ));
-            run.start = Some(start);
-            return run;
+        let Some(start) = continued else {
+            return false;
+        };
+        let StartFrom::Interrupted {
+            attempt,
+            pid,
+            run_dir,
+        } = &start.from
+        else {
+            unreachable!("continue_from continues an interrupted run");
+        };
+        let values = match start.describe(knobs) {
+            described if described.is_empty() => "the command's".to_string(),
+            described => described,
+        };
+        report.say(&format!(
+            "the job's last run (oomguard {pid}, {run_dir}) died during attempt {attempt}: continuing with that attempt's values: {values}; --fresh to start from the command's values"
+        ));
+        self.start = Some(start);
+        true
+    }
+
+    /// When the last success was cut for a shared card's room: starts from the job's own size,
+    /// with the room-limited one kept for while the card is short; whether it was cut.
+    fn start_room_limited(
+        &mut self,
+        last: &LastSuccess,
+        knobs: &KnobSet,
+        report: &Reporter,
+    ) -> bool {
+        let Some(limited) = last.room_fallback() else {
+            return false;
+        };
+        let at = |values: &KnobValues| LastSuccess {
+            knobs: values.clone(),
+            ..last.clone()
+        };
+        self.start = start_from(&at(last.own_knobs()), knobs);
+        self.room_start = start_from(&at(&limited.knobs), knobs);
+        let described = |start: &Option<Start>| match start {
+            Some(start) => start.describe(knobs),
+            None => "the command's values".to_string(),
+        };
+        let day = last.at.get(..10).unwrap_or(&last.at);
+        report.say(&format!(
+            "starting from the job's own size ({}) where the card has room for it; on a card short of room ({day}) {} worked; --fresh to start from the command's values",
+            described(&self.start),
+            described(&self.room_start),
+        ));
+        true
+    }
+
+    /// Starts from the fastest setting that fitted when it is not the last success's; whether
+    /// there was one.
+    fn start_fastest(&mut self, last: &LastSuccess, knobs: &KnobSet, report: &Reporter) -> bool {
+        let Some(fastest) = fastest_fit(self.memory.attempts(), last, knobs) else {
+            return false;
+        };
+        let faster = LastSuccess {
+            knobs: fastest.knobs.clone(),
+            ..last.clone()
+        };
+        self.start = start_from(&faster, knobs);
+        let (last_knobs, last_rate) = &fastest.last;
+        let last_start = LastSuccess {
+            knobs: last_knobs.clone(),
+            ..last.clone()
+        };
+        let described = |start: Option<Start>| match start {
+            Some(start) => start.describe(knobs),
+            None => "the command's values".to_string(),
+        };
+        report.say(&format!(
+            "starting from the fastest setting that fitted: {} at {} samples/s, where the last success, {}, ran {} samples/s; --fresh to start from the command's values",
+            described(self.start.clone()),
+            crate::observe::units::rate(fastest.samples_per_second),
+            described(start_from(&last_start, knobs)),
+            crate::observe::units::rate(*last_rate),
+        ));
+        if let Some(note) = self.start.as_ref().and_then(|s| s.effective_note.as_ref()) {
+            report.warn(note);
         }
-        let last = run.memory.last_success().cloned();
-        if let Some((last, limited)) = last.as_ref().and_then(|l| Some((l, l.room_fallback()?))) {
-            // The job's own size first; the room-limited one only while the card is short.
-            let at = |values: &KnobValues| LastSuccess {
-                knobs: values.clone(),
-                ..last.clone()
-            };
-            run.start = start_from(&at(last.own_knobs()), knobs);
-            run.room_start = start_from(&at(&limited.knobs), knobs);
-            let described = |start: &Option<Start>| match start {
-                Some(start) => start.describe(knobs),
-                None => "the command's values".to_string(),
-            };
-            let day = last.at.get(..10).unwrap_or(&last.at);
-            report.say(&format!(
-                "starting from the job's own size ({}) where the card has room for it; on a card short of room ({day}) {} worked; --fresh to start from the command's values",
-                described(&run.start),
-                described(&run.room_start),
-            ));
-            return run;
-        }
-        let fastest = last
-            .as_ref()
-            .and_then(|last| fastest_fit(run.memory.attempts(), last, knobs));
-        if let (Some(last), Some(fastest)) = (&last, &fastest) {
-            let faster = LastSuccess {
-                knobs: fastest.knobs.clone(),
-                ..last.clone()
-            };
-            run.start = start_from(&faster, knobs);
-            let (last_knobs, last_rate) = &fastest.last;
-            let last_start = LastSuccess {
-                knobs: last_knobs.clone(),
-                ..last.clone()
-            };
-            let described = |start: Option<Start>| match start {
-                Some(start) => start.describe(knobs),
-                None => "the command's values".to_string(),
-            };
-            report.say(&format!(
-                "starting from the fastest setting that fitted: {} at {} samples/s, where the last success, {}, ran {} samples/s; --fresh to start from the command's values",
-                described(run.start.clone()),
-                crate::observe::units::rate(fastest.samples_per_second),
-                described(start_from(&last_start, knobs)),
-                crate::observe::units::rate(*last_rate),
-            ));
-            if let Some(note) = run.start.as_ref().and_then(|s| s.effective_note.as_ref()) {
-                report.warn(note);
-            }
-            return run;
-        }
-        run.start = last.as_ref().and_then(|last| start_from(last, knobs));
-        if let Some(start) = &run.start {
+        true
+    }
+
+    /// Starts from what worked last time, as it was.
+    fn start_from_last(&mut self, last: &LastSuccess, knobs: &KnobSet, report: &Reporter) {
+        self.start = start_from(last, knobs);
+        if let Some(start) = &self.start {
             let day = start.at.get(..10).unwrap_or(&start.at);
             report.say(&format!(
                 "starting from what worked last time ({day}): {}; --fresh to start from the command's values",
@@ -211,7 +279,6 @@ impl JobRun {
                 report.warn(note);
             }
         }
-        run
     }
 
     pub fn name(&self) -> &str {
