@@ -459,103 +459,12 @@ pub(in crate::knobs) fn find(
         return Ok(None);
     };
     let mut lines = vec![format!("{}: {}", codebase.name, launcher.how)];
-    // LLaMA-Factory reads flags when its first word is no config file (`read_args`).
-    let named = config_word(argv, from, codebase.config);
-    let syntax = match (codebase.config, &named) {
-        (ConfigWord::First, None) if codebase.syntax == Syntax::KeyValue => Syntax::Dashed,
-        _ => codebase.syntax,
-    };
-    let config = match &named {
-        Some(path) => read_named(request, launcher, path, &mut lines)?,
-        None => None,
-    };
-    let in_config = |key: &str| -> Result<Option<u64>, KnobError> {
-        let Some((shown, format, text)) = &config else {
-            return Ok(None);
-        };
-        count_at(*format, text, key).map_err(|held| KnobError::Knob {
-            where_: format!("{} config {shown}", codebase.name),
-            problem: format!("{key} is `{held}`, not a whole number of at least 1"),
-        })
-    };
-    let shown_config = config.as_ref().map(|(shown, ..)| shown.clone());
-    // A config named but not read may hold an accumulation (torchtune's 8): one added from 1
-    // would override it, so then only the command's own accumulation is moved.
-    let unread_config = config.is_none() && named.is_some();
-    let batch_word = command_word(argv, syntax, codebase.batch_key)?;
-    let accum_word = command_word(argv, syntax, codebase.accum_key)?;
-    // ultralytics: a batch of -1 or a fraction of the card is its own AutoBatch.
-    if let Some((_, raw)) = &batch_word {
-        if raw.parse::<u64>().map_or(true, |n| n == 0) {
-            if matches!(codebase.keeps, Keeps::Nominal { .. }) {
-                lines.push(format!(
-                    "batch: `{}={raw}` is {}'s AutoBatch, which sizes the batch to the card itself: nothing for oomguard to move",
-                    codebase.batch_key, codebase.name
-                ));
-                notes.extend(lines);
-                return Ok(None);
-            }
-            return Err(KnobError::Argv(argv::RewriteError::NotAnInteger {
-                name: syntax.name(codebase.batch_key),
-                value: raw.clone(),
-            }));
-        }
-    }
-    let at = argv.len();
-    let word_of = |key: &str| syntax.shown(key);
-    // A word of the command as the user wrote it (`--micro_batch_size=4`, not axolotl's dash-case).
-    let as_written = |place: &argv::Place, raw: &str| {
-        let name = place.name();
-        match syntax {
-            Syntax::Dashed => format!("{name} {raw}"),
-            Syntax::KeyValue | Syntax::KebabJoined => format!("{name}={raw}"),
-        }
-    };
-    let (batch_place, batch) = match &batch_word {
-        Some((place, raw)) => {
-            let n = raw.parse::<u64>().expect("checked above");
-            lines.push(format!(
-                "batch: `{}` in the command, {n}",
-                as_written(place, raw)
-            ));
-            (place.clone(), n)
-        }
-        None => {
-            let n = match (in_config(codebase.batch_key)?, codebase.default_batch) {
-                (Some(n), _) => {
-                    lines.push(format!(
-                        "batch: `{}` in {}, {n}, changed with `{}` added to the command (the config is not edited)",
-                        codebase.batch_key,
-                        shown_config.as_deref().unwrap_or("the config"),
-                        word_of(codebase.batch_key)
-                    ));
-                    n
-                }
-                // A config named but not read may set the batch: the default would be a guess.
-                (None, Some(n)) if !unread_config => {
-                    let whose = match &shown_config {
-                        Some(c) => format!("absent from {c}"),
-                        None => "not in the command".to_string(),
-                    };
-                    lines.push(format!(
-                        "batch: `{}` {whose}: {}'s default {n}, changed with `{}` added to the command",
-                        codebase.batch_key,
-                        codebase.name,
-                        word_of(codebase.batch_key)
-                    ));
-                    n
-                }
-                (None, _) => {
-                    lines.push(format!(
-                        "batch: `{}` is neither in the command nor in a config oomguard could read",
-                        codebase.batch_key
-                    ));
-                    notes.extend(lines);
-                    return Ok(None);
-                }
-            };
-            (syntax.absent(codebase.batch_key, at), n)
-        }
+    let words = Words::read(request, launcher, from, &mut lines)?;
+    let batch_word = command_word(argv, words.syntax, codebase.batch_key)?;
+    let accum_word = command_word(argv, words.syntax, codebase.accum_key)?;
+    let Some((batch_place, batch)) = words.batch(&batch_word, &mut lines)? else {
+        notes.extend(lines);
+        return Ok(None);
     };
     let mut found = Found {
         entrypoint: codebase.name,
@@ -565,105 +474,308 @@ pub(in crate::knobs) fn find(
         no_accumulation: None,
         notes: Vec::new(),
     };
-    match codebase.keeps {
-        Keeps::Nominal { key, default } => {
-            let nbs = match command_word(argv, syntax, key)? {
-                Some((_, raw)) => raw.parse::<u64>().ok(),
-                None => in_config(key).ok().flatten(),
-            }
-            .unwrap_or(default);
-            // max(round(nbs ÷ batch), 1): a batch above nbs accumulates 1 step either side
-            // of a halving, so the effective batch shrinks until the batch is at most nbs.
-            found.kept_by_job = batch <= nbs;
-            lines.push(if found.kept_by_job {
-                format!(
-                    "accumulation: {} keeps the effective batch itself, accumulating round({key} {nbs} ÷ batch) steps, so the batch moves alone",
-                    codebase.name
-                )
-            } else {
-                format!(
-                    "accumulation: {} accumulates max(round({key} {nbs} ÷ batch), 1) steps, 1 for a batch of {batch}, so the effective batch shrinks until the batch is at most {nbs} (give `{key}={batch}` to keep it)",
-                    codebase.name
-                )
-            });
-        }
-        // axolotl refuses a global batch beside an accumulation (check_gas_bsz), so none is
-        // added where the command or the config gives the global batch.
-        Keeps::GlobalBatch(global)
-            if accum_word.is_none()
-                && in_config(codebase.accum_key)?.is_none()
-                && (command_word(argv, syntax, global)?.is_some()
-                    || in_config(global)?.is_some()) =>
-        {
-            let whose = match command_word(argv, syntax, global)? {
-                Some(_) => "the command",
-                None => shown_config.as_deref().unwrap_or("the config"),
-            };
-            lines.push(format!(
-                "accumulation: `{global}` in {whose} with no `{}`: {} derives the accumulation as {global} ÷ {}, so the batch moves alone",
-                codebase.accum_key,
-                codebase.name,
-                codebase.batch_key
-            ));
-            found.kept_by_job = true;
-        }
-        Keeps::Accumulation | Keeps::GlobalBatch(_) if unread_config && accum_word.is_none() => {
-            lines.push(format!(
-                "accumulation: `{}` is in no word of the command and its config was not read, so the batch moves alone and the effective batch shrinks with it (add `{}` to the command to keep it)",
-                codebase.accum_key,
-                word_of(codebase.accum_key)
-            ));
-        }
-        Keeps::Accumulation | Keeps::GlobalBatch(_) => {
-            let key = codebase.accum_key;
-            let (place, n) = match accum_word {
-                Some((place, raw)) => {
-                    let n =
-                        argv::parse_count(&syntax.name(key), OsString::from(&raw).as_os_str(), 1)?;
-                    lines.push(format!(
-                        "accumulation: `{}` in the command, {n}",
-                        as_written(&place, &raw)
-                    ));
-                    (place, n)
-                }
-                None => {
-                    let n = match in_config(key)? {
-                        Some(n) => {
-                            lines.push(format!(
-                                "accumulation: `{key}` in {}, {n}, changed with `{}` added to the command",
-                                shown_config.as_deref().unwrap_or("the config"),
-                                word_of(key)
-                            ));
-                            n
-                        }
-                        None => {
-                            lines.push(format!(
-                                "accumulation: `{key}` {}(1), `{}` added to the command when the batch moves",
-                                match &shown_config {
-                                    Some(c) => format!("absent from {c} "),
-                                    None => String::new(),
-                                },
-                                word_of(key)
-                            ));
-                            1
-                        }
-                    };
-                    // Added in the batch word's own spelling where the command wrote it so.
-                    let joined = matches!(&batch_word, Some((argv::Place::Flag { sites, .. }, _))
-                        if syntax == Syntax::Dashed && matches!(sites.last(), Some(argv::Site::Joined(_))));
-                    let place = if joined {
-                        argv::Place::absent_joined(&syntax.name(key), at)
-                    } else {
-                        syntax.absent(key, at)
-                    };
-                    (place, n)
-                }
-            };
-            found.accum = Some((Place::Argv(place), Some(n)));
-        }
-    }
+    words.accumulation(&mut found, batch, &batch_word, accum_word, &mut lines)?;
     found.notes = lines;
     Ok(Some(found))
+}
+
+/// A word of the command for a key: its place and its value as written.
+type Word = Option<(argv::Place, String)>;
+
+/// What [`find`] reads a codebase's words with: the command, the syntax its words take there,
+/// and the config they name.
+struct Words<'a> {
+    argv: &'a [OsString],
+    codebase: &'static Codebase,
+    syntax: Syntax,
+    /// The config named and read: as shown, its format, its text.
+    config: Option<(String, crate::knobs::file::Format, String)>,
+    /// A config named but not read may hold an accumulation (torchtune's 8): one added from 1
+    /// would override it, so then only the command's own accumulation is moved.
+    unread_config: bool,
+}
+
+impl<'a> Words<'a> {
+    /// The syntax and the config named from the words starting at `from`, the config read (a
+    /// line in `lines` where it cannot be).
+    fn read(
+        request: &Request<'a>,
+        launcher: &Launcher,
+        from: usize,
+        lines: &mut Vec<String>,
+    ) -> Result<Words<'a>, KnobError> {
+        let argv = request.command;
+        let codebase = launcher.codebase;
+        // LLaMA-Factory reads flags when its first word is no config file (`read_args`).
+        let named = config_word(argv, from, codebase.config);
+        let syntax = match (codebase.config, &named) {
+            (ConfigWord::First, None) if codebase.syntax == Syntax::KeyValue => Syntax::Dashed,
+            _ => codebase.syntax,
+        };
+        let config = match &named {
+            Some(path) => read_named(request, launcher, path, lines)?,
+            None => None,
+        };
+        Ok(Words {
+            argv,
+            codebase,
+            syntax,
+            unread_config: config.is_none() && named.is_some(),
+            config,
+        })
+    }
+
+    /// The config's count at `key`; `None` without a config or the key. A value that is no
+    /// count is refused, naming the config.
+    fn in_config(&self, key: &str) -> Result<Option<u64>, KnobError> {
+        let Some((shown, format, text)) = &self.config else {
+            return Ok(None);
+        };
+        count_at(*format, text, key).map_err(|held| KnobError::Knob {
+            where_: format!("{} config {shown}", self.codebase.name),
+            problem: format!("{key} is `{held}`, not a whole number of at least 1"),
+        })
+    }
+
+    /// The config as the notes show it.
+    fn shown_config(&self) -> Option<&str> {
+        self.config.as_ref().map(|(shown, ..)| shown.as_str())
+    }
+
+    /// The word for `key` as a user reads it (`batch_size=N`).
+    fn word_of(&self, key: &str) -> String {
+        self.syntax.shown(key)
+    }
+
+    /// A word of the command as the user wrote it (`--micro_batch_size=4`, not axolotl's
+    /// dash-case).
+    fn as_written(&self, place: &argv::Place, raw: &str) -> String {
+        let name = place.name();
+        match self.syntax {
+            Syntax::Dashed => format!("{name} {raw}"),
+            Syntax::KeyValue | Syntax::KebabJoined => format!("{name}={raw}"),
+        }
+    }
+
+    /// Where a word the command lacks is added: at its end.
+    fn end(&self) -> usize {
+        self.argv.len()
+    }
+
+    /// The batch: the command's word, else the config's key, else the codebase's default, with
+    /// its place. `None`, with a line saying why, where the codebase sizes the batch itself or
+    /// none can be read.
+    fn batch(
+        &self,
+        batch_word: &Word,
+        lines: &mut Vec<String>,
+    ) -> Result<Option<(argv::Place, u64)>, KnobError> {
+        let key = self.codebase.batch_key;
+        match batch_word {
+            Some((place, raw)) => {
+                let Some(n) = raw.parse::<u64>().ok().filter(|&n| n != 0) else {
+                    return self.no_count_batch(raw, lines);
+                };
+                lines.push(format!(
+                    "batch: `{}` in the command, {n}",
+                    self.as_written(place, raw)
+                ));
+                Ok(Some((place.clone(), n)))
+            }
+            None => Ok(self
+                .batch_not_in_command(lines)?
+                .map(|n| (self.syntax.absent(key, self.end()), n))),
+        }
+    }
+
+    /// A batch word that is no count: ultralytics' AutoBatch (-1, or a fraction of the card),
+    /// which sizes the batch itself and leaves nothing to move; refused for any other codebase.
+    fn no_count_batch(
+        &self,
+        raw: &str,
+        lines: &mut Vec<String>,
+    ) -> Result<Option<(argv::Place, u64)>, KnobError> {
+        let codebase = self.codebase;
+        if matches!(codebase.keeps, Keeps::Nominal { .. }) {
+            lines.push(format!(
+                "batch: `{}={raw}` is {}'s AutoBatch, which sizes the batch to the card itself: nothing for oomguard to move",
+                codebase.batch_key, codebase.name
+            ));
+            return Ok(None);
+        }
+        Err(KnobError::Argv(argv::RewriteError::NotAnInteger {
+            name: self.syntax.name(codebase.batch_key),
+            value: raw.to_string(),
+        }))
+    }
+
+    /// The batch where the command has no word for it: the config's, else the codebase's
+    /// default; `None` (said) where neither can be known.
+    fn batch_not_in_command(&self, lines: &mut Vec<String>) -> Result<Option<u64>, KnobError> {
+        let codebase = self.codebase;
+        let key = codebase.batch_key;
+        match (self.in_config(key)?, codebase.default_batch) {
+            (Some(n), _) => {
+                lines.push(format!(
+                    "batch: `{key}` in {}, {n}, changed with `{}` added to the command (the config is not edited)",
+                    self.shown_config().unwrap_or("the config"),
+                    self.word_of(key)
+                ));
+                Ok(Some(n))
+            }
+            // A config named but not read may set the batch: the default would be a guess.
+            (None, Some(n)) if !self.unread_config => {
+                let whose = match self.shown_config() {
+                    Some(c) => format!("absent from {c}"),
+                    None => "not in the command".to_string(),
+                };
+                lines.push(format!(
+                    "batch: `{key}` {whose}: {}'s default {n}, changed with `{}` added to the command",
+                    codebase.name,
+                    self.word_of(key)
+                ));
+                Ok(Some(n))
+            }
+            (None, _) => {
+                lines.push(format!(
+                    "batch: `{key}` is neither in the command nor in a config oomguard could read"
+                ));
+                Ok(None)
+            }
+        }
+    }
+
+    /// How the effective batch is kept as the batch moves, by the codebase's own rule
+    /// ([`Keeps`]): `found` gets the accumulation to move, or is marked kept by the job.
+    fn accumulation(
+        &self,
+        found: &mut Found,
+        batch: u64,
+        batch_word: &Word,
+        accum_word: Word,
+        lines: &mut Vec<String>,
+    ) -> Result<(), KnobError> {
+        let codebase = self.codebase;
+        match codebase.keeps {
+            Keeps::Nominal { key, default } => {
+                found.kept_by_job = self.nominal_batch_keeps(key, default, batch, lines)?;
+            }
+            // axolotl refuses a global batch beside an accumulation (check_gas_bsz), so none is
+            // added where the command or the config gives the global batch.
+            Keeps::GlobalBatch(global)
+                if accum_word.is_none()
+                    && self.in_config(codebase.accum_key)?.is_none()
+                    && (command_word(self.argv, self.syntax, global)?.is_some()
+                        || self.in_config(global)?.is_some()) =>
+            {
+                let whose = match command_word(self.argv, self.syntax, global)? {
+                    Some(_) => "the command",
+                    None => self.shown_config().unwrap_or("the config"),
+                };
+                lines.push(format!(
+                    "accumulation: `{global}` in {whose} with no `{}`: {} derives the accumulation as {global} ÷ {}, so the batch moves alone",
+                    codebase.accum_key,
+                    codebase.name,
+                    codebase.batch_key
+                ));
+                found.kept_by_job = true;
+            }
+            Keeps::Accumulation | Keeps::GlobalBatch(_)
+                if self.unread_config && accum_word.is_none() =>
+            {
+                lines.push(format!(
+                    "accumulation: `{}` is in no word of the command and its config was not read, so the batch moves alone and the effective batch shrinks with it (add `{}` to the command to keep it)",
+                    codebase.accum_key,
+                    self.word_of(codebase.accum_key)
+                ));
+            }
+            Keeps::Accumulation | Keeps::GlobalBatch(_) => {
+                let (place, n) = self.accumulation_word(batch_word, accum_word, lines)?;
+                found.accum = Some((Place::Argv(place), Some(n)));
+            }
+        }
+        Ok(())
+    }
+
+    /// ultralytics' nominal batch `key` (the command's, else the config's, else `default`):
+    /// whether the job keeps the effective batch itself at this `batch`, said either way.
+    fn nominal_batch_keeps(
+        &self,
+        key: &str,
+        default: u64,
+        batch: u64,
+        lines: &mut Vec<String>,
+    ) -> Result<bool, KnobError> {
+        let name = self.codebase.name;
+        let nbs = match command_word(self.argv, self.syntax, key)? {
+            Some((_, raw)) => raw.parse::<u64>().ok(),
+            None => self.in_config(key).ok().flatten(),
+        }
+        .unwrap_or(default);
+        // max(round(nbs ÷ batch), 1): a batch above nbs accumulates 1 step either side
+        // of a halving, so the effective batch shrinks until the batch is at most nbs.
+        let kept = batch <= nbs;
+        lines.push(if kept {
+            format!(
+                "accumulation: {name} keeps the effective batch itself, accumulating round({key} {nbs} ÷ batch) steps, so the batch moves alone"
+            )
+        } else {
+            format!(
+                "accumulation: {name} accumulates max(round({key} {nbs} ÷ batch), 1) steps, 1 for a batch of {batch}, so the effective batch shrinks until the batch is at most {nbs} (give `{key}={batch}` to keep it)"
+            )
+        });
+        Ok(kept)
+    }
+
+    /// The accumulation to move and its value: the command's word, else a word added (from the
+    /// config's value, else 1).
+    fn accumulation_word(
+        &self,
+        batch_word: &Word,
+        accum_word: Word,
+        lines: &mut Vec<String>,
+    ) -> Result<(argv::Place, u64), KnobError> {
+        let key = self.codebase.accum_key;
+        let syntax = self.syntax;
+        if let Some((place, raw)) = accum_word {
+            let n = argv::parse_count(&syntax.name(key), OsString::from(&raw).as_os_str(), 1)?;
+            lines.push(format!(
+                "accumulation: `{}` in the command, {n}",
+                self.as_written(&place, &raw)
+            ));
+            return Ok((place, n));
+        }
+        let n = match self.in_config(key)? {
+            Some(n) => {
+                lines.push(format!(
+                    "accumulation: `{key}` in {}, {n}, changed with `{}` added to the command",
+                    self.shown_config().unwrap_or("the config"),
+                    self.word_of(key)
+                ));
+                n
+            }
+            None => {
+                lines.push(format!(
+                    "accumulation: `{key}` {}(1), `{}` added to the command when the batch moves",
+                    match self.shown_config() {
+                        Some(c) => format!("absent from {c} "),
+                        None => String::new(),
+                    },
+                    self.word_of(key)
+                ));
+                1
+            }
+        };
+        // Added in the batch word's own spelling where the command wrote it so.
+        let joined = matches!(batch_word, Some((argv::Place::Flag { sites, .. }, _))
+            if syntax == Syntax::Dashed && matches!(sites.last(), Some(argv::Site::Joined(_))));
+        let place = if joined {
+            argv::Place::absent_joined(&syntax.name(key), self.end())
+        } else {
+            syntax.absent(key, self.end())
+        };
+        Ok((place, n))
+    }
 }
 
 /// The argv index of the first word after the launcher's subcommand (and, for `tune run`, its

@@ -2,7 +2,7 @@
 //! renames over it: its POSIX ACL (the `system.posix_acl_access` attribute, acl(5)), `user.*`
 //! attributes and whatever else the file system lists for it (an SELinux label, for instance).
 //! Without them a collaborator's `rw` entry or a tool's tag would be gone after a clean run.
-//! Which inode to write, and when, is the caller's ([`super::replace_file`]).
+//! Which inode to write, and when, is the caller's ([`super::replace::replace_file`]).
 //!
 //! The fd-based system calls (flistxattr(2), fgetxattr(2), fsetxattr(2)) are called through libc
 //! directly: three calls on descriptors oomguard already holds, so no path is looked up again,

@@ -20,7 +20,7 @@
 //! it. It is removed, under the lock, when its holder lets go (also after an early error); one
 //! that names a journal entry its holder could not finish stays, for whoever patches next.
 //!
-//! Finishing a dead owner's entry, and the restore rule, are [`super`]'s.
+//! Finishing a dead owner's entry, and the restore rule, are [`super::restore`]'s.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
@@ -36,7 +36,13 @@ use nix::fcntl::{Flock, FlockArg, OFlag, RenameFlags};
 use nix::sys::stat::{FileStat, Mode as Perm};
 use nix::unistd::UnlinkatFlags;
 
-use super::{as_theirs, io_err, ActingUser, Owner, PatchError};
+use super::acting::{as_theirs, ActingUser};
+use super::entry_lock::Owner;
+use super::journal::{load_journal, trusted_journal};
+// Through the parent, as before the split: restoring a dead owner's entry takes the file lock
+// this module gives, so the two call each other.
+use super::restore_entry;
+use super::{io_err, PatchError};
 
 /// `.<name>.oomguard-lock`, beside the file it guards.
 pub(super) fn lock_path(file: &Path) -> PathBuf {
@@ -464,12 +470,11 @@ impl FileLock {
         if let Some(left) = lock.owner().journal {
             // Ours is finished by the caller; a gone one was finished already; one we cannot
             // trust (see trusted_journal) is no entry of ours, whatever the lock says.
-            if Some(left.as_path()) != journal && super::trusted_journal(&left) {
-                let names_this_file =
-                    super::load_journal(&left).is_ok_and(|j| j.path.as_path() == file);
+            if Some(left.as_path()) != journal && trusted_journal(&left) {
+                let names_this_file = load_journal(&left).is_ok_and(|j| j.path.as_path() == file);
                 // Otherwise a stale or foreign name: not this file's patch.
                 if names_this_file {
-                    match super::restore_entry(&left, Duration::ZERO) {
+                    match restore_entry(&left, Duration::ZERO) {
                         Ok(Some(line)) => tracing::warn!("{line}"),
                         Ok(None) if left.exists() => {
                             // Its owner holds the entry but not the file's lock.
