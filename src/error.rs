@@ -1,8 +1,8 @@
 //! How oomguard itself ends early, and every exit status it ends with: the [`Error`] that stops a
-//! command before or between attempts (bad flags, a job that cannot start, a run directory or
-//! file that cannot be written), each with its status, and the statuses of a run that ends on
-//! its own (`EXIT_GAVE_UP`). The words of an attempt's ending are [`crate::judge::outcome`]'s; where
-//! the error is printed is the binary's.
+//! command before or between attempts (bad flags, a job that cannot start, a run directory or file
+//! that cannot be written), each with its status, and the statuses of a run that ends on its own
+//! (`EXIT_GAVE_UP`). The words of an attempt's ending are [`crate::judge::outcome`]'s; where the
+//! error is printed is the binary's.
 
 use crate::front::install_units::InstallError;
 use crate::front::settings::from_args::UsageError;

@@ -1,9 +1,9 @@
 //! The subcommands that read and print, beside `oomguard run`: `status` (the jobs' table),
-//! `classify` (a verdict per file), `report` (a run directory's table, JSON or page), `man`
-//! (the pages) and `install-units` (the systemd units written). Each turns its arguments into
-//! output on stdout and an exit status; what they print is built by the modules they name
-//! ([`crate::tell::status`], [`crate::judge::classify`], [`crate::tell::report`], [`crate::commands::install`],
-//! [`crate::front::install_units`]). Nothing here supervises a job.
+//! `classify` (a verdict per file), `report` (a run directory's table, JSON or page), `man` (the
+//! pages) and `install-units` (the systemd units written). Each turns its arguments into output on
+//! stdout and an exit status; what they print is built by the modules they name
+//! ([`crate::tell::status`], [`crate::judge::classify`], [`crate::tell::report`],
+//! [`crate::commands::install`], [`crate::front::install_units`]). Nothing here supervises a job.
 
 use std::io::Read;
 use std::path::Path;

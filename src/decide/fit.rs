@@ -21,8 +21,8 @@
 //! half; where it cannot, [`estimate`] does as above.
 //!
 //! Pure numbers in, a batch out: [`observe`] turns one attempt's numbers into [`Evidence`],
-//! [`exact`] or [`estimate`] fits the line. Which knob moves, and what happens when there is no estimate
-//! (it halves), is [`crate::decide::policy`]'s decision.
+//! [`exact`] or [`estimate`] fits the line. Which knob moves, and what happens when there is no
+//! estimate (it halves), is [`crate::decide::policy`]'s decision.
 
 use crate::judge::oom_numbers;
 use crate::judge::outcome::Cause;

@@ -10,12 +10,12 @@
 //! that knob × partner stays what it was in the original command (the effective batch). A
 //! knob that is only a partner never moves on its own. When no knob can move, the run gives up.
 //!
-//! How far a halving knob moves is the [`Strategy`]'s: halve, multiply by a factor, or (`fit`)
-//! the largest batch the attempts' memory evidence says will fit ([`crate::decide::fit`]), halving
-//! with the reason said where the evidence cannot tell. Before anything moves, a CUDA
-//! out-of-memory death that the evidence names fragmentation ([`crate::decide::fit::Fragmentation`]:
-//! the probe's observer, PyTorch's message, or the allocator's retries climbing) gets one
-//! relaunch at the same values with the allocator's expandable segments ([`Hint`]).
+//! How far a halving knob moves is the [`Strategy`]'s: halve, multiply by a factor, or (`fit`) the
+//! largest batch the attempts' memory evidence says will fit ([`crate::decide::fit`]), halving with
+//! the reason said where the evidence cannot tell. Before anything moves, a CUDA out-of-memory
+//! death that the evidence names fragmentation ([`crate::decide::fit::Fragmentation`]: the probe's
+//! observer, PyTorch's message, or the allocator's retries climbing) gets one relaunch at the same
+//! values with the allocator's expandable segments ([`Hint`]).
 
 use std::time::Duration;
 

@@ -139,8 +139,8 @@ impl Resume {
     /// those modified after `newer_than` where given. Unreadable entries are skipped: a
     /// checkpoint oomguard cannot see is one it cannot vouch for.
     ///
-    /// As the job's user when a root oomguard acts for one ([`crate::guard::principal`]): a checkpoint
-    /// the user could not read is not one to hand their job.
+    /// As the job's user when a root oomguard acts for one ([`crate::guard::principal`]): a
+    /// checkpoint the user could not read is not one to hand their job.
     pub fn scan(&self, newer_than: Option<SystemTime>) -> Vec<Candidate> {
         crate::guard::principal::as_user(|| Ok(self.scan_here(newer_than))).unwrap_or_default()
     }

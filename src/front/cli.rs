@@ -50,7 +50,8 @@ pub enum Command {
     /// memory peaks and duration, and what fit; `--json` for machines, `--html` for a page
     /// with a chart of memory over time.
     Report(ReportArgs),
-    /// Print a shell completion script: `oomguard completions bash > /etc/bash_completion.d/oomguard`.
+    /// Print a shell completion script: `oomguard completions bash >
+    /// /etc/bash_completion.d/oomguard`.
     Completions(CompletionsArgs),
     /// Print a man page (roff), generated from these same definitions: `oomguard man | man -l -`.
     Man(ManArgs),

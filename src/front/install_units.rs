@@ -193,11 +193,11 @@ pub fn install(place: &Place, force: bool) -> Result<Vec<Written>, InstallError>
     Ok(done)
 }
 
-/// Refuses a system unit, installed as root, for a binary that anyone but root could change:
-/// the file itself or a directory above it (a user's virtual environment, a group-writable conda
-/// env). The unit, or its drop-in naming the binary's path, would have systemd run whatever is
-/// there as root at every start and restart of every `oomguard@` unit, for good. The rule is a
-/// job file's ([`crate::guard::ownership::changeable_by_others`]); a user unit is its user's own business.
+/// Refuses a system unit, installed as root, for a binary that anyone but root could change: the
+/// file itself or a directory above it (a user's virtual environment, a group-writable conda env).
+/// The unit, or its drop-in naming the binary's path, would have systemd run whatever is there as
+/// root at every start and restart of every `oomguard@` unit, for good. The rule is a job file's
+/// ([`crate::guard::ownership::changeable_by_others`]); a user unit is its user's own business.
 fn check_exe(place: &Place) -> Result<(), InstallError> {
     if place.scope != Scope::System || !place.as_root {
         return Ok(());

@@ -7,8 +7,8 @@
 //! every directory above it must be writable by nobody but root (or the file's `user`), or
 //! whoever could write there could choose what runs as someone else.
 //!
-//! Switching identity in the child is [`crate::launch::child`]'s (`become_user`); parsing the file is
-//! [`crate::front::jobfile`]'s.
+//! Switching identity in the child is [`crate::launch::child`]'s (`become_user`); parsing the file
+//! is [`crate::front::jobfile`]'s.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -45,10 +45,10 @@ pub fn check_steps(
 
 /// Who besides root could change the file at `path`, as one phrase (`/home/alice/venv/bin: this
 /// directory above it is owned by uid 1001, so user alice could`), or `None` where root alone
-/// could: the rule [`check_steps`] applies to a job file, with no user allowed, on a walk made
-/// now ([`crate::guard::pathwalk::open`]). For a file root will run again later by its path (a unit's
-/// `ExecStart=`), which gives whoever could change it root's rights for the same reason a job
-/// file does.
+/// could: the rule [`check_steps`] applies to a job file, with no user allowed, on a walk made now
+/// ([`crate::guard::pathwalk::open`]). For a file root will run again later by its path (a unit's
+/// `ExecStart=`), which gives whoever could change it root's rights for the same reason a job file
+/// does.
 pub fn changeable_by_others(path: &Path) -> std::io::Result<Option<String>> {
     let (_, opened) = crate::guard::pathwalk::open(path)?;
     let Err((step, problem)) = judge(&opened.steps, None) else {

@@ -1,6 +1,6 @@
 //! Opens a file once, by walking its path one component at a time from `/`, and records every
-//! directory, symlink and the file met on the way with its owner and mode: what a caller needs
-//! to decide who could have chosen the file's contents (see [`crate::guard::ownership::check_steps`]).
+//! directory, symlink and the file met on the way with its owner and mode: what a caller needs to
+//! decide who could have chosen the file's contents (see [`crate::guard::ownership::check_steps`]).
 //!
 //! Each component is opened with `O_PATH | O_NOFOLLOW` relative to the directory before it; a
 //! symlink's target is read from the opened link itself (`readlinkat(fd, "")`) and walked the

@@ -6,22 +6,23 @@
 //! user's pointing into root's files leads nowhere, as it would for the user.
 //!
 //! How: for files, the calling thread's filesystem identity is switched for the duration of one
-//! closure ([`as_user`]): its supplementary groups (the raw `setgroups` system call, which acts
-//! on one thread, unlike glibc's wrapper that changes every thread), then `setfsgid` and
-//! `setfsuid`, each per thread on Linux. Leaving the fsuid 0 drops the filesystem capabilities
+//! closure ([`as_user`]): its supplementary groups (the raw `setgroups` system call, which acts on
+//! one thread, unlike glibc's wrapper that changes every thread), then `setfsgid` and `setfsuid`,
+//! each per thread on Linux. Leaving the fsuid 0 drops the filesystem capabilities
 //! (`CAP_DAC_OVERRIDE`, `CAP_FOWNER`, `CAP_CHOWN`, ...; capabilities(7)), so the kernel checks
 //! every open, rename and unlink exactly as for the user, and the identity comes back when the
 //! closure returns. oomguard's run loop is single-threaded (a current-thread runtime), so the
-//! switch never leaks into another task. Processes (hooks) are not started under it: they drop
-//! to the user whole, between fork and exec ([`crate::launch::child::become_user`]). The threads that
+//! switch never leaks into another task. Processes (hooks) are not started under it: they drop to
+//! the user whole, between fork and exec ([`crate::launch::child::become_user`]). The threads that
 //! write the job's output to its log take the user's filesystem identity for their whole life
-//! ([`write_as_user_from_now`]), and give up `CAP_SYS_RESOURCE`, so that output cannot spend
-//! root's reserved disk blocks.
+//! ([`write_as_user_from_now`]), and give up `CAP_SYS_RESOURCE`, so that output cannot spend root's
+//! reserved disk blocks.
 //!
 //! What stays root's: making and limiting the attempt's cgroup, the kernel log, oomguard's own
-//! default state and run directories (chosen by root's environment, not by the job file),
-//! switching to the user for the job, and ([`as_oomguard`]) clearing a third user's file from
-//! the name of a knob file's lock in a shared sticky directory. Without root, or without a `user`, nothing switches.
+//! default state and run directories (chosen by root's environment, not by the job file), switching
+//! to the user for the job, and ([`as_oomguard`]) clearing a third user's file from the name of a
+//! knob file's lock in a shared sticky directory. Without root, or without a `user`, nothing
+//! switches.
 
 use std::cell::Cell;
 use std::io;
@@ -80,13 +81,13 @@ pub fn acting_for() -> Option<&'static RunAs> {
 }
 
 /// For the rest of the calling thread's life: the acting user's filesystem identity (as in
-/// [`as_user`], never switched back) and no `CAP_SYS_RESOURCE` in its effective set; nothing
-/// when oomguard acts for no one else. For a thread that only writes the job's output to its
-/// log ([`crate::output::stream`]'s readers): ext4 lets a write use the blocks reserved for root when
-/// the writer's fsuid is the reserve's owner (root) or it holds `CAP_SYS_RESOURCE`, which also
-/// lets it pass disk quotas (ext4(5) `resuid`, capabilities(7)); the user's output, written as
-/// the user, stops where the user's own writes would. Capabilities are per thread on Linux:
-/// the rest of oomguard keeps them.
+/// [`as_user`], never switched back) and no `CAP_SYS_RESOURCE` in its effective set; nothing when
+/// oomguard acts for no one else. For a thread that only writes the job's output to its log
+/// ([`crate::output::stream`]'s readers): ext4 lets a write use the blocks reserved for root when
+/// the writer's fsuid is the reserve's owner (root) or it holds `CAP_SYS_RESOURCE`, which also lets
+/// it pass disk quotas (ext4(5) `resuid`, capabilities(7)); the user's output, written as the user,
+/// stops where the user's own writes would. Capabilities are per thread on Linux: the rest of
+/// oomguard keeps them.
 pub fn write_as_user_from_now() -> io::Result<()> {
     let Some(acting) = ACTING_FOR.get().and_then(Option::as_ref) else {
         return Ok(());

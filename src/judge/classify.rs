@@ -5,8 +5,8 @@
 //!
 //! This module only weighs evidence that is handed to it: the [`Ending`], a tail of the output, and
 //! kernel counters the caller read around the attempt. Reading text (signatures, and which lines of
-//! a traceback are an error of the job's own) is [`crate::judge::scan`]'s job; collecting the evidence and
-//! acting on the verdict (relaunching with a smaller batch) belong to the supervisor.
+//! a traceback are an error of the job's own) is [`crate::judge::scan`]'s job; collecting the
+//! evidence and acting on the verdict (relaunching with a smaller batch) belong to the supervisor.
 
 use crate::judge::outcome::{Cause, Ending};
 use crate::judge::quiet::QuietStop;
@@ -726,7 +726,8 @@ mod tests {
         ("TERM_RUNLIMIT: job killed after reaching LSF run time limit.\nExited with exit code 140.", "none"),
         ("Exited with exit code 143.", "none"),
         ("Your session crashed after using all available RAM.", "oom_killed"),
-        // Issue 42: a userspace killer's or platform's memory reason beside a SIGKILL line outranks it...
+        // Issue 42: a userspace killer's or platform's memory reason beside a SIGKILL line outranks
+        // it...
         ("heroku[worker.1]: Error R15 (Memory quota vastly exceeded)\nheroku[worker.1]: Stopping process with SIGKILL\nheroku[worker.1]: Process exited with status 137", "oom_killed"),
         ("REPORT RequestId: 1\tMemory Size: 2688 MB\tMax Memory Used: 2581 MB\nError Runtime exited with error: signal: killed\nRuntime.ExitError", "oom_killed"),
         ("failed execd enforced h_vmem limit because:\njob 7921630.1 died through signal KILL (9).", "oom_killed"),

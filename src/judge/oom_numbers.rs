@@ -5,8 +5,9 @@
 //! `this process has` and `allowed`), JAX/XLA's `RESOURCE_EXHAUSTED` sizes and TensorFlow's
 //! `OOM when allocating tensor with shape[...]`. All sizes in bytes.
 //!
-//! Pure text in, numbers out: whether the attempt died of that message is [`crate::judge::classify`]'s
-//! call, and what the numbers mean for the next batch is [`crate::decide::fit`]'s.
+//! Pure text in, numbers out: whether the attempt died of that message is
+//! [`crate::judge::classify`]'s call, and what the numbers mean for the next batch is
+//! [`crate::decide::fit`]'s.
 
 use std::sync::OnceLock;
 

@@ -4,8 +4,8 @@
 //! snake_case names summaries and the command line use), and how a whole run ended
 //! ([`Outcome`]).
 //!
-//! This module only names endings. Deciding why an attempt ended is [`crate::judge::classify`]'s job, and
-//! what to do after it (relaunch or stop with an outcome) is [`crate::decide::policy`]'s.
+//! This module only names endings. Deciding why an attempt ended is [`crate::judge::classify`]'s
+//! job, and what to do after it (relaunch or stop with an outcome) is [`crate::decide::policy`]'s.
 
 use serde::Serialize;
 

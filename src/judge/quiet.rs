@@ -8,8 +8,8 @@
 //! error is asked of the caller (the classifier's own reading of the tail) only once the job has
 //! been silent long enough, and once per silent stretch: a job that keeps printing is never read
 //! for it, whatever it printed, and one that caught its OOM and carries on restarts the clock with
-//! every byte. Reading the numbers is [`crate::observe::sampler`]'s and [`crate::output::stream`]'s job, stopping
-//! the job [`crate::supervise`]'s, naming the cause [`crate::judge::classify`]'s.
+//! every byte. Reading the numbers is [`crate::observe::sampler`]'s and [`crate::output::stream`]'s
+//! job, stopping the job [`crate::supervise`]'s, naming the cause [`crate::judge::classify`]'s.
 
 use std::fmt;
 use std::time::{Duration, Instant};

@@ -9,8 +9,8 @@
 //! of the job's own: the global counter moved and the kernel named the job) while the other
 //! processes' memory grew into the room the job had at its start.
 //!
-//! It does not classify the output ([`crate::judge::classify`] has said `device_oom` or `oom_killed`
-//! before this is asked), wait for room or choose values ([`mod@crate::run`]'s `room`,
+//! It does not classify the output ([`crate::judge::classify`] has said `device_oom` or
+//! `oom_killed` before this is asked), wait for room or choose values ([`mod@crate::run`]'s `room`,
 //! [`crate::decide::policy`]).
 
 use std::collections::HashSet;

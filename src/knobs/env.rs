@@ -1,6 +1,6 @@
-//! Environment variables as knobs: the job's value of a variable (what oomguard itself was
-//! started with, since the job inherits it), and a knob's value as a variable's text. Setting
-//! it for an attempt is [`crate::launch::child`]'s job, through [`crate::launch::child::Launch::env`].
+//! Environment variables as knobs: the job's value of a variable (what oomguard itself was started
+//! with, since the job inherits it), and a knob's value as a variable's text. Setting it for an
+//! attempt is [`crate::launch::child`]'s job, through [`crate::launch::child::Launch::env`].
 
 use std::ffi::OsString;
 

@@ -9,9 +9,10 @@
 //! edited file where the job reads it and always gives the user's file back. [`resolve`] finds a
 //! run's knobs in its command line, asking [`entry`] where a training entrypoint (LightningCLI, a
 //! Trainer's arguments file, DeepSpeed, Hydra) keeps the batch in a file; both read files through
-//! [`reader`], as do the knobs a `--config` job file names ([`crate::front::settings::job_knobs`]). Which
-//! knob moves when is [`crate::decide::policy`]'s decision, made without knowing where knobs live; this
-//! module turns values into an attempt's argv, environment and file texts, and tells what changed.
+//! [`reader`], as do the knobs a `--config` job file names ([`crate::front::settings::job_knobs`]).
+//! Which knob moves when is [`crate::decide::policy`]'s decision, made without knowing where knobs
+//! live; this module turns values into an attempt's argv, environment and file texts, and tells
+//! what changed.
 //!
 //! Text in, text out, and the user's files given back: it knows no process, and imports only
 //! [`crate::guard`] (files read as the job's user), [`crate::observe::units`] and the words of
@@ -398,8 +399,8 @@ impl KnobSet {
         self.input_with(command, values, copies, Vec::new())
     }
 
-    /// [`KnobSet::input`] with `extra` edits of the command made too, by indices into the
-    /// original command like the knobs' own (the checkpoint to resume from: [`crate::decide::resume`]).
+    /// [`KnobSet::input`] with `extra` edits of the command made too, by indices into the original
+    /// command like the knobs' own (the checkpoint to resume from: [`crate::decide::resume`]).
     pub fn input_with(
         &self,
         command: &[OsString],

@@ -183,9 +183,9 @@ pub enum JobOutput {
 /// must run on the thread that stays alive for the whole run: the parent-death signal fires when
 /// the *thread* that forked exits.
 ///
-/// With `cgroup_procs` (an fd on a cgroup's `cgroup.procs`, see [`crate::observe::cgroup::JobCgroup`]), the
-/// child moves itself into that cgroup between fork and exec, so the job's first instruction
-/// already runs under the cgroup's limit and accounting.
+/// With `cgroup_procs` (an fd on a cgroup's `cgroup.procs`, see
+/// [`crate::observe::cgroup::JobCgroup`]), the child moves itself into that cgroup between fork and
+/// exec, so the job's first instruction already runs under the cgroup's limit and accounting.
 ///
 /// With `pty`, the job's stdout and stderr are that pseudo-terminal's slave (our copy is closed
 /// on return) and its master is handed back to read; without, they are pipes.
@@ -328,8 +328,8 @@ pub(crate) fn inherited_env(
     kept
 }
 
-/// The variables the service manager sets for oomguard alone ([`crate::tell::notify`] speaks to it);
-/// the job does not inherit them: with `NotifyAccess=main` systemd ignores the job's messages,
+/// The variables the service manager sets for oomguard alone ([`crate::tell::notify`] speaks to
+/// it); the job does not inherit them: with `NotifyAccess=main` systemd ignores the job's messages,
 /// and a job that read `WATCHDOG_USEC` would think the watchdog its own to feed.
 pub const FOR_OOMGUARD_ONLY: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
 
@@ -516,7 +516,8 @@ const GUARD_LOCK_WAIT: Duration = Duration::from_secs(10);
 /// Grandchildren do not get the parent-death signal and may leave the group (`setsid`); the
 /// cgroup catches those, and a cgroup left behind would keep its name and, on v1, its charges.
 ///
-/// On cgroup v2, start it only after [`crate::observe::cgroup::Parent::prepare`]: it lives in our cgroup.
+/// On cgroup v2, start it only after [`crate::observe::cgroup::Parent::prepare`]: it lives in our
+/// cgroup.
 pub struct Guard {
     child: Child,
     stdin: ChildStdin,
@@ -541,8 +542,8 @@ impl Guard {
         self.child.id()
     }
 
-    /// Tells the guard what to kill if we die: the attempt's process group and the directory of
-    /// its cgroup (see [`crate::observe::cgroup::JobCgroup::dir`]); `(None, None)` when no attempt is
+    /// Tells the guard what to kill if we die: the attempt's process group and the directory of its
+    /// cgroup (see [`crate::observe::cgroup::JobCgroup::dir`]); `(None, None)` when no attempt is
     /// running. Each call replaces what was watched before.
     pub fn watch(&mut self, pgid: Option<u32>, cgroup: Option<&Path>) {
         if cgroup.is_some_and(|dir| dir.as_os_str().as_bytes().contains(&b'\n')) {

@@ -4,8 +4,8 @@
 //! The window size is copied from oomguard's terminal at the start and on every SIGWINCH.
 //!
 //! Output post-processing is off on the pseudo-terminal (no OPOST: `\n` stays `\n`, as through a
-//! pipe); oomguard's real terminal does its own. The job's stdin is not touched. Reading the
-//! master is [`crate::output::stream`]'s job; when to resize and whom to signal is [`crate::supervise`]'s.
+//! pipe); oomguard's real terminal does its own. The job's stdin is not touched. Reading the master
+//! is [`crate::output::stream`]'s job; when to resize and whom to signal is [`crate::supervise`]'s.
 
 use std::fs::File;
 use std::io::{self, IsTerminal};

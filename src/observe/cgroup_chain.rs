@@ -12,10 +12,10 @@
 //! (`use_hierarchy`), so the limit in force is the smallest one from the victim's cgroup up.
 //!
 //! This module only reads and compares. The attempt's own cgroup (when oomguard could make one) is
-//! [`crate::observe::cgroup`]'s; deciding that a moved counter explains a death is [`crate::judge::classify`]'s:
-//! the counters count kills of any process in the cgroup, so they name the job only together with a
-//! death by SIGKILL. Readers take their paths (a mount point, mountinfo text) so tests use fake
-//! trees.
+//! [`crate::observe::cgroup`]'s; deciding that a moved counter explains a death is
+//! [`crate::judge::classify`]'s: the counters count kills of any process in the cgroup, so they
+//! name the job only together with a death by SIGKILL. Readers take their paths (a mount point,
+//! mountinfo text) so tests use fake trees.
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -11,16 +11,16 @@
 //! /proc/PID/status (~6 µs: VmRSS, VmSwap and the peak VmHWM in one read) and summed.
 //!
 //! PSS (smaps_rollup) is the one read whose cost grows with the job (the kernel walks the page
-//! tables: ~14 ms for 4 GiB), so it is read only where it decides or reports something, never on
-//! a clock that makes a big job pay more for sitting still. Without a cgroup's working set: on
-//! ticks where the tree's summed RSS reaches `--max-rss` (PSS ≤ RSS, so below the bound it cannot
-//! cross it), and for the record on the first tick of the tree and whenever its summed RSS has
-//! moved by more than [`PSS_MOVE_SHARE`] since the last read (so the record's PSS follows the job
-//! within that share, its peak included, and a steady job reads it once). With a cgroup its
-//! counters are the record (exact, O(1)): no PSS. `--pss-interval` (off by default) adds a read at
-//! most that often for those who want the clock. A PSS is never guessed: ticks that did not read
-//! it leave it unknown, in the timeline and for the growth trend, which then count only ticks
-//! with a real reading. Deciding what a sample means is [`crate::observe::watch`]'s job; writing it down is
+//! tables: ~14 ms for 4 GiB), so it is read only where it decides or reports something, never on a
+//! clock that makes a big job pay more for sitting still. Without a cgroup's working set: on ticks
+//! where the tree's summed RSS reaches `--max-rss` (PSS ≤ RSS, so below the bound it cannot cross
+//! it), and for the record on the first tick of the tree and whenever its summed RSS has moved by
+//! more than [`PSS_MOVE_SHARE`] since the last read (so the record's PSS follows the job within
+//! that share, its peak included, and a steady job reads it once). With a cgroup its counters are
+//! the record (exact, O(1)): no PSS. `--pss-interval` (off by default) adds a read at most that
+//! often for those who want the clock. A PSS is never guessed: ticks that did not read it leave it
+//! unknown, in the timeline and for the growth trend, which then count only ticks with a real
+//! reading. Deciding what a sample means is [`crate::observe::watch`]'s job; writing it down is
 //! [`crate::remember::record`]'s.
 
 use std::collections::HashSet;

@@ -9,10 +9,10 @@
 //! tasks where some node's cgroup is not here to read.
 //!
 //! It does not decide when to stop ([`crate::supervise`] does), nor read the cgroups' counters
-//! ([`crate::observe::cgroup`] does), nor choose between cgroups and sstat for a step ([`crate::supervise`]
-//! does, so that no task is counted twice). Finding the steps runs `scontrol` (a round trip to
-//! slurmctld), so callers ask only when a new srun appears, and again, less and less often, while a
-//! step is not found.
+//! ([`crate::observe::cgroup`] does), nor choose between cgroups and sstat for a step
+//! ([`crate::supervise`] does, so that no task is counted twice). Finding the steps runs `scontrol`
+//! (a round trip to slurmctld), so callers ask only when a new srun appears, and again, less and
+//! less often, while a step is not found.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

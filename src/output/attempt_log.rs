@@ -1,9 +1,9 @@
 //! `attempt-N.log` with a cap (`--log-max`): what is kept on disk of one attempt's output is its
 //! first half of the cap and, once the output passes it, its last quarter to half, with a marker
-//! line between them saying how many bytes were cut there. The job's output on the terminal is
-//! not touched (that is [`crate::output::stream`]'s, which hands every byte here and to the terminal);
-//! only what is kept on disk is bounded, so a job printing without end cannot fill the disk the
-//! run directory is on.
+//! line between them saying how many bytes were cut there. The job's output on the terminal is not
+//! touched (that is [`crate::output::stream`]'s, which hands every byte here and to the terminal);
+//! only what is kept on disk is bounded, so a job printing without end cannot fill the disk the run
+//! directory is on.
 //!
 //! How the tail is kept without holding it in memory: past the head, output is appended to the
 //! file; when the part after the head reaches half the cap, its last quarter of the cap is

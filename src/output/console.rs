@@ -7,9 +7,9 @@
 //! a control character in them (an ESC sequence, a BEL) must not drive the admin's terminal.
 //!
 //! It decides nothing and writes no file: it formats what the attempt loop hands it, and its lines
-//! go out through the stream's stderr writer ([`crate::output::stream::own_line`]). The tracing subscriber
-//! that prints `-v` lines the same way is [`crate::output::logging`]; the run directory is
-//! [`crate::remember::record`].
+//! go out through the stream's stderr writer ([`crate::output::stream::own_line`]). The tracing
+//! subscriber that prints `-v` lines the same way is [`crate::output::logging`]; the run directory
+//! is [`crate::remember::record`].
 
 use std::io::{self, Write};
 use std::time::{Duration, SystemTime};
@@ -151,7 +151,8 @@ pub enum LogFormat {
 /// threads and `main`'s last error line all format lines too, and none of them holds a Reporter.
 pub(crate) static LOG_FORMAT: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
 
-/// The format of oomguard's own lines (text until [`crate::output::logging::init_tracing`] says otherwise).
+/// The format of oomguard's own lines (text until [`crate::output::logging::init_tracing`] says
+/// otherwise).
 pub fn log_format() -> LogFormat {
     LOG_FORMAT.get().copied().unwrap_or_default()
 }
@@ -209,7 +210,8 @@ pub fn json_line(
     .to_string()
 }
 
-/// `; peak RSS 1.2 GiB, PSS 900.0 MiB, GPU 70.0 GiB` for the death line; empty when nothing is known.
+/// `; peak RSS 1.2 GiB, PSS 900.0 MiB, GPU 70.0 GiB` for the death line; empty when nothing is
+/// known.
 pub fn peaks_clause(peaks: &Peaks) -> String {
     let parts: Vec<String> = [
         ("RSS", peaks.rss_bytes),

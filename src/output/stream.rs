@@ -225,9 +225,9 @@ impl Sinks {
         }
     }
 
-    /// The tail text once the readers are done. An unfinished line still held back (a reader gave up on by the supervisor, its pipe held
-    /// open by a stray process) is added at the end on a line of its own: the classifier sees
-    /// every byte read.
+    /// The tail text once the readers are done. An unfinished line still held back (a reader gave
+    /// up on by the supervisor, its pipe held open by a stray process) is added at the end on a
+    /// line of its own: the classifier sees every byte read.
     pub fn tail_text(&self) -> String {
         let record = self.lock();
         let mut text = record.out.tail.text();

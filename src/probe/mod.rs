@@ -76,10 +76,10 @@ pub fn runs_python(argv: &[OsString]) -> bool {
 /// Whether the file at `path` (where it is a path) starts with a `#!` line naming Python.
 ///
 /// Read as the job's user ([`crate::guard::principal::as_user`]) and only if it is a regular file
-/// ([`crate::guard::fsutil::open_regular`]: `O_PATH` first, never an open of a FIFO, a terminal or a
-/// device): root's oomguard runs a user's command, and what the user swaps in for it between
-/// the lookup and this read must answer as it would to them, not tell them a bit of a file
-/// only root can read, nor hang the start on a FIFO or act on a device.
+/// ([`crate::guard::fsutil::open_regular`]: `O_PATH` first, never an open of a FIFO, a terminal or
+/// a device): root's oomguard runs a user's command, and what the user swaps in for it between the
+/// lookup and this read must answer as it would to them, not tell them a bit of a file only root
+/// can read, nor hang the start on a FIFO or act on a device.
 fn shebang_names_python(path: &Path) -> bool {
     use std::io::Read;
     if path.components().count() < 2 {

@@ -1,8 +1,8 @@
-//! The run's side of [`crate::judge::leftovers`]: when attempt 1 started (what this run made is what was
-//! born after it), reading an attempt that ended as a refusal to start over the last one's
+//! The run's side of [`crate::judge::leftovers`]: when attempt 1 started (what this run made is
+//! what was born after it), reading an attempt that ended as a refusal to start over the last one's
 //! leftovers, and, where the policy relaunches after one, setting them aside or stopping with the
-//! reason. The rules are [`crate::judge::leftovers`]'; this only carries the run's state to them and tells
-//! what was done.
+//! reason. The rules are [`crate::judge::leftovers`]'; this only carries the run's state to them
+//! and tells what was done.
 
 use std::path::Path;
 use std::time::SystemTime;

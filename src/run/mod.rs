@@ -12,8 +12,8 @@
 //! the next one refused to start over it.
 //!
 //! It does not spawn or watch processes ([`crate::supervise`]), name causes
-//! ([`crate::judge::classify`]) or choose the next values ([`crate::decide::policy`]): it carries their results
-//! from one to the next.
+//! ([`crate::judge::classify`]) or choose the next values ([`crate::decide::policy`]): it carries
+//! their results from one to the next.
 //!
 //! It stands at the top with [`crate::commands`]: it may import every folder, and only the
 //! crate's entry imports it.
@@ -427,8 +427,8 @@ const PROBE_LAST_LINES: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long one look at the probe's pipe blocks before the user's signals are looked at.
 const PROBE_LOOK: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// Where the probe lives for this run: a new `probe-XXXXXX/` in the run directory, for a Python command
-/// unless `--no-probe`; `None` (said once) where it cannot be written.
+/// Where the probe lives for this run: a new `probe-XXXXXX/` in the run directory, for a Python
+/// command unless `--no-probe`; `None` (said once) where it cannot be written.
 fn probe_dir(settings: &RunSettings, observers: &mut Observers) -> Option<std::path::PathBuf> {
     if !settings.probe || !crate::probe::runs_python(&settings.command) {
         return None;

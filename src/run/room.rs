@@ -1,13 +1,15 @@
 //! The run's part on a shared card: a device out-of-memory death that the neighbours caused is
-//! named `gpu_taken` ([`crate::judge::taken`]), and the run then waits for room (`--gpu-wait`) instead of
-//! cutting the batch; only when the wait runs out is the batch fitted into the room left, and that
-//! cut is kept apart from the job's own size ([`crate::remember::record::summary::RoomCut`]). Before attempt
-//! 1 it picks the cards (`--gpus N`), and where the job's memory says what the job needs, waits for
-//! that room rather than launching into a certain out-of-memory error, or starts from the
-//! room-limited size while the card is still short. Before launching into room it waited for, it
-//! claims it ([`crate::decide::room::claims`]), so two oomguards do not both take the same room.
+//! named `gpu_taken` ([`crate::judge::taken`]), and the run then waits for room (`--gpu-wait`)
+//! instead of cutting the batch; only when the wait runs out is the batch fitted into the room
+//! left, and that cut is kept apart from the job's own size
+//! ([`crate::remember::record::summary::RoomCut`]). Before attempt 1 it picks the cards (`--gpus
+//! N`), and where the job's memory says what the job needs, waits for that room rather than
+//! launching into a certain out-of-memory error, or starts from the room-limited size while the
+//! card is still short. Before launching into room it waited for, it claims it
+//! ([`crate::decide::room::claims`]), so two oomguards do not both take the same room.
 //!
-//! What room means, and the claims' files, are [`crate::decide::room`]'s; the fit is [`crate::decide::policy`]'s.
+//! What room means, and the claims' files, are [`crate::decide::room`]'s; the fit is
+//! [`crate::decide::policy`]'s.
 
 use std::collections::HashSet;
 use std::ffi::OsString;

@@ -6,8 +6,8 @@
 //! of a table test below.
 //!
 //! It does not sample, read the kernel's evidence or decide what the attempt's end means
-//! ([`crate::judge::outcome`], [`crate::decide::policy`]): it only keeps what the verdict needs (the main
-//! process's end, the user's, the memory bound's and the quiet watch's stops).
+//! ([`crate::judge::outcome`], [`crate::decide::policy`]): it only keeps what the verdict needs
+//! (the main process's end, the user's, the memory bound's and the quiet watch's stops).
 
 use std::time::{Duration, Instant};
 

@@ -1,9 +1,9 @@
-//! Runs one attempt from spawn to the last reaped descendant, and the waits between attempts
-//! that need its signals: the async side of an attempt (signal streams, timers; [`mod@crate::run`]
+//! Runs one attempt from spawn to the last reaped descendant, and the waits between attempts that
+//! need its signals: the async side of an attempt (signal streams, timers; [`mod@crate::run`]
 //! awaits these methods) and the one place where the running job's processes are signalled
-//! ([`crate::launch::child`] holds the calls). It puts the job in its own memory cgroup where it can, gives it a pseudo-terminal under a terminal, streams its
-//! output, reaps everything below us, and hands back a plain record of what happened
-//! ([`AttemptEnd`]).
+//! ([`crate::launch::child`] holds the calls). It puts the job in its own memory cgroup where it
+//! can, gives it a pseudo-terminal under a terminal, streams its output, reaps everything below us,
+//! and hands back a plain record of what happened ([`AttemptEnd`]).
 //!
 //! What to do about each wake-up (a signal, the grace period over, the main process's end, its
 //! leftovers, a soft bound held, the job gone quiet) is decided by the attempt's rules,
@@ -12,8 +12,8 @@
 //! are [`sampling`]'s, the kernel's evidence [`evidence`]'s, the job's Slurm steps [`steps`]'s.
 //!
 //! It does not classify, decide or print: [`crate::judge::classify`], [`crate::decide::policy`] and
-//! [`crate::output::console`] do (samples and notices go to an [`Observer`] the caller provides); it
-//! only asks `classify` whether a silent job's output shows an out-of-memory error.
+//! [`crate::output::console`] do (samples and notices go to an [`Observer`] the caller provides);
+//! it only asks `classify` whether a silent job's output shows an out-of-memory error.
 //!
 //! It may import the layers below it (launch, output, observe, judge, remember, ...), never
 //! [`crate::tell`] beside it nor the front door or the run loop above.

@@ -286,10 +286,11 @@ impl Supervisor {
         self.watch_quiet(&sample, job, state, observer);
     }
 
-    /// One tick of the quiet watch: a job silent for `--hang-timeout` after an out-of-memory
-    /// error, or silent and idle for `--stall-timeout`, is asked to stop as for a soft memory
-    /// bound (SIGTERM, then SIGKILL after `--grace`). The tail is read only when the job has been
-    /// silent that long (see [`crate::judge::quiet::QuietWatch::tick`]): a tick costs the same however much it printed.
+    /// One tick of the quiet watch: a job silent for `--hang-timeout` after an out-of-memory error,
+    /// or silent and idle for `--stall-timeout`, is asked to stop as for a soft memory bound
+    /// (SIGTERM, then SIGKILL after `--grace`). The tail is read only when the job has been silent
+    /// that long (see [`crate::judge::quiet::QuietWatch::tick`]): a tick costs the same however
+    /// much it printed.
     fn watch_quiet(
         &self,
         sample: &Sample,

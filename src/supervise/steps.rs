@@ -8,8 +8,8 @@
 //! job that fits.
 //!
 //! It asks Slurm through the functions it is given ([`crate::observe::slurm::steps_of`],
-//! [`crate::observe::slurm::step_memory_cgroups`], [`crate::observe::slurm::step_memory_bytes`] in the
-//! supervisor; fakes in the tests) and never signals anything: the supervisor does, with
+//! [`crate::observe::slurm::step_memory_cgroups`], [`crate::observe::slurm::step_memory_bytes`] in
+//! the supervisor; fakes in the tests) and never signals anything: the supervisor does, with
 //! [`SrunSteps::known`].
 
 use std::collections::HashMap;

@@ -208,8 +208,8 @@ impl Pending {
     /// hook is left to be reaped by an attempt, where a killed process counts as the job's.
     ///
     /// `open_log` makes the hooks' capped log (`<run dir>/hooks.log`, see
-    /// [`crate::remember::record::run_dir::RunDir::open_hooks_log`]); it is called once in a run, when the
-    /// first hook is to run.
+    /// [`crate::remember::record::run_dir::RunDir::open_hooks_log`]); it is called once in a run,
+    /// when the first hook is to run.
     pub fn start(
         &mut self,
         hooks: &Hooks,
@@ -414,10 +414,10 @@ fn drain_into(log: Arc<Mutex<AttemptLog>>) -> std::io::Result<(OwnedFd, mpsc::Re
 /// going to `output` (a pipe drained into the log), or nowhere; a thread forwards the wrapper's
 /// lines.
 ///
-/// A root oomguard acting for a job's `user` ([`crate::guard::principal`]) starts the wrapper, and so
-/// the hook, as that user: its groups, gid and uid set between fork and exec as for the job,
-/// and its HOME, USER and LOGNAME. Whoever runs a hook never gets a descriptor of oomguard's
-/// beyond its stdin, stdout and stderr.
+/// A root oomguard acting for a job's `user` ([`crate::guard::principal`]) starts the wrapper, and
+/// so the hook, as that user: its groups, gid and uid set between fork and exec as for the job, and
+/// its HOME, USER and LOGNAME. Whoever runs a hook never gets a descriptor of oomguard's beyond its
+/// stdin, stdout and stderr.
 fn spawn_wrapped(
     hook: &Hook,
     env: &[(String, OsString)],

@@ -4,8 +4,9 @@
 //! then a rename) on every sample tick. The figures are those the run already has: the sampler's
 //! tree memory, cgroup usage and GPU memory, the attempt number and its optimizer steps so far
 //! (where the probe saw them), relaunches by cause and the knob values; this module only holds and
-//! publishes them. Sampling, classifying and deciding stay where they are ([`crate::observe::sampler`],
-//! [`crate::judge::classify`], [`crate::decide::policy`]); the encoding is the `prometheus` crate's.
+//! publishes them. Sampling, classifying and deciding stay where they are
+//! ([`crate::observe::sampler`], [`crate::judge::classify`], [`crate::decide::policy`]); the
+//! encoding is the `prometheus` crate's.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};

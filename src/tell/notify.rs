@@ -13,8 +13,9 @@
 //!
 //! What to say and when is decided by the attempt loop ([`mod@crate::run`], through its events);
 //! this module only words it and sends it. The job never sees the variables
-//! ([`crate::launch::child::FOR_OOMGUARD_ONLY`], removed in [`crate::launch::child::spawn`]): with `NotifyAccess=main` systemd ignores the job's own
-//! messages, and a job that read `WATCHDOG_USEC` would think the watchdog was its own to feed.
+//! ([`crate::launch::child::FOR_OOMGUARD_ONLY`], removed in [`crate::launch::child::spawn`]): with
+//! `NotifyAccess=main` systemd ignores the job's own messages, and a job that read `WATCHDOG_USEC`
+//! would think the watchdog was its own to feed.
 
 use std::ffi::OsStr;
 use std::io;

@@ -1,11 +1,11 @@
-//! `oomguard status`: every job in the state directory and where its latest run stands, read
-//! from the job files ([`crate::remember::jobs`]) that each oomguard rewrites on every change. A run whose
-//! file says it is under way is checked, not believed: its oomguard must still be alive, named
-//! by PID *and* start time (so a PID reused by another process does not count), on this boot of
-//! this machine; otherwise it is `dead`. A run recorded on another machine (a state directory
-//! on a shared filesystem) cannot be checked from here and is shown as recorded, with its host.
-//! A running attempt's optimizer steps (where the probe sees them) are shown as its oomguard
-//! last wrote them, which is every few seconds while they move.
+//! `oomguard status`: every job in the state directory and where its latest run stands, read from
+//! the job files ([`crate::remember::jobs`]) that each oomguard rewrites on every change. A run
+//! whose file says it is under way is checked, not believed: its oomguard must still be alive,
+//! named by PID *and* start time (so a PID reused by another process does not count), on this boot
+//! of this machine; otherwise it is `dead`. A run recorded on another machine (a state directory on
+//! a shared filesystem) cannot be checked from here and is shown as recorded, with its host. A
+//! running attempt's optimizer steps (where the probe sees them) are shown as its oomguard last
+//! wrote them, which is every few seconds while they move.
 //!
 //! This module only reads: it never takes the jobs' locks nor moves a file aside (a file it
 //! cannot read is skipped with a warning). Printing is left to the caller ([`crate::commands`]);

@@ -16,11 +16,12 @@
 //! wait at most its `--gpu-wait` (then it runs on the room left), which is less than what the
 //! same user can do by holding the card's memory itself.
 //!
-//! Nobody can take a claim's name first: it ends in a random part ([`crate::guard::fsutil::random_u64`]),
-//! as does its temporary file, both made without replacing anything (`O_EXCL`, `renameat2`'s
-//! `RENAME_NOREPLACE`), so a file another user put in the shared directory under the name an
-//! oomguard would use (it could not be removed there: the directory is sticky) never makes that
-//! oomguard launch without its claim. Readers go by what a file holds, not by its name.
+//! Nobody can take a claim's name first: it ends in a random part
+//! ([`crate::guard::fsutil::random_u64`]), as does its temporary file, both made without replacing
+//! anything (`O_EXCL`, `renameat2`'s `RENAME_NOREPLACE`), so a file another user put in the shared
+//! directory under the name an oomguard would use (it could not be removed there: the directory is
+//! sticky) never makes that oomguard launch without its claim. Readers go by what a file holds, not
+//! by its name.
 //!
 //! Race-free without a lock nobody could be trusted to hold: claims are ordered by when they
 //! were made; after writing its claim an oomguard reads the others again and counts those made

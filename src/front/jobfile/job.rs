@@ -1,9 +1,9 @@
 //! The job part of a job file ([`JobPart`]): its `name`, `command`, `workdir`, `[env]`,
 //! `user`/`group`, and the `[run]` table, whose keys and values are checked against the clap
-//! definition of `oomguard run` itself (handed in by the caller, [`crate::front::cli::run_command`], so
-//! that this module does not import [`crate::front::cli`], which imports it), key by key so that a bad
-//! value names its line. It does not look at users, directories or the command line: that is
-//! [`crate::front::runas`]'s and [`crate::front::cli`]'s.
+//! definition of `oomguard run` itself (handed in by the caller,
+//! [`crate::front::cli::run_command`], so that this module does not import [`crate::front::cli`],
+//! which imports it), key by key so that a bad value names its line. It does not look at users,
+//! directories or the command line: that is [`crate::front::runas`]'s and [`crate::front::cli`]'s.
 
 use std::path::PathBuf;
 

@@ -5,19 +5,18 @@
 //! document keeps each key's and table's byte span, so messages point at the line where the
 //! mistake is.
 //!
-//! The same file can carry the job itself, for unattended runs ([`JobPart`]): its `name`,
-//! `command` (a list, never a shell string), `workdir`, `[env]`, `user`/`group`, and a `[run]`
-//! table of `oomguard run`'s long options (`max_attempts = 10`). The keys `[run]` accepts, and
-//! what their values mean, come from the clap definition of `oomguard run` itself: each value
-//! is turned into the flag's own text (`--max-attempts=10`) and parsed by clap, here key by key
-//! so that a bad value names its line, and again by [`crate::front::cli`] together with the command line.
+//! The same file can carry the job itself, for unattended runs ([`JobPart`]): its `name`, `command`
+//! (a list, never a shell string), `workdir`, `[env]`, `user`/`group`, and a `[run]` table of
+//! `oomguard run`'s long options (`max_attempts = 10`). The keys `[run]` accepts, and what their
+//! values mean, come from the clap definition of `oomguard run` itself: each value is turned into
+//! the flag's own text (`--max-attempts=10`) and parsed by clap, here key by key so that a bad
+//! value names its line, and again by [`crate::front::cli`] together with the command line.
 //!
-//! This module is pure: text in, validated [`KnobSpec`]s and [`JobPart`] out (plus [`load`],
-//! which only reads the file). It does not look at the job's command, environment, config files,
-//! users or directories: whether a flag is in the command, a key in a file, a user in the passwd
-//! database or the workdir on disk is checked by whoever uses the specs
-//! ([`crate::front::settings::job_knobs`], [`crate::front::runas`]). An unknown top-level key is an error
-//! naming it.
+//! This module is pure: text in, validated [`KnobSpec`]s and [`JobPart`] out (plus [`load`], which
+//! only reads the file). It does not look at the job's command, environment, config files, users or
+//! directories: whether a flag is in the command, a key in a file, a user in the passwd database or
+//! the workdir on disk is checked by whoever uses the specs ([`crate::front::settings::job_knobs`],
+//! [`crate::front::runas`]). An unknown top-level key is an error naming it.
 //!
 //! Its parts: [`ladder`] reads the `[[knob]]` tables, [`job`] the job part and `[run]`; this file
 //! holds what they share (the file as a whole, the parse context that turns a position into a

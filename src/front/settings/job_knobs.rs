@@ -1,8 +1,8 @@
-//! The run's knobs: those a `--config` job file's `[[knob]]` ladder names, each read where it
-//! lives (a flag or override of the command, a variable of the job's environment, a key in a
-//! config file) and checked to move as its entry asks, else those [`crate::knobs::resolve`]
-//! finds in the command. The ladder's text is checked by [`crate::front::jobfile`] first; what a knob
-//! is, how its value is read and how it is written back are [`crate::knobs`]'s. Writes nothing.
+//! The run's knobs: those a `--config` job file's `[[knob]]` ladder names, each read where it lives
+//! (a flag or override of the command, a variable of the job's environment, a key in a config file)
+//! and checked to move as its entry asks, else those [`crate::knobs::resolve`] finds in the
+//! command. The ladder's text is checked by [`crate::front::jobfile`] first; what a knob is, how
+//! its value is read and how it is written back are [`crate::knobs`]'s. Writes nothing.
 
 use std::ffi::OsString;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! Validated settings of one run, built from the command line's flags by [`from_args`] (clap's
-//! definitions are [`crate::front::cli`]'s), its knobs by [`job_knobs`] (from a job file's ladder, else
-//! found in the command). Everything here has been checked: the command is non-empty, its
+//! definitions are [`crate::front::cli`]'s), its knobs by [`job_knobs`] (from a job file's ladder,
+//! else found in the command). Everything here has been checked: the command is non-empty, its
 //! knobs parse, the limits are consistent. This module holds the result only; it parses nothing.
 
 use std::ffi::OsString;

@@ -426,7 +426,8 @@ mod tests {
         // A device allocator's generic wording next to a card's name; a runtime's own heap.
         ("[Info] Initializing NVIDIA GeForce RTX 3090\n[Error] CL_MEM_OBJECT_ALLOCATION_FAILURE\n", Some(DeviceOom)),
         ("DxvkMemoryAllocator: Memory allocation failed\nterminate called after throwing an instance of 'dxvk::DxvkError'\n", Some(DeviceOom)),
-        // A vendor allocator named `<prefix>_alloc_<what>` (Sophgo's bmlib), not a dealloc or malloc_.
+        // A vendor allocator named `<prefix>_alloc_<what>` (Sophgo's bmlib), not a dealloc or
+        // malloc_.
         ("[bmlib_memory][error] bm_alloc_gmem failed, dev_id = 0, size = 0xc0fb4000\n", Some(DeviceOom)),
         ("dealloc_pages failed: bad handle\n", None),
         ("FATAL ERROR: Ineffective mark-compacts near heap limit Allocation failed - JavaScript heap out of memory\n 2: 0xa0839c node::OnFatalError [/opt/.nvm/versions/node/v12.18.0/bin/node]\n", Some(HostOom)),

@@ -6,9 +6,9 @@
 //! shell's SIGKILL, and Slurm's word that someone cancelled the job; and quotes a line for
 //! evidence. Pure functions of text.
 //!
-//! It decides nothing: which of these lines settles why an attempt ended is [`crate::judge::classify`]'s
-//! judgement. Signatures themselves are the parent module's ([`crate::judge::scan`], over
-//! [`super::table`]).
+//! It decides nothing: which of these lines settles why an attempt ended is
+//! [`crate::judge::classify`]'s judgement. Signatures themselves are the parent module's
+//! ([`crate::judge::scan`], over [`super::table`]).
 
 use regex::Regex;
 use std::sync::OnceLock;

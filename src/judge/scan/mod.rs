@@ -8,11 +8,11 @@
 //! may show a memory failure at all.
 //!
 //! This module only recognises text. It never decides why an attempt ended: weighing findings
-//! against the exit status and the kernel's counters is [`crate::judge::classify`]'s job, and reading
-//! logs, `/proc/vmstat` or `/dev/kmsg` belongs to the caller. Everything here is pure and runs in
-//! time linear in the input: every family's patterns are compiled once into one [`RegexSet`], each
-//! line is tested once on its own and once glued to its neighbour (to see through terminal
-//! hard-wraps).
+//! against the exit status and the kernel's counters is [`crate::judge::classify`]'s job, and
+//! reading logs, `/proc/vmstat` or `/dev/kmsg` belongs to the caller. Everything here is pure and
+//! runs in time linear in the input: every family's patterns are compiled once into one
+//! [`RegexSet`], each line is tested once on its own and once glued to its neighbour (to see
+//! through terminal hard-wraps).
 
 mod general;
 pub mod lines;
@@ -686,7 +686,8 @@ mod tests {
         // Schedulers: the LSF limit that is memory, not the others; exit 143 alone says nothing.
         ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.\nExited with exit code 143.", &[KernelOomKill]),
         ("TERM_THREADLIMIT: job killed after reaching LSF thread limit.\nExited with exit code 143.", &[]),
-        // Issue 42: a userspace killer's or platform's memory reason beside a SIGKILL is an OOM kill...
+        // Issue 42: a userspace killer's or platform's memory reason beside a SIGKILL is an OOM
+        // kill...
         ("systemd-oomd[659]: Marked /system.slice/x.service for killing due to memory pressure for /system.slice being 85.03% > 80.00% for > 2s with reclaim activity", &[KernelOomKill]),
         ("earlyoom v1.3\nsending SIGTERM to process 12006 \"python3\": badness 209, VmRSS 2891 MiB", &[KernelOomKill]),
         ("heroku[worker.1]: Error R15 (Memory quota vastly exceeded)\nheroku[worker.1]: Stopping process with SIGKILL\nheroku[worker.1]: Process exited with status 137", &[KernelOomKill, KilledBySigkill]),

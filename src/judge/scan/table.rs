@@ -571,7 +571,8 @@ pub(crate) const SIGNATURES: &[Signature] = &[
         HostOom,
         &[r"(?i)\b(?:WinError|os error) 1455\b|paging file is too small|页面文件太小"],
     ),
-    // JVM-based data tooling (Spark, Hadoop readers): "java.lang.OutOfMemoryError: Java heap space".
+    // JVM-based data tooling (Spark, Hadoop readers): "java.lang.OutOfMemoryError: Java heap
+    // space".
     sig("java_heap_oom", HostOom, &[r"java\.lang\.OutOfMemoryError"]),
     // V8 (Node.js) refusing to grow its own heap past its limit (issue 42; seen in gemini-cli,
     // Netlify builds and concurrently-prefixed servers): after "<--- Last few GCs --->", "FATAL
@@ -610,16 +611,18 @@ pub(crate) const SIGNATURES: &[Signature] = &[
         ],
     ),
     // Shared-memory tensors passed between workers live in /dev/shm files named torch_*:
-    // "RuntimeError: unable to write to file </torch_722_783672312_1>: No space left on device (28)".
+    // "RuntimeError: unable to write to file </torch_722_783672312_1>: No space left on device
+    // (28)".
     sig(
         "torch_shm_file_full",
         WorkerKilled,
         &[r"(?i)\bunable to write to file\s*<?/torch_|/torch_\w*>?:?\s*No space left on device"],
     ),
-    // ---------------------------------------------------------------- kernel OOM killer
-    // The kernel's OOM report (mm/oom_kill.c), whose lines come together: "Out of memory: Killed process 1440763 (perl) total-vm:...",
-    // "Memory cgroup out of memory: Killed process 15617 (python3) ...", pre-4.19
-    // "Memory cgroup out of memory: Kill process 24572 (java) score 0 or sacrifice child".
+    // ---------------------------------------------------------------- kernel OOM killer The
+    // kernel's OOM report (mm/oom_kill.c), whose lines come together: "Out of memory: Killed
+    // process 1440763 (perl) total-vm:...", "Memory cgroup out of memory: Killed process 15617
+    // (python3) ...", pre-4.19 "Memory cgroup out of memory: Kill process 24572 (java) score 0 or
+    // sacrifice child".
     sig(
         "kernel_oom_killer",
         KernelOomKill,
@@ -809,10 +812,10 @@ pub(crate) const SIGNATURES: &[Signature] = &[
     // Python's process pools: torch.multiprocessing.spawn "ProcessExitedException: process 0
     // terminated with signal SIGKILL"; loky/joblib "TerminatedWorkerError: ... The exit codes of
     // the workers are {SIGKILL(-9)}" (not its bare "A worker process managed by the executor was
-    // unexpectedly terminated", printed for a segfault or exit 1 as well); concurrent.futures "BrokenProcessPool: A process in the process
-    // pool was terminated abruptly" (a typo'd paste says "abruy"); Airflow 3 "Process terminated
-    // by signal ... signal=-9 signal_name=\"SIGKILL\""; Dask "KilledWorker: ... all those workers
-    // died while running it".
+    // unexpectedly terminated", printed for a segfault or exit 1 as well); concurrent.futures
+    // "BrokenProcessPool: A process in the process pool was terminated abruptly" (a typo'd paste
+    // says "abruy"); Airflow 3 "Process terminated by signal ... signal=-9
+    // signal_name=\"SIGKILL\""; Dask "KilledWorker: ... all those workers died while running it".
     sig(
         "process_pool_worker_killed",
         KilledBySigkill,
@@ -883,12 +886,12 @@ pub(super) const SHELL_JOB_KILLED: &str = concat!(
     r")(?::\s*9)?(?:\s{2,}\S.*)?$"
 );
 
-/// A shell's report that a job it ran, named by PID, died of SIGKILL: bash's
-/// "slurm_script: line 28:  8156 Killed    python3 main.py" or "bash: 14837 Killed    python3 x.py".
-/// In another locale the words differ ("bash: 第 1 行：4242 已杀死  sh -c ...", "bash: Zeile 1:
-/// 4242 Getötet ...", "bash : ligne 1 : 4242 Processus arrêté ..."): the shell's name, a colon
-/// (ASCII or full-width; Portuguese bash writes "bash, linha 1: 4242 Morto"), optionally the
-/// translated "line N" and another colon, the PID, then the translated signal name.
+/// A shell's report that a job it ran, named by PID, died of SIGKILL: bash's "slurm_script: line
+/// 28:  8156 Killed    python3 main.py" or "bash: 14837 Killed    python3 x.py". In another locale
+/// the words differ ("bash: 第 1 行：4242 已杀死  sh -c ...", "bash: Zeile 1: 4242 Getötet ...", "bash :
+/// ligne 1 : 4242 Processus arrêté ..."): the shell's name, a colon (ASCII or full-width;
+/// Portuguese bash writes "bash, linha 1: 4242 Morto"), optionally the translated "line N" and
+/// another colon, the PID, then the translated signal name.
 pub(super) const SHELL_PID_KILLED: &str = concat!(
     r"^[^\s:：,]{1,120}\s?[:：,]\s*(?:[^:：\n]{0,16}\d+[^:：\d\n]{0,6}[:：]\s*)?\d+\s+(?:",
     killed_words!(),

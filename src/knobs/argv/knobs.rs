@@ -52,7 +52,8 @@ pub enum Accum {
 /// The knobs oomguard turns for one command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Knobs {
-    /// The batch flag; `None` when the command has none (OOM deaths then cannot be relaunched smaller).
+    /// The batch flag; `None` when the command has none (OOM deaths then cannot be relaunched
+    /// smaller).
     pub batch: Option<Knob>,
     pub accum: Accum,
     /// Other known batch names present in the command that were not chosen, best first.

@@ -1,11 +1,11 @@
-//! Where a command's script starts behind the programs that launch it: `torchrun [opts]
-//! train.py`, `python -m torch.distributed.run [opts] train.py`, `accelerate launch [opts]
-//! train.py`, `deepspeed [opts] train.py`, `python [opts] -m pkg.train`, torchtune's `tune run
-//! [torchrun opts] RECIPE` (its `run` takes torchrun's options, then the recipe), and the programs that
-//! run another command (`srun [opts] CMD`, `uv run [opts] CMD`, `poetry run CMD`, `conda run -n
-//! ENV CMD`), nested in any order (`srun torchrun train.py`). Knobs are searched only in the
-//! script's own arguments: a launcher's flags (accelerate's `--gradient_accumulation_steps`,
-//! deepspeed's `--num_gpus`) are never read nor rewritten. Pure: argv in, an index out.
+//! Where a command's script starts behind the programs that launch it: `torchrun [opts] train.py`,
+//! `python -m torch.distributed.run [opts] train.py`, `accelerate launch [opts] train.py`,
+//! `deepspeed [opts] train.py`, `python [opts] -m pkg.train`, torchtune's `tune run [torchrun opts]
+//! RECIPE` (its `run` takes torchrun's options, then the recipe), and the programs that run another
+//! command (`srun [opts] CMD`, `uv run [opts] CMD`, `poetry run CMD`, `conda run -n ENV CMD`),
+//! nested in any order (`srun torchrun train.py`). Knobs are searched only in the script's own
+//! arguments: a launcher's flags (accelerate's `--gradient_accumulation_steps`, deepspeed's
+//! `--num_gpus`) are never read nor rewritten. Pure: argv in, an index out.
 //!
 //! Each launcher's options are walked the way its own parser would, knowing which options take
 //! a value (`torchrun --nproc_per_node 2 train.py`: `2` is no script). An option this table does

@@ -29,9 +29,10 @@ pub fn locate(
     locate_with(argv, batch_arg, accum_arg, &Declared::default())
 }
 
-/// [`locate`], knowing the options the script's parser declares ([`declared::read`](super::declared::read)): a short
-/// alias of a known flag (`-b` for `--batch-size`) is a knob, and an accumulation flag the
-/// parser declares but the command lacks is added beside the batch, from the declared default.
+/// [`locate`], knowing the options the script's parser declares
+/// ([`declared::read`](super::declared::read)): a short alias of a known flag (`-b` for
+/// `--batch-size`) is a knob, and an accumulation flag the parser declares but the command lacks is
+/// added beside the batch, from the declared default.
 pub fn locate_with(
     argv: &[OsString],
     batch_arg: Option<&str>,
@@ -211,12 +212,12 @@ fn check_roles(
 }
 
 /// The accumulation flag to add beside the batch flag `batch` of a command that has none, its
-/// starting value, and why: one the script's parser declares beside the batch flag it also
-/// declares with a whole-number default (timm's `--grad-accum-steps`, default 1), or, for a Trainer's
+/// starting value, and why: one the script's parser declares beside the batch flag it also declares
+/// with a whole-number default (timm's `--grad-accum-steps`, default 1), or, for a Trainer's
 /// `--per_device_train_batch_size` that the script does not declare itself (it comes from
 /// `TrainingArguments` through `HfArgumentParser`), the Trainer's `--gradient_accumulation_steps`,
-/// which every Trainer script takes. A script that declares the batch flag and no accumulation
-/// flag gets none: its parser would refuse one.
+/// which every Trainer script takes. A script that declares the batch flag and no accumulation flag
+/// gets none: its parser would refuse one.
 fn declared_partner(batch: &Knob, declared: &Declared) -> Option<(String, Option<u64>, String)> {
     if !batch.name.starts_with('-') {
         return None;

@@ -6,12 +6,12 @@
 //! (paths relative to the file naming them; the naming file wins, as mmengine merges it over
 //! its bases). Reads the chain as the job's user; writes nothing, runs nothing.
 //!
-//! A relaunch changes them with `key=N` words in the command's last `--cfg-options` list, or
-//! with a `--cfg-options` added where there is none: mmengine's `DictAction` merges repeated
-//! lists, but mmcv 1.x's kept only the last, so a second list would drop the user's own
-//! overrides there. The files are left alone. Only the old-style configs are read (`_base_` lists, `dict(...)` calls); a
-//! config of the new style (`with read_base():` imports) holds no `_base_` and is read for its
-//! own keys only.
+//! A relaunch changes them with `key=N` words in the command's last `--cfg-options` list, or with a
+//! `--cfg-options` added where there is none: mmengine's `DictAction` merges repeated lists, but
+//! mmcv 1.x's kept only the last, so a second list would drop the user's own overrides there. The
+//! files are left alone. Only the old-style configs are read (`_base_` lists, `dict(...)` calls); a
+//! config of the new style (`with read_base():` imports) holds no `_base_` and is read for its own
+//! keys only.
 
 use std::ffi::OsString;
 use std::path::Path;

@@ -1,5 +1,5 @@
-//! Whom the user's files are touched as: a root oomguard acting for a job's `user` reads and
-//! writes that user's config files as them ([`crate::guard::principal`]), and records who in the journal
+//! Whom the user's files are touched as: a root oomguard acting for a job's `user` reads and writes
+//! that user's config files as them ([`crate::guard::principal`]), and records who in the journal
 //! so the guard and a later run do too. This file only names the user and switches to them for a
 //! piece of work; which files are touched, and why, is the rest of [`super`]'s.
 
@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{io_err, PatchError};
 
-/// Whom a root oomguard touches the user's file as ([`crate::guard::principal`]), kept in the journal.
+/// Whom a root oomguard touches the user's file as ([`crate::guard::principal`]), kept in the
+/// journal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct ActingUser {
     pub(super) name: String,

@@ -42,8 +42,8 @@ impl Patcher {
     }
 
     /// [`Patcher::open`], its entries under `state_dir` kept as the job's user when
-    /// `journal_as_user` (a state directory that is theirs: see [`crate::guard::principal`]), so root
-    /// never writes where the user could point a link.
+    /// `journal_as_user` (a state directory that is theirs: see [`crate::guard::principal`]), so
+    /// root never writes where the user could point a link.
     pub fn open_as(
         state_dir: &Path,
         run_dir: &Path,

@@ -16,8 +16,8 @@
 //!
 //! It does not spawn the job ([`crate::launch::child`] does, using [`JobCgroup::open_procs`] and
 //! [`JobCgroup::join_from_child`]), sample on a schedule (callers read counters when they want), or
-//! decide anything (naming the cause of a death is [`crate::judge::classify`]'s job). The file parsers
-//! work on strings and every reader takes its paths, so tests use fake trees in a temp dir.
+//! decide anything (naming the cause of a death is [`crate::judge::classify`]'s job). The file
+//! parsers work on strings and every reader takes its paths, so tests use fake trees in a temp dir.
 
 mod parse;
 mod stale;
@@ -616,7 +616,9 @@ mod tests {
     fn working_set_never_goes_below_zero() {
         let (_tmp, ours, _) = fake_v2();
         let job = JobCgroup::at(ours.clone(), Version::V2, true); // not ours to remove
-                                                                  // Counters are read at different instants: inactive_file can exceed a later usage.
+                                                                  // Counters are read at different
+                                                                  // instants: inactive_file can
+                                                                  // exceed a later usage.
         put(&ours.join("memory.current"), "8192\n");
         put(&ours.join("memory.stat"), "inactive_file 16384\n");
         assert_eq!(job.working_set_bytes(), Some(0));

@@ -1,7 +1,7 @@
 //! The job's share of a [`GpuSnapshot`]: which listed processes are the job's and how much device
-//! memory they hold; and, per device, whose the rest is: the neighbours' (processes that are not the job's: on a shared
-//! card, other users') and the driver's own share (used memory no listed process accounts for).
-//! A pure function of the snapshot and the job's PIDs.
+//! memory they hold; and, per device, whose the rest is: the neighbours' (processes that are not
+//! the job's: on a shared card, other users') and the driver's own share (used memory no listed
+//! process accounts for). A pure function of the snapshot and the job's PIDs.
 //!
 //! Finding the job's PIDs, naming the neighbours (user, command: [`super::who`]) and keeping
 //! peaks over ticks are the caller's.

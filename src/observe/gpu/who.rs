@@ -72,8 +72,8 @@ struct Hides {
 }
 
 /// Whether the proc filesystem mounted at /proc hides other users' processes, from
-/// `/proc/self/mountinfo` (proc(5)); a sample line:
-/// `22 27 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:13 - proc proc rw,hidepid=invisible,gid=27`.
+/// `/proc/self/mountinfo` (proc(5)); a sample line: `22 27 0:21 / /proc
+/// rw,nosuid,nodev,noexec,relatime shared:13 - proc proc rw,hidepid=invisible,gid=27`.
 /// `hidepid=0`/`off` hides nothing; 1 (`noaccess`), 2 (`invisible`) and 4 (`ptraceable`) hide
 /// another user's command line and status. The last mount at /proc wins, as the kernel's does.
 fn proc_hides(mountinfo: &str) -> Option<Hides> {

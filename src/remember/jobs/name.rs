@@ -23,9 +23,9 @@ pub struct JobSettings {
     /// The base of job memory (`--state-dir`, else `$XDG_STATE_HOME/oomguard`); files go in
     /// its `jobs/`. `None` without any (no HOME): the job is not remembered.
     pub state_dir: Option<PathBuf>,
-    /// Whether `state_dir` was chosen by a job file its user could write: then a root
-    /// oomguard acting for that user keeps the job memory as the user ([`crate::guard::principal`]).
-    /// Set by the caller; the default place, and one root chose, are oomguard's own.
+    /// Whether `state_dir` was chosen by a job file its user could write: then a root oomguard
+    /// acting for that user keeps the job memory as the user ([`crate::guard::principal`]). Set by
+    /// the caller; the default place, and one root chose, are oomguard's own.
     pub state_dir_is_users: bool,
     /// `--fresh`: the first attempt takes the command's values.
     pub fresh: bool,

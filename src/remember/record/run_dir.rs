@@ -1,8 +1,8 @@
-//! The run directory: made (or checked free) when a run starts, pinned by a descriptor so its
-//! files cannot be redirected, and written only with files oomguard creates (`attempt-N.log`, capped
-//! by [`crate::output::attempt_log`],
-//! summary.json saved atomically, `samples.csv` through [`crate::remember::record::samples`]); where default
-//! run directories go, and oomguard's state directory.
+//! The run directory: made (or checked free) when a run starts, pinned by a descriptor so its files
+//! cannot be redirected, and written only with files oomguard creates (`attempt-N.log`, capped by
+//! [`crate::output::attempt_log`], summary.json saved atomically, `samples.csv` through
+//! [`crate::remember::record::samples`]); where default run directories go, and oomguard's state
+//! directory.
 //!
 //! Run as root in its own default place (the system unit's `/var/lib/oomguard/runs/`), a run
 //! directory holds a job's whole output, so it is private: made 0700 and given to the job's
@@ -478,8 +478,8 @@ pub fn state_dir() -> Option<PathBuf> {
 /// run directory but not list it (0711), since the names tell whose programs ran when.
 fn unlist_runs(base: &Path) {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    // Only root can write its path (checked before the run: see crate::guard::ownership::place_is_users), so the
-    // name reaches the directory that was checked.
+    // Only root can write its path (checked before the run: see
+    // crate::guard::ownership::place_is_users), so the name reaches the directory that was checked.
     if let Ok(meta) = std::fs::symlink_metadata(base) {
         if meta.is_dir() && meta.uid() == 0 && meta.mode() & 0o7777 != 0o711 {
             let _ = std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o711));

@@ -16,8 +16,8 @@
 //! attempt's job had taken by the tick (the furthest process's, as the probe saw them,
 //! [`crate::probe`]); empty without a probe or before the first step.
 //!
-//! It writes rows only; the samples are taken by [`crate::observe::sampler`], the steps read by the run
-//! that holds the probe's pipe, and `oomguard report` reads them back
+//! It writes rows only; the samples are taken by [`crate::observe::sampler`], the steps read by the
+//! run that holds the probe's pipe, and `oomguard report` reads them back
 //! ([`crate::tell::report::samples`]).
 
 use std::fs::File;

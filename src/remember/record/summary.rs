@@ -2,8 +2,9 @@
 //! memory peaks), the run's final sizes and limits, and the document's text, laid out one attempt
 //! per line and re-encoded only for what changed.
 //!
-//! It holds and renders data only; the run directory writes it ([`crate::remember::record::run_dir`]) and
-//! `oomguard report` reads it back ([`crate::tell::report`]).
+//! It holds and renders data only; the run directory writes it
+//! ([`crate::remember::record::run_dir`]) and `oomguard report` reads it back
+//! ([`crate::tell::report`]).
 
 use std::time::SystemTime;
 

@@ -3,8 +3,8 @@
 //! for a Slurm job each attempt's peak per node, and where the probe saw steps each attempt's
 //! steps, over time too), with no script and no external resource.
 //!
-//! It renders and writes the page only; the report is loaded by [`crate::tell::report`] and the chart
-//! drawn by [`crate::tell::report::chart`].
+//! It renders and writes the page only; the report is loaded by [`crate::tell::report`] and the
+//! chart drawn by [`crate::tell::report::chart`].
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

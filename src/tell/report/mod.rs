@@ -8,8 +8,9 @@
 //! the timeline's Slurm parts; a job the probe saw step gets the steps its attempts had taken
 //! at a few times, from the timeline's steps.
 //!
-//! It reads and formats only: what the run directory holds is written by [`crate::remember::record`], and
-//! the causes and knob values are the ones the attempt loop recorded.
+//! It reads and formats only: what the run directory holds is written by
+//! [`crate::remember::record`], and the causes and knob values are the ones the attempt loop
+//! recorded.
 
 pub mod chart;
 pub mod html;

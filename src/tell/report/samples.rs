@@ -7,8 +7,8 @@
 //! not parse is skipped, never the row, and each place is allocated once per read (a point holds
 //! a pointer to it), at most [`SLURM_PLACES_MAX`] of them.
 //!
-//! It reads only; the file is written by [`crate::remember::record::samples`], and the report built from
-//! the rows is [`crate::tell::report`]'s.
+//! It reads only; the file is written by [`crate::remember::record::samples`], and the report built
+//! from the rows is [`crate::tell::report`]'s.
 
 use std::io::{BufRead, Read};
 use std::ops::ControlFlow;
@@ -393,8 +393,9 @@ fn parse_samples(
 }
 
 /// A samples.csv line's cells. Numbers need no quoting, but a text cell (`gpu_neighbours`,
-/// `slurm_parts`) is quoted as CSV quotes it where it holds a `,` or a `"`: such a cell is one cell, unquoted, so
-/// the columns after it keep their places. Rows are single lines (no cell holds a newline).
+/// `slurm_parts`) is quoted as CSV quotes it where it holds a `,` or a `"`: such a cell is one
+/// cell, unquoted, so the columns after it keep their places. Rows are single lines (no cell holds
+/// a newline).
 fn cells(line: &str) -> Vec<std::borrow::Cow<'_, str>> {
     use std::borrow::Cow;
     if !line.contains('"') {

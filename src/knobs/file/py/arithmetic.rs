@@ -8,8 +8,9 @@ use super::stmt::Stmt;
 use super::tokenize::{tokenize, Kind};
 use crate::knobs::file::Scalar;
 
-/// The value a whole `text` spells as one literal or literal arithmetic, as [`top_level`](fn@super::top_level)
-/// evaluates an assignment's right-hand side; or what it is instead.
+/// The value a whole `text` spells as one literal or literal arithmetic, as
+/// [`top_level`](fn@super::top_level) evaluates an assignment's right-hand side; or what it is
+/// instead.
 pub fn evaluate(text: &str) -> Result<Scalar, String> {
     let lines = tokenize(text).map_err(|e| e.to_string())?;
     let [line] = lines.as_slice() else {

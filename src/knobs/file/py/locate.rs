@@ -170,7 +170,8 @@ fn bound_value(text: &str, key: &str, one: &Binding) -> Result<Located, EditErro
 /// default). Refused ([`EditError::NotFound`]) where `key` is no identifier, is bound anywhere
 /// already (then it is [`locate`]'s to edit), or the new line would not read back as `value`.
 ///
-/// [`set`](crate::knobs::file::set) calls it to write a name a Python file lacks, as it inserts a JSON or YAML key.
+/// [`set`](crate::knobs::file::set) calls it to write a name a Python file lacks, as it inserts a
+/// JSON or YAML key.
 pub fn append(text: &str, key: &str, value: &Scalar) -> Result<String, EditError> {
     let absent = || EditError::NotFound {
         key: key.to_string(),

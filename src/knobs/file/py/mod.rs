@@ -28,12 +28,12 @@
 //! `.py` file therefore removes [`stale_pyc_paths`] after each write (edit and restore alike).
 //! A cache moved elsewhere with `PYTHONPYCACHEPREFIX` is the caller's to handle.
 //!
-//! A script's globals and a config file given to it as an argument (nanoGPT's
-//! `python train.py config/x.py`) are read with [`top_level`](fn@top_level): the statements at the very top
-//! of the module, unindented and outside every block, in file order; an assignment's value is
-//! evaluated where it is a literal or literal arithmetic (`5 * 8`, `2**10`, `(1+2)*3`, `1e-3`,
-//! `//`, `%`), for reading only: [`locate`](fn@locate) still edits only a plain literal. [`append`] writes
-//! an assignment a module lacks at its end.
+//! A script's globals and a config file given to it as an argument (nanoGPT's `python train.py
+//! config/x.py`) are read with [`top_level`](fn@top_level): the statements at the very top of the
+//! module, unindented and outside every block, in file order; an assignment's value is evaluated
+//! where it is a literal or literal arithmetic (`5 * 8`, `2**10`, `(1+2)*3`, `1e-3`, `//`, `%`),
+//! for reading only: [`locate`](fn@locate) still edits only a plain literal. [`append`] writes an
+//! assignment a module lacks at its end.
 //!
 //! Reading and writing the file, backups and restores are the caller's job (`super::set`
 //! splices the span this module finds).
