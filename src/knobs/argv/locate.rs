@@ -29,10 +29,10 @@ pub fn locate(
     locate_with(argv, batch_arg, accum_arg, &Declared::default())
 }
 
-/// [`locate`], knowing the options the script's parser declares
-/// ([`declared::read`](super::declared::read)): a short alias of a known flag (`-b` for
-/// `--batch-size`) is a knob, and an accumulation flag the parser declares but the command lacks is
-/// added beside the batch, from the declared default.
+/// Finds the batch and accumulation knobs as `locate` (the tests' shorthand) does, knowing the
+/// options the script's parser declares ([`declared::read`](super::declared::read)): a short alias
+/// of a known flag (`-b` for `--batch-size`) is a knob, and an accumulation flag the parser
+/// declares but the command lacks is added beside the batch, from the declared default.
 pub fn locate_with(
     argv: &[OsString],
     batch_arg: Option<&str>,
