@@ -69,12 +69,10 @@ pub fn plan(settings: &RunSettings, cause: Cause) -> String {
                     let _ = writeln!(out, "  note: {note}");
                 }
                 // As the run warns it: once, at the first relaunch that moves the batch.
-                let batch_moved = knobs.batch().is_some_and(|b| next.changed.contains(&b));
-                if batch_moved && knobs.effective_shrinks() && !told_shrinking {
-                    told_shrinking = true;
-                    let (from, to) = (knobs.batch_of(&original), knobs.batch_of(&next.values));
-                    let line = knobs.shrink_line(from.unwrap_or(0), to.unwrap_or(0));
-                    let _ = writeln!(out, "  note: {line}");
+                if let Some(line) = knobs.shrink_note(&original, &next.values, &next.changed) {
+                    if !std::mem::replace(&mut told_shrinking, true) {
+                        let _ = writeln!(out, "  note: {line}");
+                    }
                 }
                 values = next.values;
             }

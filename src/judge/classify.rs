@@ -735,6 +735,10 @@ mod tests {
         // ...but a bare SIGKILL stays what it was, and a supervisor's guess is no evidence.
         ("mpirun noticed that process rank 2 with PID 0 on node qy-PC exited on signal 9 (Killed).", "killed"),
         ("REPORT RequestId: 1\tMemory Size: 3008 MB\tMax Memory Used: 400 MB\nError Runtime exited with error: signal: killed", "killed"),
+        // The REPORT's edge: a peak within a tenth of the size (2420 of 2688 MB) is at the limit,
+        // one megabyte less is not.
+        ("REPORT RequestId: 1\tMemory Size: 2688 MB\tMax Memory Used: 2420 MB\nError Runtime exited with error: signal: killed", "oom_killed"),
+        ("REPORT RequestId: 1\tMemory Size: 2688 MB\tMax Memory Used: 2419 MB\nError Runtime exited with error: signal: killed", "killed"),
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\nmpirun noticed that process rank 0 with PID 1 on node n1 exited on signal 9 (Killed).", "device_oom"),
         ("[CRITICAL] WORKER TIMEOUT (pid:17)\n[ERROR] Worker (pid:17) was sent SIGKILL! Perhaps out of memory?", "killed"),
         ("Segmentation fault (core dumped)\nerror: the solver died; it might have run out of memory?", "none"),
@@ -1192,7 +1196,7 @@ mod tests {
     /// general rule tuned on it; its `test` half was never read, so its figure is what a new
     /// family meets. Printed (the set's SOURCES.md and the closing note of issue 27 quote it)
     /// and held: no negative flagged in either half, nine in ten of the dev half, and the test
-    /// half no worse than it first measured (28 of 47, 60%).
+    /// half no worse than issue 42 left it (34 of 47, 72%; it first measured 28).
     #[test]
     fn held_out_families() {
         const HELD_OUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/oom-heldout");
@@ -1246,7 +1250,7 @@ mod tests {
         assert_eq!(dev.3 + test.3, 0, "negatives flagged: {wrong:#?}");
         assert!(dev.1 * 10 >= dev.0 * 9, "dev half: {}/{}", dev.1, dev.0);
         assert!(
-            test.1 * 47 >= 28 * test.0,
+            test.1 * 47 >= 34 * test.0,
             "test half: {}/{}",
             test.1,
             test.0

@@ -356,6 +356,24 @@ impl KnobSet {
                 .is_some_and(|i| self.knobs[i].rule.partner.is_none())
     }
 
+    /// [`shrink_line`](Self::shrink_line) for a relaunch from `original` to `next` that moves
+    /// the knobs `changed`: `Some` only where it moves the batch and nothing keeps the effective
+    /// batch. Whether it was said already is the caller's (the run and `--dry-run` say it once).
+    pub fn shrink_note(
+        &self,
+        original: &[Value],
+        next: &[Value],
+        changed: &[usize],
+    ) -> Option<String> {
+        let batch_moved = self.batch().is_some_and(|b| changed.contains(&b));
+        (batch_moved && self.effective_shrinks()).then(|| {
+            self.shrink_line(
+                self.batch_of(original).unwrap_or(0),
+                self.batch_of(next).unwrap_or(0),
+            )
+        })
+    }
+
     /// The line saying that the effective batch shrinks with the batch (`from_batch` →
     /// `to_batch`), and what could keep it: the job's accumulation named with `--accum-arg`,
     /// or nothing where the codebase has none.

@@ -139,16 +139,9 @@ impl super::Run<'_> {
             ),
             None => knobs.describe_changes(&self.ladder.values, &next.values, &next.changed),
         };
-        let batch_moved = knobs.batch().is_some_and(|b| next.changed.contains(&b));
-        let shrinks = (batch_moved
-            && knobs.effective_shrinks()
-            && !std::mem::replace(&mut self.ladder.warned_effective, true))
-        .then(|| {
-            knobs.shrink_line(
-                knobs.batch_of(&self.ladder.original).unwrap_or(0),
-                knobs.batch_of(&next.values).unwrap_or(0),
-            )
-        });
+        let shrinks = knobs
+            .shrink_note(&self.ladder.original, &next.values, &next.changed)
+            .filter(|_| !std::mem::replace(&mut self.ladder.warned_effective, true));
         self.observers.tell(&RunEvent::Relaunching(Relaunch {
             attempt,
             changes,

@@ -112,6 +112,8 @@ fn codebases_torchtune_built_in_config_moves_both_from_the_configs_values() {
     let (out, _) = plan(&other, &format!("{doc} batch_size=8"));
     assert!(!out.contains("torchtune"), "{out}");
     assert!(!out.contains("gradient_accumulation_steps"), "{out}");
+    // ...but a command with a batch override all the same, halved where it is written.
+    assert!(second(&out).0.ends_with("batch_size 8→4"), "{out}");
 }
 
 #[test]
@@ -275,6 +277,13 @@ fn codebases_ultralytics_keeps_its_effective_batch_through_nbs() {
     assert!(out.contains("1 for a batch of 128"), "{out}");
     assert!(
         out.contains("effective batch shrinks with the batch (128 → 64)"),
+        "{out}"
+    );
+    // Once as the note at the first halving (the found line above says why, in its own words).
+    assert_eq!(
+        out.matches("effective batch shrinks with the batch")
+            .count(),
+        1,
         "{out}"
     );
     // AutoBatch is its own.

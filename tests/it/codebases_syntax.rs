@@ -90,7 +90,15 @@ fn codebases_timm_short_batch_flag_through_its_launcher_gets_the_declared_accumu
 #[test]
 fn codebases_timm_short_flag_of_an_undeclaring_script_is_no_batch() {
     // `-b` means nothing without the script's declaration.
-    let p = plan(None, &["python3", "other.py", "-b", "128"]);
+    let p = plan_with(
+        None,
+        &[(
+            "other.py",
+            "import argparse\np = argparse.ArgumentParser()\np.add_argument('--lr', type=float)\n",
+        )],
+        &[],
+        &["python3", "other.py", "-b", "128"],
+    );
     has(&p, "no batch found");
 }
 
@@ -114,6 +122,8 @@ fn codebases_detectron2_batch_from_the_base_chain_or_the_commands_pair() {
     );
     has(&p, &format!("command: python3 tools/train_net.py --config-file {config} --num-gpus 8 SOLVER.IMS_PER_BATCH 8"));
     has(&p, "note: detectron2 has no gradient accumulation, so the effective batch shrinks with the batch (16 → 8)");
+    // Said once, at the first relaunch that shrinks it, not at every one after.
+    assert_eq!(p.matches("effective batch shrinks").count(), 1, "{p}");
     // The README's single-GPU form: the pair is in the command, rewritten where it is.
     let p = plan(
         Some("detectron2"),
@@ -233,6 +243,10 @@ fn codebases_mmdetection_file_key_inside_a_dict_call() {
         ],
     );
     has(&p, "2→1");
+    // The file named is edited where the key sits, and no --cfg-options is added for it (that is
+    // the command's own form, without --batch-arg).
+    has(&p, "line 13: batch_size=2, → batch_size=1,");
+    assert!(!p.contains("--cfg-options"), "{p}");
 }
 
 #[test]

@@ -8,8 +8,8 @@ use crate::util;
 
 use util::{causes, fixture, own_v1_memory_cgroup, stderr_of, Sandbox};
 
-/// 500 MiB limit; the job holds about 430 MiB (420 MiB and the interpreter) for 3 s
-/// (30 ticks at `--interval 100ms`), then needs 5 MiB a sample: at 32 it is killed, and at 16
+/// 500 MiB limit; the job holds about 430 MiB (420 MiB and the interpreter) until oomguard has
+/// sampled it 5 times (at `--interval 100ms`), then needs 5 MiB a sample: at 32 it is killed, and at 16
 /// (≈ 510 MiB). A kill at 16 says per sample > (500 − F) / 16, which caps the next batch
 /// at about 3 with the 10% margin, but at 8 the need it shows is only F + (500 − F) / 2, within
 /// the limit: 8 is tried, and fits (≈ 470 MiB).
@@ -35,10 +35,10 @@ fn a_kill_at_the_limit_halves_with_the_fixed_part_seen() {
             "420",
             "--sample-mb",
             "5",
-            // Long enough for several samples of the plateau even on a loaded machine, where
-            // the sampler's ticks come late.
-            "--hold-s",
-            "3",
+            // Held until oomguard has sampled the plateau this often (a plateau is 3 samples),
+            // however late a loaded machine's ticks come.
+            "--hold-samples",
+            "5",
         ],
     );
     let stderr = stderr_of(&out);

@@ -17,6 +17,8 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use super::{script_args_start, Found};
+use crate::guard::fsutil::{Once, ReadOnce};
+use crate::guard::principal::as_user;
 use crate::knobs::argv;
 use crate::knobs::file::{py, Scalar};
 use crate::knobs::reader::{KnobError, Request};
@@ -28,6 +30,9 @@ const CFG_OPTIONS: &[&str] = &["--cfg-options", "--cfg_options"];
 
 /// How many `_base_` files are read at most, over the whole tree.
 const MAX_FILES: usize = 32;
+/// How much text the tree's files hold at most, together: read as root for a job file's user,
+/// a chain must not make oomguard hold more than a config could need.
+const MAX_TOTAL_BYTES: u64 = 8 << 20;
 
 const ENTRYPOINT: &str = "mmengine config";
 
@@ -48,19 +53,26 @@ impl Chain {
         }
         let mut files = Vec::new();
         let mut queue = vec![config.to_string()];
+        // Each file once (a base named twice, or a loop of bases, adds nothing: the first place
+        // it stands in the lookup order wins), and the tree's text bounded as a whole.
+        let mut once = ReadOnce::default();
+        let mut total_bytes = 0u64;
         while let Some(path) = queue.pop() {
             if files.len() >= MAX_FILES {
                 break;
             }
-            let Some(text) = crate::guard::principal::read_text(
-                &request.cwd.join(&path),
-                crate::guard::fsutil::SMALL_FILE_MAX_BYTES,
-            ) else {
-                if files.is_empty() {
-                    return None;
+            let full = request.cwd.join(&path);
+            let text = match as_user(|| once.text(&full, MAX_TOTAL_BYTES - total_bytes)) {
+                Ok(Once::New(text)) => text,
+                Ok(Once::Again(_)) => continue,
+                Ok(Once::TooLong) | Err(_) => {
+                    if files.is_empty() {
+                        return None;
+                    }
+                    continue;
                 }
-                continue;
             };
+            total_bytes += text.len() as u64;
             let dir = Path::new(&path)
                 .parent()
                 .unwrap_or(Path::new(""))
@@ -69,7 +81,7 @@ impl Chain {
             for base in bases(&text).into_iter().rev() {
                 queue.push(dir.join(base).to_string_lossy().into_owned());
             }
-            files.push((path, text));
+            files.push((path, text.to_string()));
         }
         Some((Chain { files }, from))
     }
@@ -312,5 +324,29 @@ mod tests {
         for (cmd, want) in table {
             assert_eq!(cfg_options(&argv(cmd), 2), *want, "{cmd}");
         }
+    }
+
+    /// A base named twice, or bases that name each other, are read once: the key is still found
+    /// where mmengine's merge puts it, and the chain holds each file once.
+    #[test]
+    fn a_base_named_again_or_in_a_loop_is_read_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+        write("c.py", "_base_ = ['a.py', 'b.py', 'a.py', 'c.py']\n");
+        write(
+            "a.py",
+            "_base_ = 'b.py'\ntrain_dataloader = dict(batch_size=4)\n",
+        );
+        write(
+            "b.py",
+            "_base_ = ['a.py']\noptim_wrapper = dict(accumulative_counts=2)\n",
+        );
+        let command = argv("python tools/train.py c.py");
+        let request = Request::plain(&command, dir.path());
+        let (chain, _) = Chain::read(&request).expect("the config is read");
+        let names: Vec<&str> = chain.files.iter().map(|(path, _)| path.as_str()).collect();
+        assert_eq!(names, ["c.py", "a.py", "b.py"]);
+        assert_eq!(chain.count(BATCH_KEY), Ok(Some(("a.py", 4))));
+        assert_eq!(chain.count(ACCUM_KEY), Ok(Some(("b.py", 2))));
     }
 }
