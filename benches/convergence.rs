@@ -167,7 +167,11 @@ fn sampled_fixed(job: &Job, died_at_bytes: f64, need_bytes: f64, rng: &mut Lcg) 
         ramp.feed(t, (bytes * jitter) as u64);
         t += INTERVAL_S;
     }
-    // As the supervisor does (`fit::attach_fixed`): the known peak is at least the need.
+    // As the supervisor does: a kill came at the limit after the last sample
+    // (`fit::Ramp::ended_at`), and the known peak is at least the need (`fit::attach_fixed`).
+    if job.death == Death::CgroupKill {
+        ramp = ramp.ended_at(died_at_bytes as u64);
+    }
     let mut probe = fit::Evidence {
         memory: fit::Memory::Host,
         failed: true,

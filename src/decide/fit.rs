@@ -770,6 +770,16 @@ impl Ramp {
         }
     }
 
+    /// The series as it ended at a kill: memory reached `bytes` (the limit) after the last
+    /// sample, so the level it held last was left for that peak, whether or not a tick fell
+    /// in the climb (a step that allocates in 30 ms falls between ticks 100 ms apart).
+    pub fn ended_at(&self, bytes: u64) -> Ramp {
+        let mut ended = self.clone();
+        // At the last sample's time: the peak starts a level of its own, never a plateau.
+        ended.feed(self.current.map_or(0.0, |level| level.last_s), bytes);
+        ended
+    }
+
     /// The fixed part: the lowest plateau memory left before its highest sample, if under
     /// [`PLATEAU_PEAK_SHARE`] of the peak (the highest sample or `known_peak_bytes`, a cgroup's
     /// high-water mark or the limit at a kill, whichever is higher). `None` when no plateau
@@ -1643,5 +1653,68 @@ mod tests {
         let mut e = kill;
         attach_fixed(&mut e, &ramp(96 * MIB), Some(96 * MIB));
         assert_eq!(e.fixed_bytes, None);
+    }
+
+    /// A kill's climb can fall between two ticks: the series ended at the limit leaves its last
+    /// level for it all the same, and that level counts only as any left level would. The last
+    /// column: what the samples alone show.
+    #[test]
+    fn a_kill_between_ticks_leaves_the_last_level_for_the_limit() {
+        type Row = (&'static str, &'static [u64], Option<u64>, Option<u64>);
+        let table: &[Row] = &[
+            (
+                "held its fixed part, killed before the next tick",
+                &[3, 429, 429, 429, 429, 429],
+                Some(429),
+                None,
+            ),
+            (
+                "the dying process's freeing sample after it",
+                &[3, 429, 429, 429, 414],
+                Some(429),
+                None,
+            ),
+            (
+                "a tick in the climb: the same as before",
+                &[3, 429, 429, 429, 499],
+                Some(429),
+                Some(429),
+            ),
+            (
+                "the interpreter's start held too: the lowest",
+                &[3, 3, 3, 429, 429, 429],
+                Some(3),
+                Some(3),
+            ),
+            ("two ticks are not a plateau", &[3, 429, 429], None, None),
+            (
+                "a last level within the band of the limit is the death",
+                &[3, 492, 492, 492],
+                None,
+                None,
+            ),
+            (
+                "a last level at 90% of the limit is training",
+                &[3, 455, 455, 455],
+                None,
+                None,
+            ),
+            ("memory only climbed", &[3, 100, 200, 300, 400], None, None),
+        ];
+        let limit = 500 * MIB;
+        for &(what, samples_mib, ended_mib, alone_mib) in table {
+            let mut ramp = Ramp::default();
+            for (k, &mib) in samples_mib.iter().enumerate() {
+                ramp.feed(k as f64 * 0.1, mib * MIB);
+            }
+            let got = ramp.ended_at(limit).fixed_bytes(Some(limit));
+            assert_eq!(got, ended_mib.map(|m| m * MIB), "{what}");
+            let alone = ramp.fixed_bytes(Some(limit));
+            assert_eq!(
+                alone,
+                alone_mib.map(|m| m * MIB),
+                "{what}: the samples alone"
+            );
+        }
     }
 }

@@ -314,20 +314,24 @@ impl Ladder {
             return;
         };
         let (series, peak_bytes) = match (evidence.memory, evidence.limit) {
-            (fit::Memory::Gpu, _) => (&ramp.gpu, end.peaks.gpu_bytes),
+            (fit::Memory::Gpu, _) => (ramp.gpu.clone(), end.peaks.gpu_bytes),
             // A kill at a cgroup's limit, oomguard's own or one further up, read through the
             // attempt cgroup where there is one; without one (`--no-cgroup` under a Slurm job's
-            // limit) the tree's own reading is all there is.
+            // limit) the tree's own reading is all there is, and it need not have climbed.
             (fit::Memory::Host, Some((_, name))) if name != fit::MAX_RSS => {
                 match end.peaks.cgroup_bytes {
-                    Some(peak) => (&ramp.cgroup, Some(peak)),
-                    None => (&ramp.judged, end.peaks.pss_bytes.or(end.peaks.rss_bytes)),
+                    // The usage reached the limit (the evidence's bytes) after the last tick.
+                    Some(peak) => (ramp.cgroup.ended_at(evidence.bytes), Some(peak)),
+                    None => (
+                        ramp.judged.clone(),
+                        end.peaks.pss_bytes.or(end.peaks.rss_bytes),
+                    ),
                 }
             }
             // A soft bound (`--max-rss`): its own units; the evidence holds the value it saw.
-            (fit::Memory::Host, _) => (&ramp.judged, None),
+            (fit::Memory::Host, _) => (ramp.judged.clone(), None),
         };
-        fit::attach_fixed(evidence, series, peak_bytes);
+        fit::attach_fixed(evidence, &series, peak_bytes);
     }
 
     /// The policy's decision after the last attempt.
