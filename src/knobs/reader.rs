@@ -5,7 +5,7 @@
 //! ([`crate::front::settings::job_knobs`]), so none imports another for them. It decides no knob.
 
 use std::collections::HashMap;
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use super::argv::{self, RewriteError};
@@ -22,6 +22,9 @@ pub struct Request<'a> {
     pub min_batch: u64,
     /// The working directory, where relative file paths start.
     pub cwd: &'a Path,
+    /// The PATH the job's programs are found with (a job file's `[env]` PATH), where a
+    /// codebase's console script is looked up; `None`: this process's, which the job inherits.
+    pub path_var: Option<&'a OsStr>,
     /// Before a config file is read: finish the patch a dead oomguard left in it, named by the
     /// lock beside it ([`crate::knobs::patch::finish_left_beside`]). Not for `--dry-run`, which
     /// writes nothing.
@@ -38,6 +41,7 @@ impl<'a> Request<'a> {
             accum_arg: None,
             min_batch: 1,
             cwd,
+            path_var: None,
             finish_left_patches: false,
         }
     }

@@ -165,7 +165,7 @@ fn automatic(request: &Request) -> Result<KnobSet, KnobError> {
     // Looked up once (its PATH entry and wrapper read): the entrypoints below are told whether
     // a codebase's launcher runs the command, whose files are its own.
     let launcher = (batch_spec.is_none() && accum_spec.is_none())
-        .then(|| super::entry::console::identify(request.command))
+        .then(|| super::entry::console::identify(request.command, request.path_var))
         .flatten();
     if let Some(launcher) = &launcher {
         let mut lines = Vec::new();

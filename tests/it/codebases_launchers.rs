@@ -161,6 +161,48 @@ fn codebases_a_launcher_not_installed_is_planned_by_its_name_and_a_run_refuses_i
     assert_eq!(out.status.code(), Some(127), "{}", util::stderr_of(&out));
 }
 
+/// A job file's `[env]` PATH is the one the job's programs are found with: its launcher is
+/// looked up there, not on oomguard's own PATH, where another package's `tune` comes first.
+#[test]
+fn codebases_a_job_files_path_finds_the_launcher_the_job_will_run() {
+    let sb = project();
+    install(&sb, "tune", "torchtune._cli.tune");
+    copy_tree(
+        &sb.path("project/torchtune"),
+        &sb.path("venv/lib/python3.11/site-packages/recipes/configs"),
+    );
+    let elsewhere = project();
+    install(&elsewhere, "tune", "othertune.cli");
+    let job = sb.path("project/job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "command = [\"tune\", \"run\", \"lora_finetune_single_device\", \"--config\", \"llama3_2/1B_lora_single_device\"]\n\n[env]\nPATH = \"{}:/usr/bin:/bin\"\n",
+            sb.path("venv/bin").display()
+        ),
+    )
+    .unwrap();
+    let out = sb
+        .oomguard(&["run", "--dry-run", "--config", job.to_str().unwrap()])
+        .current_dir(sb.path("project"))
+        .env(
+            "PATH",
+            format!("{}:/usr/bin:/bin", elsewhere.path("bin").display()),
+        )
+        .output()
+        .expect("oomguard runs");
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", util::stderr_of(&out));
+    assert!(plan.contains("tune runs torchtune._cli.tune"), "{plan}");
+    assert!(!plan.contains("othertune"), "{plan}");
+    assert!(
+        second(&plan)
+            .0
+            .ends_with("batch_size 4→2, gradient_accumulation_steps 8→16"),
+        "{plan}"
+    );
+}
+
 #[test]
 fn codebases_llamafactory_override_and_config() {
     let sb = project();

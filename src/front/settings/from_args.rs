@@ -170,6 +170,8 @@ impl RunArgs {
             self.run_dir = self.run_dir.map(|dir| started_in.join(dir));
             self.state_dir = self.state_dir.map(|dir| started_in.join(dir));
         }
+        // A codebase's console script is looked up as the job will find it.
+        let path_var = job_context.path_var();
         let knobs = job_knobs::resolve(
             &resolve::Request {
                 command: &self.command,
@@ -177,6 +179,7 @@ impl RunArgs {
                 accum_arg: self.accum_arg.as_deref(),
                 min_batch: self.min_batch,
                 cwd: &cwd,
+                path_var: path_var.as_deref(),
                 finish_left_patches: dry_run.is_none(),
             },
             self.config.as_deref().zip(job_file.as_ref()),

@@ -7,13 +7,13 @@
 //! user's config is never edited. Where the codebase keeps its effective batch itself (axolotl's
 //! global `batch_size`, ultralytics' nominal batch `nbs`), the batch moves alone.
 //!
-//! A program installed on the PATH is known by what it runs, read from its package's own
+//! A program installed on the job's PATH is known by what it runs, read from its package's own
 //! metadata (the pip/uv wrapper's `from torchtune._cli.tune import main`, else the
 //! `entry_points.txt` of the dist-info beside it), so a renamed script is recognised and a
 //! same-named one of another package is not; one not installed here is known by its name, and
 //! a note says so. Reads files as the job's user; writes nothing, starts nothing.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use super::{count_at, flag_values, read_config, Found};
@@ -232,8 +232,9 @@ const COMMAND_LAUNCHERS: &[&str] = &[
 ];
 
 /// The codebase launcher the command runs, if any: a train module behind `python -m` or a
-/// launcher, `tune run` (read by [`argv::launch`]), or a console script as the program.
-pub(in crate::knobs) fn identify(argv: &[OsString]) -> Option<Launcher> {
+/// launcher, `tune run` (read by [`argv::launch`]), or a console script as the program, looked
+/// up on `path_var` (the job's PATH; `None`: this process's).
+pub(in crate::knobs) fn identify(argv: &[OsString], path_var: Option<&OsStr>) -> Option<Launcher> {
     let found = launch(argv);
     if let Some(script) = &found.script {
         if let Some(codebase) = CODEBASES
@@ -262,22 +263,27 @@ pub(in crate::knobs) fn identify(argv: &[OsString]) -> Option<Launcher> {
                     .is_some_and(|t| t.rsplit('/').next() == Some("tune"))
                     && argv.get(i + 1).is_some_and(|t| t == "run")
             })?;
-            return known(argv, at, true);
+            return known(argv, at, true, path_var);
         }
         (Some(last), Some(_)) if COMMAND_LAUNCHERS.contains(&last.as_str()) => {
             found.script_args - 1
         }
         _ => return None,
     };
-    known(argv, program_at, false)
+    known(argv, program_at, false, path_var)
 }
 
 /// The launcher whose program is `argv[at]`: by what it runs where it is installed, by its name
 /// where it is not. `tune_run`: [`argv::launch`] already read it as `tune run` by name.
-fn known(argv: &[OsString], at: usize, tune_run: bool) -> Option<Launcher> {
+fn known(
+    argv: &[OsString],
+    at: usize,
+    tune_run: bool,
+    path_var: Option<&OsStr>,
+) -> Option<Launcher> {
     let token = argv.get(at)?.to_str()?;
     let name = Path::new(token).file_name()?.to_str()?;
-    let installed = on_path(token);
+    let installed = on_path(token, path_var);
     let (codebase, how) = match installed.as_deref().map(runs) {
         Some(Some(module)) => {
             let codebase = CODEBASES
@@ -314,9 +320,12 @@ fn by_name(name: &str) -> Option<&'static Codebase> {
     CODEBASES.iter().find(|c| c.scripts.contains(&name))
 }
 
-/// The program as the job's PATH finds it (this process's PATH, which the job inherits).
-fn on_path(token: &str) -> Option<PathBuf> {
-    let path_var = std::env::var_os("PATH");
+/// The program as the job's PATH finds it: `path_var`, else this process's PATH, which the
+/// job inherits.
+fn on_path(token: &str, path_var: Option<&OsStr>) -> Option<PathBuf> {
+    let path_var = path_var
+        .map(OsStr::to_os_string)
+        .or_else(|| std::env::var_os("PATH"));
     as_job(|| {
         // Through a link to where it is installed: its environment's files are beside it there.
         crate::guard::program::find(token.as_ref(), path_var.as_deref())
@@ -896,8 +905,10 @@ mod tests {
 
     #[test]
     fn launchers_are_known_by_name_module_or_tune_run() {
-        // (command, codebase, the first word after the subcommand) — none of these programs is
-        // on this machine's PATH, so each is known by its name.
+        // (command, codebase, the first word after the subcommand) — looked up on a PATH of one
+        // empty directory, so each program is known by its name, whatever this machine has.
+        let empty = tempfile::tempdir().unwrap();
+        let path_var = Some(empty.path().as_os_str());
         let table: &[(&str, Option<&str>, &str)] = &[
             (
                 "tune run lora_finetune_single_device --config c batch_size=8",
@@ -956,7 +967,8 @@ mod tests {
         ];
         for &(cmd, codebase, first) in table {
             let a = argv(cmd);
-            let got = identify(&a).and_then(|l| {
+            let got = identify(&a, path_var).and_then(|l| {
+                assert_eq!(l.installed, None, "{cmd}");
                 let start = words_start(&a, &l)?;
                 Some((
                     l.codebase.name,

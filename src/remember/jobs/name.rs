@@ -179,6 +179,7 @@ pub(super) mod tests {
             accum_arg: None,
             min_batch,
             cwd: Path::new("/"),
+            path_var: None,
             finish_left_patches: false,
         })
         .expect("the command's knobs resolve")
