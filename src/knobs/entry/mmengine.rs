@@ -108,41 +108,10 @@ impl Chain {
 }
 
 /// The `_base_` paths of an old-style config: the strings of its top-level `_base_ = ...`
-/// assignment (one string or a list of them).
+/// assignment (one string or a list of them), read as Python reads them, so a commented-out
+/// base is none; none where the value is anything else.
 fn bases(text: &str) -> Vec<String> {
-    let Some(start) = text
-        .match_indices("_base_")
-        .map(|(at, _)| at)
-        .find(|&at| at == 0 || text.as_bytes()[at - 1] == b'\n')
-    else {
-        return Vec::new();
-    };
-    let rest = text[start + "_base_".len()..].trim_start();
-    let Some(rest) = rest.strip_prefix('=') else {
-        return Vec::new();
-    };
-    let rest = rest.trim_start();
-    let value = if rest.starts_with('[') {
-        &rest[..rest.find(']').map_or(rest.len(), |at| at + 1)]
-    } else {
-        rest.lines().next().unwrap_or("")
-    };
-    bases_in(value)
-}
-
-/// The quoted strings in `text`, in order.
-fn bases_in(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(open) = rest.find(['\'', '"']) {
-        let quote = rest.as_bytes()[open] as char;
-        let Some(len) = rest[open + 1..].find(quote) else {
-            break;
-        };
-        out.push(rest[open + 1..open + 1 + len].to_string());
-        rest = &rest[open + 1 + len + 1..];
-    }
-    out
+    py::strings_assigned(text, "_base_").unwrap_or_default()
 }
 
 /// The `--cfg-options` list of the script's arguments: the index of the flag, and the index
@@ -302,6 +271,15 @@ mod tests {
             ("_base_ = './faster-rcnn_r50_fpn_1x_coco.py'\n", &["./faster-rcnn_r50_fpn_1x_coco.py"]),
             ("model = dict(_base_='x')\n", &[]),
             ("x = 1\n", &[]),
+            // Read as Python reads it: a commented-out base, a bracket in a comment, the last
+            // assignment of the name, one inside a block.
+            (
+                "_base_ = [\n    './a.py',  # the schedule: ]\n    # './old.py',\n    './b.py',\n]\n",
+                &["./a.py", "./b.py"],
+            ),
+            ("_base_ = 'a.py'\n_base_ = ['b.py']\n", &["b.py"]),
+            ("if True:\n    _base_ = 'a.py'\n", &[]),
+            ("_base_ = []\n", &[]),
         ];
         for (text, want) in table {
             assert_eq!(bases(text), *want, "{text}");

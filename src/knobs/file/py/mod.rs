@@ -63,4 +63,4 @@ pub use calls::{calls, Call};
 pub use locate::{append, locate};
 pub use pycache::stale_pyc_paths;
 pub use render::render;
-pub use top_level::{top_level, TopLevel};
+pub use top_level::{strings_assigned, top_level, TopLevel};

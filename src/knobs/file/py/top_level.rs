@@ -56,6 +56,63 @@ pub fn top_level(text: &str) -> Result<Vec<TopLevel>, EditError> {
     Ok(out)
 }
 
+/// The strings of the module's last top-level `NAME = 'a'` or `NAME = ['a', 'b']` (or a
+/// tuple), in order, read with the tokenizer, so a commented-out entry is none. `None` where no
+/// such assignment stands at the top, or its value holds anything but plain strings (a name,
+/// an f-string, strings that concatenate).
+pub fn strings_assigned(text: &str, name: &str) -> Option<Vec<String>> {
+    let lines = tokenize(text).ok()?;
+    let mut found = None;
+    for line in lines.iter().filter(|l| l.indent == 0) {
+        let stmt = Stmt {
+            text,
+            toks: &line.tokens,
+        };
+        if header(&stmt).is_some() {
+            continue;
+        }
+        for part in stmt.split(";") {
+            if part.is_name(0) && part.s(0) == name && part.is_op(1, "=") {
+                found = Some(plain_strings(&Stmt {
+                    text,
+                    toks: &part.toks[2..],
+                }));
+            }
+        }
+    }
+    found.flatten()
+}
+
+/// `'a'`, `'a', 'b'`, or `[...]`/`(...)` of strings separated by commas (a trailing one
+/// allowed; `[]` holds none).
+fn plain_strings(value: &Stmt) -> Option<Vec<String>> {
+    let bracketed = (value.is_op(0, "[") || value.is_op(0, "("))
+        && matching_close(value, 0) == value.toks.len();
+    let inner = Stmt {
+        text: value.text,
+        toks: if bracketed {
+            &value.toks[1..value.toks.len() - 1]
+        } else {
+            value.toks
+        },
+    };
+    let items = inner.split(",");
+    let last = items.len() - 1;
+    let mut out = Vec::new();
+    for (k, item) in items.iter().enumerate() {
+        match item.toks {
+            [token] => match &token.kind {
+                Kind::Str(s) => out.push(string_value(value.text, s).ok()?),
+                _ => return None,
+            },
+            // After a trailing comma, or inside `[]`.
+            [] if k == last && (k > 0 || bracketed) => {}
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
 /// Records what one simple top-level statement binds or execs.
 fn top_statement(stmt: &Stmt, out: &mut Vec<TopLevel>) {
     if stmt.toks.is_empty() {
@@ -179,6 +236,32 @@ fn exec_file(stmt: &Stmt) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// (text, the strings `_base_` is assigned): what Python would assign, comments and all.
+    #[test]
+    fn strings_assigned_are_read_as_python_reads_them() {
+        let table: &[(&str, Option<&[&str]>)] = &[
+            ("_base_ = 'a.py'\n", Some(&["a.py"])),
+            ("_base_ = ['a.py', \"b.py\",]\n", Some(&["a.py", "b.py"])),
+            ("_base_ = ('a.py',)\n", Some(&["a.py"])),
+            ("_base_ = 'a.py', 'b.py'\n", Some(&["a.py", "b.py"])),
+            ("_base_ = []\n", Some(&[])),
+            ("_base_ = [\n  'a.py',\n  # 'old.py',\n]\n", Some(&["a.py"])),
+            ("_base_ = 'a.py'; _base_ = 'b.py'\n", Some(&["b.py"])),
+            ("x = 1\n", None),
+            ("def f():\n    _base_ = 'a.py'\n", None),
+            ("_base_ = [base]\n", None),
+            ("_base_ = [f'{x}.py']\n", None),
+            ("_base_ = ['a' 'b']\n", None),
+            ("_base_ = ['a.py'] + extra\n", None),
+            ("_base_ = [,]\n", None),
+            ("_base_ = ['unclosed'\n", None),
+        ];
+        for &(text, want) in table {
+            let want = want.map(|w| w.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+            assert_eq!(strings_assigned(text, "_base_"), want, "{text:?}");
+        }
+    }
 
     /// train.py's defaults as nanoGPT writes them: literal arithmetic, a conditional rebind
     /// inside `if ddp:`, the configurator's exec, code that is no assignment.
