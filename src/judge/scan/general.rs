@@ -430,6 +430,7 @@ mod tests {
         // malloc_.
         ("[bmlib_memory][error] bm_alloc_gmem failed, dev_id = 0, size = 0xc0fb4000\n", Some(DeviceOom)),
         ("dealloc_pages failed: bad handle\n", None),
+        ("my_malloc_pool failed: bad handle\n", None),
         ("FATAL ERROR: Ineffective mark-compacts near heap limit Allocation failed - JavaScript heap out of memory\n 2: 0xa0839c node::OnFatalError [/opt/.nvm/versions/node/v12.18.0/bin/node]\n", Some(HostOom)),
         // Near misses: routine GC lines, guesses (issue 42).
         ("2025-04-29T06:21:15.784+0000: [GC (Allocation Failure) [PSYoungGen: 5447048K->226034K(5565952K)] 5959599K->738594K(17435136K), 0.0801102 secs]\n", None),

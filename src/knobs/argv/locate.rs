@@ -1055,7 +1055,7 @@ mod syntaxes {
             ("python t.py --batch-size=64", TIMM, "--batch-size 64", "added --grad-accum-steps= from 2", "python t.py --batch-size=32 --grad-accum-steps=4"),
             ("python t.py -b 8", "", "none", "none", "python t.py -b 8"),
             ("python t.py --batch-size 8", "p.add_argument('--batch-size')\n", "--batch-size 8", "none", "python t.py --batch-size 4"),
-            ("python t.py -b 8", "", "none", "none", "python t.py -b 8"),
+            ("python t.py -b 8", "p.add_argument('--batch-size')\n", "none", "none", "python t.py -b 8"),
             ("python t.py --batch-size 8", "p.add_argument('--batch-size')\np.add_argument('--grad_accum', default=None)\n", "--batch-size 8", "none", "python t.py --batch-size 4"),
             ("python run.py --per_device_train_batch_size 8", "", "--per_device_train_batch_size 8", "added --gradient_accumulation_steps from 1", "python run.py --per_device_train_batch_size 4 --gradient_accumulation_steps 2"),
             ("python run.py --per_device_train_batch_size 8", "p.add_argument('--per_device_train_batch_size')\n", "--per_device_train_batch_size 8", "none", "python run.py --per_device_train_batch_size 4"),
