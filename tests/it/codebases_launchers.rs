@@ -35,6 +35,16 @@ fn install(sb: &Sandbox, name: &str, module: &str) {
     std::os::unix::fs::symlink(&path, sb.path("bin").join(name)).unwrap();
 }
 
+/// torchtune's `tune`, with the installed package's built-in configs
+/// (site-packages/recipes/configs/).
+fn install_torchtune(sb: &Sandbox) {
+    install(sb, "tune", "torchtune._cli.tune");
+    copy_tree(
+        &sb.path("project/torchtune"),
+        &sb.path("venv/lib/python3.11/site-packages/recipes/configs"),
+    );
+}
+
 /// `oomguard run --dry-run -- JOB` in the project directory, with the sandbox's PATH.
 fn plan(sb: &Sandbox, job: &str) -> (String, Output) {
     let words: Vec<&str> = job.split_whitespace().collect();
@@ -66,12 +76,7 @@ fn second(plan: &str) -> (&str, &str) {
 #[test]
 fn codebases_torchtune_built_in_config_moves_both_from_the_configs_values() {
     let sb = project();
-    install(&sb, "tune", "torchtune._cli.tune");
-    // The installed package's built-in configs: site-packages/recipes/configs/.
-    copy_tree(
-        &sb.path("project/torchtune"),
-        &sb.path("venv/lib/python3.11/site-packages/recipes/configs"),
-    );
+    install_torchtune(&sb);
     let doc = "tune run lora_finetune_single_device --config llama3_2/1B_lora_single_device";
     let (out, _) = plan(&sb, doc);
     assert!(out.contains("tune runs torchtune._cli.tune"), "{out}");
@@ -166,11 +171,7 @@ fn codebases_a_launcher_not_installed_is_planned_by_its_name_and_a_run_refuses_i
 #[test]
 fn codebases_a_job_files_path_finds_the_launcher_the_job_will_run() {
     let sb = project();
-    install(&sb, "tune", "torchtune._cli.tune");
-    copy_tree(
-        &sb.path("project/torchtune"),
-        &sb.path("venv/lib/python3.11/site-packages/recipes/configs"),
-    );
+    install_torchtune(&sb);
     let elsewhere = project();
     install(&elsewhere, "tune", "othertune.cli");
     let job = sb.path("project/job.toml");

@@ -8,7 +8,7 @@ use super::arithmetic::value_or_arithmetic;
 use super::bindings::{header, AUGMENTED};
 use super::literal::string_value;
 use super::stmt::{matching_close, Stmt};
-use super::tokenize::{tokenize, Kind};
+use super::tokenize::{tokenize, Kind, Line};
 use crate::knobs::file::{line_of, EditError, Scalar};
 
 /// A statement at the very top of a module: unindented, outside every `if`/`for`/`try`/`with`
@@ -39,21 +39,30 @@ pub enum TopLevel {
 pub fn top_level(text: &str) -> Result<Vec<TopLevel>, EditError> {
     let lines = tokenize(text)?;
     let mut out = Vec::new();
-    for line in lines.iter().filter(|l| l.indent == 0) {
-        let stmt = Stmt {
-            text,
-            toks: &line.tokens,
-        };
-        // A compound statement's header, with any body on the same line: conditional, or a
-        // definition whose body runs later.
-        if header(&stmt).is_some() {
-            continue;
-        }
-        for part in stmt.split(";") {
-            top_statement(&part, &mut out);
-        }
+    for stmt in top_statements(text, &lines) {
+        top_statement(&stmt, &mut out);
     }
     Ok(out)
+}
+
+/// The simple statements at the very top of the module, each part of a `;` line apart, in file
+/// order.
+fn top_statements<'a>(text: &'a str, lines: &'a [Line]) -> impl Iterator<Item = Stmt<'a>> {
+    lines
+        .iter()
+        .filter(|l| l.indent == 0)
+        .flat_map(move |line| {
+            let stmt = Stmt {
+                text,
+                toks: &line.tokens,
+            };
+            // A compound statement's header, with any body on the same line: conditional, or a
+            // definition whose body runs later.
+            match header(&stmt) {
+                Some(_) => Vec::new(),
+                None => stmt.split(";"),
+            }
+        })
 }
 
 /// The strings of the module's last top-level `NAME = 'a'` or `NAME = ['a', 'b']` (or a
@@ -62,25 +71,13 @@ pub fn top_level(text: &str) -> Result<Vec<TopLevel>, EditError> {
 /// an f-string, strings that concatenate).
 pub fn strings_assigned(text: &str, name: &str) -> Option<Vec<String>> {
     let lines = tokenize(text).ok()?;
-    let mut found = None;
-    for line in lines.iter().filter(|l| l.indent == 0) {
-        let stmt = Stmt {
-            text,
-            toks: &line.tokens,
-        };
-        if header(&stmt).is_some() {
-            continue;
-        }
-        for part in stmt.split(";") {
-            if part.is_name(0) && part.s(0) == name && part.is_op(1, "=") {
-                found = Some(plain_strings(&Stmt {
-                    text,
-                    toks: &part.toks[2..],
-                }));
-            }
-        }
-    }
-    found.flatten()
+    let last = top_statements(text, &lines)
+        .filter(|stmt| stmt.is_name(0) && stmt.s(0) == name && stmt.is_op(1, "="))
+        .last()?;
+    plain_strings(&Stmt {
+        text,
+        toks: &last.toks[2..],
+    })
 }
 
 /// `'a'`, `'a', 'b'`, or `[...]`/`(...)` of strings separated by commas (a trailing one
