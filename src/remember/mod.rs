@@ -2,8 +2,8 @@
 //! ([`record`]), and each job's memory across runs, what fitted and where it stopped
 //! ([`jobs`]).
 //!
-//! It keeps and reads back files only: it must not import what tells the outside world ([`crate::tell`]) or
-//! runs the attempt ([`crate::supervise`], [`mod@crate::run`]).
+//! It keeps and reads back files only: it must not import what tells the outside world
+//! ([`crate::tell`]) or runs the attempt ([`crate::supervise`], [`mod@crate::run`]).
 
 pub(crate) mod jobs;
 pub(crate) mod record;

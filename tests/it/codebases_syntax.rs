@@ -318,24 +318,27 @@ fn codebases_hf_examples_trainer_batch_gets_the_trainers_accumulation() {
     assert!(!p.contains("effective batch shrinks"), "{p}");
 }
 
-/// The job of the recorded H200 run (tests/fixtures/codebases/hf_gpt2/job.py, from
-/// ../shared/gpu-runs/hf-gpt2-seq1024): `HfArgumentParser((Extra, TrainingArguments))`, no
+/// The job of the recorded H200 run (tests/gpu/hf_gpt2_job.py, which tests/gpu/hf_trainer.sh
+/// runs; ../shared/gpu-runs/hf-gpt2-seq1024): `HfArgumentParser((Extra, TrainingArguments))`, no
 /// argparse of its own, so the batch flag is the Trainer's and so is its accumulation, added
 /// where the command has none. Its recorded command's own `--gradient_accumulation_steps 1`
 /// moves where it stands, as the real run's did (256 × 1, then 128 × 2).
 #[test]
 fn codebases_hf_trainer_the_recorded_real_job_keeps_its_effective_batch() {
-    let p = plan(
-        Some("hf_gpt2"),
-        &[
-            "python3",
-            "job.py",
-            "--output_dir",
-            "/tmp/out",
-            "--per_device_train_batch_size",
-            "8",
-        ],
-    );
+    let job = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/gpu/hf_gpt2_job.py"
+    ))
+    .unwrap();
+    let plan = |words: &[&str]| plan_with(None, &[("job.py", &job)], &[], words);
+    let p = plan(&[
+        "python3",
+        "job.py",
+        "--output_dir",
+        "/tmp/out",
+        "--per_device_train_batch_size",
+        "8",
+    ]);
     has(
         &p,
         "--per_device_train_batch_size 8→4, --gradient_accumulation_steps 1→2",
@@ -348,7 +351,7 @@ fn codebases_hf_trainer_the_recorded_real_job_keeps_its_effective_batch() {
                     --gradient_accumulation_steps 1 --max_steps 5 --logging_steps 1 --report_to none \
                     --save_strategy no --dataloader_num_workers 4";
     let words: Vec<&str> = recorded.split_whitespace().collect();
-    let p = plan(Some("hf_gpt2"), &words);
+    let p = plan(&words);
     has(
         &p,
         "--per_device_train_batch_size 256→128, --gradient_accumulation_steps 1→2",

@@ -9,11 +9,12 @@ use crate::util;
 use util::{causes, fixture, own_v1_memory_cgroup, stderr_of, Sandbox};
 
 /// 500 MiB limit; the job holds about 430 MiB (420 MiB and the interpreter) until oomguard has
-/// sampled it 5 times (at `--interval 100ms`), then needs 5 MiB a sample: at 32 it is killed, and at 16
-/// (≈ 510 MiB). A kill at 16 says per sample > (500 − F) / 16, which caps the next batch
-/// at about 3 with the 10% margin, but at 8 the need it shows is only F + (500 − F) / 2, within
-/// the limit: 8 is tried, and fits (≈ 470 MiB). Each step starts just after a tick, so its
-/// climb and the kill mostly fall before the next one: the kill itself says the plateau was left.
+/// sampled it 5 times (at `--interval 100ms`), then needs 5 MiB a sample: at 32 it is killed,
+/// and at 16 (≈ 510 MiB). A kill at 16 says per sample > (500 − F) / 16, which caps the next
+/// batch at about 3 with the 10% margin, but at 8 the need it shows is only F + (500 − F) / 2,
+/// within the limit: 8 is tried, and fits (≈ 470 MiB). Each step starts just after a tick, so
+/// its climb and the kill mostly fall before the next one: the kill itself says the plateau
+/// was left.
 #[test]
 fn a_kill_at_the_limit_halves_with_the_fixed_part_seen() {
     if own_v1_memory_cgroup().is_none() {
